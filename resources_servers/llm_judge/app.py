@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nemo_gym.server import ResourcesServer, ServerConfig, ServerRef, Session, VerifyRequest, VerifyResult
 
@@ -61,6 +61,8 @@ class LLMJudgeConfig(ServerConfig):
     judge_prompt_template: str = Field(judge.DEFAULT_PROMPT_TEMPLATE, description="user message; {question}, {expected_answer}, {generated_answer} are filled in")
     judge_equal_regex: str = Field(judge.DEFAULT_EQUAL_REGEX, description="regex of the 'equivalent' label in the judge's reply")
     judge_not_equal_regex: str = Field(judge.DEFAULT_NOT_EQUAL_REGEX, description="regex of the 'not equivalent' label")
+    constrain_judge_output: bool = Field(False, description="ask the judge for structured output (a JSON verdict from judge_verdict_labels; group scores as JSON) so that small judges always answer in form; the judge model server must support it (vllm_model, OpenAI)")
+    judge_verdict_labels: tuple[str, str] = Field(judge.DEFAULT_VERDICT_LABELS, description="[equal, not equal] labels offered to a constrained judge; each must match its regex")
     max_judge_attempts: int = Field(2, ge=1, le=10, description="judge calls per verdict when replies have no label; then the rollout fails")
     check_twice_swap: bool = Field(False, description="after an 'equal' verdict, judge again with the two answers swapped; both must agree")
     reward_if_swap_fails: float = Field(0.0, ge=0.0, le=1.0, description="reward when the swapped call disagrees")
@@ -78,6 +80,16 @@ class LLMJudgeConfig(ServerConfig):
         if value is not None:
             re.compile(value)  # re.error is a ValueError: pydantic reports it on the field
         return value
+
+    @model_validator(mode="after")
+    def _labels_match_regexes(self) -> "LLMJudgeConfig":
+        if not self.constrain_judge_output:
+            return self
+        equal, not_equal = self.judge_verdict_labels
+        verdicts = [judge.parse_verdict(label, self.judge_equal_regex, self.judge_not_equal_regex) for label in (equal, not_equal)]
+        if verdicts != [True, False]:
+            raise ValueError(f"judge_verdict_labels {list(self.judge_verdict_labels)!r} must match judge_equal_regex and judge_not_equal_regex (in that order)")
+        return self
 
     @field_validator("judge_prompt_template")
     @classmethod
@@ -118,6 +130,13 @@ class LLMJudgeServer(ResourcesServer):
     def judge_name(self) -> str:
         return self.config.judge_model_server.name
 
+    def judge_create_params(self, text_format: dict[str, Any]) -> dict[str, Any]:
+        """`judge_responses_create_params`, with the structured-output `text_format` when `constrain_judge_output`."""
+        params = dict(self.config.judge_responses_create_params)
+        if self.config.constrain_judge_output:
+            params["text"] = text_format
+        return params
+
     def extract_answer(self, response: dict[str, Any]) -> str:
         """The answer in the final assistant message (`<think>` blocks dropped, then `answer_regex`); '' if none."""
         text = THINK_BLOCK.sub("", judge.output_text(response)).strip()
@@ -135,7 +154,7 @@ class LLMJudgeServer(ResourcesServer):
         system = [{"role": "system", "content": self.config.judge_system_message}] if self.config.judge_system_message else []
         return await judge.judge_equivalence(
             self.client, self.judge_name, system + [{"role": "user", "content": prompt}],
-            create_params=self.config.judge_responses_create_params, equal_regex=self.config.judge_equal_regex,
+            create_params=self.judge_create_params(judge.verdict_text_format(self.config.judge_verdict_labels)), equal_regex=self.config.judge_equal_regex,
             not_equal_regex=self.config.judge_not_equal_regex, max_attempts=self.config.max_judge_attempts,
         )
 
@@ -201,7 +220,8 @@ class LLMJudgeServer(ResourcesServer):
     async def judge_group(self, messages: list[dict[str, str]], num_trajectories: int) -> list[Any]:
         problem = ""
         for _ in range(self.config.group_max_attempts):
-            text = await judge.ask_judge(self.client, self.judge_name, messages, self.config.judge_responses_create_params)
+            create_params = self.judge_create_params(group.scores_text_format(num_trajectories))
+            text = await judge.ask_judge(self.client, self.judge_name, messages, create_params)
             try:
                 return group.parse_group_scores(text, num_trajectories)
             except ValueError as exc:

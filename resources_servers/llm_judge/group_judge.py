@@ -34,6 +34,7 @@ __all__ = [
     "shared_prefix_length",
     "render_group_prompt",
     "parse_group_scores",
+    "scores_text_format",
     "group_key",
 ]
 
@@ -121,6 +122,18 @@ def render_group_prompt(rubric: str, prefix: list[dict[str, Any]], suffixes: lis
     blocks = "".join(f'\n<trajectory id="{i}">\n{suffix}\n</trajectory>\n' for i, suffix in enumerate(suffixes, start=1))
     user = f"All trajectories start with the messages in <context>; each <trajectory> holds the rest.\n\n{context}{blocks}"
     return [{"role": "system", "content": OUTPUT_INSTRUCTIONS.format(rubric=rubric)}, {"role": "user", "content": user}]
+
+
+def scores_text_format(num_trajectories: int) -> dict[str, Any]:
+    """A Responses `text` field constraining the reply to `GroupScores` JSON with exactly `num_trajectories` scores
+    (ids "1".."n"; explanations at most 200 characters)."""
+    score = {"type": "object", "properties": {"id": {"type": "string", "enum": [str(i) for i in range(1, num_trajectories + 1)]},
+                                              "score": {"type": "number", "minimum": 0, "maximum": 1},
+                                              "explanation": {"type": "string", "maxLength": 200}},
+             "required": ["id", "score", "explanation"], "additionalProperties": False}
+    schema = {"type": "object", "properties": {"scores": {"type": "array", "items": score, "minItems": num_trajectories, "maxItems": num_trajectories}},
+              "required": ["scores"], "additionalProperties": False}
+    return {"format": {"type": "json_schema", "name": "group_scores", "strict": True, "schema": schema}}
 
 
 def parse_group_scores(text: str, num_trajectories: int) -> list[TrajectoryScore]:

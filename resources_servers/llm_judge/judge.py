@@ -19,6 +19,8 @@ __all__ = [
     "DEFAULT_EQUAL_REGEX",
     "DEFAULT_NOT_EQUAL_REGEX",
     "JudgeVerdictError",
+    "DEFAULT_VERDICT_LABELS",
+    "verdict_text_format",
     "render_prompt",
     "parse_verdict",
     "output_text",
@@ -28,6 +30,7 @@ __all__ = [
 
 DEFAULT_EQUAL_REGEX = r"\[\[A=B\]\]"
 DEFAULT_NOT_EQUAL_REGEX = r"\[\[A!=B\]\]"
+DEFAULT_VERDICT_LABELS = ("[[A=B]]", "[[A!=B]]")
 PLACEHOLDERS = ("{question}", "{expected_answer}", "{generated_answer}")
 DEFAULT_PROMPT_TEMPLATE = """\
 Decide whether two answers to the same question mean the same thing.
@@ -65,6 +68,15 @@ def render_prompt(template: str, question: str, expected_answer: str, generated_
     Plain replacement, not `str.format`: a template may contain other braces (JSON examples, LaTeX)."""
     values = dict(zip(PLACEHOLDERS, (question, expected_answer, generated_answer)))
     return re.sub("|".join(map(re.escape, PLACEHOLDERS)), lambda m: values[m.group(0)], template)
+
+
+def verdict_text_format(labels: tuple[str, str] | list[str]) -> dict[str, Any]:
+    """A Responses `text` field that constrains the judge's reply to `{"verdict": <one of labels>}`.
+
+    A model server that honours structured output (vllm_model: vLLM structured outputs; OpenAI: strict JSON
+    schema) then always writes a parsable verdict, which small judges otherwise rarely do."""
+    schema = {"type": "object", "properties": {"verdict": {"type": "string", "enum": list(labels)}}, "required": ["verdict"], "additionalProperties": False}
+    return {"format": {"type": "json_schema", "name": "verdict", "strict": True, "schema": schema}}
 
 
 def parse_verdict(text: str, equal_regex: str, not_equal_regex: str) -> bool | None:

@@ -203,8 +203,13 @@ class VLLMModel(ModelServer):
         if self.config.return_token_id_information:
             request["logprobs"] = 0
         forced = tool_calls.forced_call_schema(tools, body.get("tool_choice")) if tools else None
+        constraint = _response_format_constraint(body.get("response_format"))
+        if forced is not None and constraint is not None:
+            raise HTTPException(400, "`response_format` and a required tool call cannot both constrain the output")
         if forced is not None:  # a call is required: constrain the output to one call's JSON
             request["structured_outputs"] = {"json": forced}
+        elif constraint is not None:
+            request["structured_outputs"] = constraint
         answer = await self._post_or_get("POST", "/v1/completions", json=request)
         return self._chat_completion(answer, prompt_ids, parse_tools=bool(tools), forced=forced is not None)
 
@@ -294,6 +299,23 @@ class VLLMModel(ModelServer):
 
 class ReloadRequest(BaseModel):
     model_dir: str = Field(description="absolute path of an HF model folder (config.json + *.safetensors), e.g. from PolicyEngine.save_hf")
+
+
+def _response_format_constraint(response_format: Any) -> dict[str, Any] | None:
+    """vLLM `structured_outputs` for an OpenAI `response_format` (`json_schema` → its schema, `json_object` → any JSON).
+
+    `None` for absent or `{"type": "text"}`. Raises HTTPException 400 for any other shape."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    schema = (response_format.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
+    if isinstance(schema, dict):
+        return {"json": schema}
+    raise HTTPException(400, f"unsupported response_format {response_format!r}: use type text, json_object or json_schema with a schema")
 
 
 def _checked_model_dir(model_dir: str) -> Path:

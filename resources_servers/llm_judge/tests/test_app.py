@@ -54,12 +54,14 @@ class Judge:
     """A scripted judge model served over HTTP; `calls` counts its /v1/responses calls."""
 
     def __init__(self, stack: ExitStack, **config: Any):
-        self.calls = 0
+        self.calls, self.bodies = 0, []
         app = load_server_class(REPO / "responses_api_models/scripted_model/app.py")(config).build_app()
 
         @app.middleware("http")
         async def count(request, call_next):
-            self.calls += request.url.path == "/v1/responses"
+            if request.url.path == "/v1/responses":
+                self.calls += 1
+                self.bodies.append(json.loads(await request.body()))
             return await call_next(request)
 
         self.url = stack.enter_context(serve(app))
@@ -113,6 +115,31 @@ def test_prompt_template_regexes_and_answer_regex_are_configurable(stack):
     assert verify(url, OCEAN_ROW, "ANSWER: Indian").json()["reward"] == 0.0
     no_match = verify(url, OCEAN_ROW, "Pacific, I think").json()  # answer_regex finds nothing: no answer, no judge call
     assert no_match["reward"] == 0.0 and no_match["failure_reason"] == "no_answer" and scripted.calls == 2
+
+
+def test_constrained_judge_output_asks_for_a_json_verdict_and_group_scores(stack):
+    scripted = Judge(stack, rules=[{"match": "<answer_b>", "reply": '{"verdict": "[[A=B]]"}'}],
+                     default_reply='{"scores": [{"id": "1", "score": 0.9, "explanation": "right"}, {"id": "2", "score": 0.1, "explanation": "wrong"}]}')
+    url = start_env(stack, scripted.url, constrain_judge_output=True)
+    assert verify(url, OCEAN_ROW, "Pacific").json()["reward"] == 1.0
+    verdict_format = scripted.bodies[-1]["text"]["format"]
+    assert verdict_format["type"] == "json_schema" and verdict_format["schema"]["properties"]["verdict"]["enum"] == ["[[A=B]]", "[[A!=B]]"]
+    rows = [{**OCEAN_ROW, "response": response(text)} for text in ("Pacific", "Atlantic")]
+    answer = httpx.post(f"{url}/verify_group", json={"rows": rows}, timeout=30).json()
+    assert answer["rewards"] == [0.9, 0.1]
+    items = scripted.bodies[-1]["text"]["format"]["schema"]["properties"]["scores"]
+    assert items["minItems"] == items["maxItems"] == 2
+    unconstrained = Judge(stack, rules=[], default_reply=EQUAL)
+    verify(start_env(stack, unconstrained.url), OCEAN_ROW, "Pacific")
+    assert "text" not in unconstrained.bodies[-1]
+
+
+def test_verdict_labels_must_match_the_regexes_when_constrained():
+    config_type = load_server_class(SERVER_DIR / "app.py").Config
+    with pytest.raises(ValueError, match="judge_verdict_labels"):
+        config_type.model_validate({"constrain_judge_output": True, "judge_verdict_labels": ["yes", "no"]})
+    config_type.model_validate({"constrain_judge_output": True, "judge_verdict_labels": ["SAME", "DIFFERENT"],
+                                "judge_equal_regex": r"\bSAME\b", "judge_not_equal_regex": r"\bDIFFERENT\b"})
 
 
 def test_question_defaults_to_the_last_user_message(stack):

@@ -55,3 +55,22 @@ def test_reload_weights_rejects_folders_vllm_cannot_load(tmp_path):
             answer = client.post("/reload_weights", json={"model_dir": model_dir})
             assert answer.status_code == 422 and "model_dir" in answer.text, (model_dir, answer.text)
         assert client.post("/reload_weights", json={}).status_code == 422
+
+
+def test_response_format_becomes_a_structured_output_constraint():
+    import pytest
+    from fastapi import HTTPException
+
+    module = __import__(VLLMModel.__module__)
+    constraint = module._response_format_constraint
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["[[A=B]]", "[[A!=B]]"]}}, "required": ["verdict"]}
+    assert constraint(None) is None and constraint({"type": "text"}) is None
+    assert constraint({"type": "json_object"}) == {"json_object": True}
+    assert constraint({"type": "json_schema", "json_schema": {"name": "v", "schema": schema}}) == {"json": schema}
+    # a Responses `text.format` reaches the model server as the same response_format
+    chat = openai_convert.responses_to_chat({"input": "hi", "text": {"format": {"type": "json_schema", "name": "v", "schema": schema}}})
+    assert constraint(chat["response_format"]) == {"json": schema}
+    for bad in ({"type": "json_schema"}, {"type": "grammar"}, "json"):
+        with pytest.raises(HTTPException) as info:
+            constraint(bad)
+        assert info.value.status_code == 400
