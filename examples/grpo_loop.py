@@ -27,13 +27,15 @@ import httpx
 import torch
 from transformers import AutoModelForCausalLM
 
+from nemo_gym.head import run_token_headers
+
 CLIP_LOW, CLIP_HIGH, TIS_CAP = 0.2, 0.28, 2.0
 
 
 # -- 1. rollouts --------------------------------------------------------------------------------------------
 async def collect(head_url: str, agent: str, tasks: list[dict], group_size: int) -> list[list[dict]]:
     """group_size rollouts per task through the agent's /run; returns one list of rollout rows per task."""
-    async with httpx.AsyncClient(timeout=600) as http:
+    async with httpx.AsyncClient(timeout=600, headers=run_token_headers(head_url)) as http:  # the run's token (nemo_gym.auth)
         servers = (await http.get(f"{head_url}/servers")).json()
         agent_url = next(s["url"] for s in servers if s["name"] == agent)
 

@@ -55,6 +55,7 @@ class Command:
     summary: str
     options: Callable[[], type[BaseModel]]
     strict: bool  # parameters are exactly the options' fields (else: a free-form config)
+    positional: tuple[str, ...] = ()  # fields that may also be given as bare arguments, in this order (`ng_runs stop <id>`)
 
 
 def _options(module: str, name: str) -> Callable[[], type[BaseModel]]:
@@ -68,7 +69,7 @@ COMMANDS: dict[str, Command] = {
         Command("collect_rollouts", "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)", _options("nemo_gym.collect", "CollectConfig"), True),
         Command("profile", "per-task reward statistics (mean, std, min, max, pass rate) from rollouts", _options("nemo_gym.profile", "ProfileConfig"), True),
         Command("group_verify", "score collected rollouts again, one group per task, with a resources server's /verify_group (e.g. llm_judge)", _options("nemo_gym.group_verify", "GroupVerifyOptions"), True),
-        Command("train", "GRPO: train the policy on rollouts from the config's environments (DeepSpeed, weight sync to vllm_model)", _options("nemo_gym.train.config", "TrainOptions"), False),
+        Command("train", "GRPO: train the policy on rollouts from the config's environments (DeepSpeed, weight sync to vllm_model); `@config.toml` reads a Prime-style TOML, +init=true prints one", _options("nemo_gym.train.config", "TrainOptions"), False),
         Command("status", "list running servers with ports, PIDs, uptime and health", lambda: StatusOptions, True),
         Command("dump_config", "print the resolved config with secrets masked", lambda: DumpConfigOptions, False),
         Command("init_resources_server", "scaffold a working resources server folder (app, config, data, tests, README)", _options("nemo_gym.authoring", "InitOptions"), True),
@@ -88,6 +89,8 @@ COMMANDS: dict[str, Command] = {
         Command("gitlab_to_hf_dataset", "move a dataset from GitLab to the Hugging Face Hub (upload, then delete from GitLab)", _options("nemo_gym.datasets.hf", "GitlabToHfOptions"), True),
         Command("login", "save a token for hf, gitlab or wandb in $NEMO_GYM_HOME/credentials.json (mode 0600)", _options("nemo_gym.datasets.login", "LoginOptions"), True),
         Command("logout", "forget saved tokens (+service=hf|gitlab|wandb, default all)", _options("nemo_gym.datasets.login", "LogoutOptions"), True),
+        Command("runs", "background runs: list, logs <id> [+follow=true], stop <id> [+save_model=true], delete <id>", _options("nemo_gym.runs", "RunsOptions"), True, ("verb", "id")),
+        Command("export", "write a merged HF model folder (LoRA merged, lm_head explicit) from a run, output_dir or checkpoint: ng_export <source> +output=DIR", _options("nemo_gym.export", "ExportOptions"), True, ("source",)),
         Command("eval", "pass@k (unbiased), pass^k and mean reward per environment, from n samples per task or existing rollouts", _options("nemo_gym.evaluation", "EvalConfig"), True),
     ]
 }
@@ -104,6 +107,8 @@ def format_help(command: Command) -> str:
     """Every parameter of a command: `+name: type = default  meaning`."""
     options = command.options()
     lines = [f"ng_{command.name}: {command.summary}", "", "Parameters (pass as +name=value):"]
+    if command.positional:
+        lines[-1] = f"Parameters (pass as +name=value; {', '.join(command.positional)} also as bare arguments, in this order):"
     lines += _field_lines(options, "")
     if not command.strict:
         lines += ["", "Any other key is config: server instances and values used by ${...} interpolation (e.g. +policy_base_url=...)."]
@@ -124,12 +129,27 @@ def _field_lines(model: type[BaseModel], prefix: str) -> list[str]:
     return lines
 
 
+def _positional_values(command: Command, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Split off the bare arguments (no `=`, no leading `+`/`-`) of a command that declares positional fields."""
+    if not command.positional:
+        return argv, {}
+    bare = [arg for arg in argv if "=" not in arg and not arg.startswith(("+", "-"))]
+    if len(bare) > len(command.positional):
+        raise NemoGymError(f"ng_{command.name}: too many arguments {bare[len(command.positional):]}; it takes {' '.join(f'<{p}>' for p in command.positional)} (see +help=true)")
+    return [arg for arg in argv if arg not in bare], dict(zip(command.positional, bare))
+
+
 def _strict_options(command: Command, argv: list[str]) -> BaseModel:
     options = command.options()
+    argv, positional = _positional_values(command, argv)
     cli = OmegaConf.create({})
     for key, value in parse_overrides(argv):
         OmegaConf.update(cli, key, value, force_add=True, merge=False)
     values = OmegaConf.to_container(cli, resolve=True)
+    for key, value in positional.items():
+        if key in values:
+            raise NemoGymError(f"ng_{command.name}: <{key}> given twice (as an argument and as +{key}=...)")
+        values[key] = value
     known = {info.alias or name for name, info in options.model_fields.items()}
     for key in values:
         if key not in known:
@@ -147,6 +167,17 @@ def _run(command: Command, argv: list[str]) -> int:
 
         return run_main(load_config(argv))
     if command.name == "train":
+        from nemo_gym.train import prime_toml
+
+        if prime_toml.init_requested(argv):
+            print(prime_toml.TEMPLATE, end="")
+            return 0
+        argv = prime_toml.expand_toml_args(argv)  # `@config.toml` (Prime-style TOML) → +config_paths=[translated config]
+        from nemo_gym.runs import BACKGROUND_FLAG, pop_flag, train_in_background
+
+        argv, background = pop_flag(argv, BACKGROUND_FLAG)
+        if background:
+            return train_in_background(argv)
         from nemo_gym.train.loop import train_main
 
         return train_main(load_config(argv), argv)
@@ -181,6 +212,14 @@ def _run(command: Command, argv: list[str]) -> int:
         return status_main(options.head_server_url, as_json=options.json_output)
     if command.name == "version":
         return _version(options.json_output)
+    if command.name == "runs":
+        from nemo_gym.runs import runs_main
+
+        return runs_main(options)
+    if command.name == "export":
+        from nemo_gym.export import export_main
+
+        return export_main(options)
     if command.name == "init_resources_server":
         from nemo_gym.authoring import init_main
 
@@ -283,6 +322,8 @@ ng_login = _entry("login")
 ng_logout = _entry("logout")
 ng_viewer = _entry("viewer")
 ng_eval = _entry("eval")
+ng_runs = _entry("runs")
+ng_export = _entry("export")
 
 
 def ng() -> None:

@@ -9,10 +9,17 @@ Files next to the output `<out>.jsonl` (ARCHITECTURE §3):
     <out>_materialized_inputs.jsonl  one row per (task, repeat) as dispatched
     <out>_failures.jsonl             rollouts that failed for infrastructure reasons (a `ServerError`, or an
                                      answer without a numeric reward): `failure_class`, `message`, indices,
-                                     `timestamp`. Never in the output, never scored as reward 0. Absent when
-                                     every rollout has a row.
+                                     `transient` (whether a retry could have helped), `timestamp`. Never in
+                                     the output, never scored as reward 0. Absent when every rollout has a row.
     <out>_aggregate_metrics.json     `{"agents": [{agent_ref, agent_metrics, source}], "collection": {...}}`
     <out>_state.json                 fingerprint of the materialized input rows and num_repeats (for resume)
+
+Retries: a `/run` call is retried (up to `max_retries`, by `ServerClient`) only after a transient failure
+(`nemo_gym.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
+typed body names no deterministic failure class). A deterministic failure (a 4xx such as 422, an agent's 502
+with an inner `judge_unparsable`, `bad_answer`, `sandbox_unavailable`, ...) is recorded at once: running the
+same rollout again would fail the same way. Every call has a total deadline, so a collection against a
+black-holed server ends with `timeout` records after at most `ClientTimeouts.worst_case_s()` per rollout.
 
 Resume (the default): rerunning the same command runs only the (task, repeat) pairs without a row; a crash's
 incomplete last line is cut off first, pairs only in the failures file are retried. A different input (rows,
@@ -49,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError
+from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError, is_transient
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
 
@@ -96,7 +103,9 @@ class CollectConfig(BaseModel):
         description="keep finished rollouts of an earlier run of the same command and run only the missing ones; false starts over (old files moved aside as .bak)",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="deadline of one /run call, seconds")
-    max_retries: int = Field(3, ge=0, description="retries of a /run call after a connection error or 502/503/504")
+    max_retries: int = Field(
+        3, ge=0, description="retries of a /run call after a transient failure (connection error, timeout, 429, 502/503/504 without a deterministic inner failure class)"
+    )
     progress: bool = Field(True, description="show a progress bar")
 
 
@@ -316,7 +325,7 @@ def _failure_record(row: dict[str, Any], failure_class: str, message: str, **ext
 
 def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
     """A failure record for a ServerError; an agent's typed body `{"error": {"type", "message"}}` gives the class."""
-    failure_class, message, extra = exc.failure_class, str(exc), {}
+    failure_class, message, extra = exc.failure_class, str(exc), {"transient": is_transient(exc)}
     if isinstance(exc, ServerHTTPError):
         extra["status_code"] = exc.status_code
         try:

@@ -3,7 +3,8 @@
 Routes: `GET /health`, `GET /servers` (`[{name, server_type, implementation, url, pid, registered_at}]`),
 `GET /servers/{name}`, `POST /register` (used by servers at start-up).
 Each `ng_run` writes `<NEMO_GYM_HOME>/runs/<run_id>/state.json`; outside clients find the head server with
-`discover_head_url`.
+`discover_head_url`, and the run's token (every route but `/health` needs it, see `nemo_gym.auth`) with
+`run_token_for_url`.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from nemo_gym.auth import TOKEN_HEADER, RunTokenAuth, current_run_token, read_token_file
 from nemo_gym.errors import ConfigError
 from nemo_gym.api_schema import add_components, json_body, model_schema
 from nemo_gym.limits import RequestLimits, read_json_object
 
-__all__ = ["nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "build_head_app", "Registration"]
+__all__ = ["nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration"]
 
 DEFAULT_HEAD_PORT = 11000
 
@@ -74,6 +77,36 @@ def discover_head_url(explicit: str | None = None) -> str:
     return runs[0]["head_url"]
 
 
+def _origin(url: str) -> str:
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.host}:{parsed.port}"
+
+
+def run_token_for_url(url: str | None) -> str | None:
+    """The run token to send to `url` (a head server or a server of a run): this process's own run token
+    (a server started by `ng_run`), else the token file of the live run whose head server or one of whose
+    servers has that address, else None (a run with `+allow_unauthenticated=true`, or no run)."""
+    own = current_run_token()
+    if own or not url:
+        return own
+    try:
+        origin = _origin(url)
+    except (httpx.InvalidURL, TypeError):
+        return None
+    for run in live_runs():
+        urls = [run.get("head_url"), *(s.get("url") for s in run.get("servers", []))]
+        if any(u and _origin(u) == origin for u in urls):
+            return read_token_file(runs_dir() / run["run_id"])
+    return None
+
+
+def run_token_headers(url: str | None) -> dict[str, str]:
+    """Headers carrying the run token for a request to `url` (`{}` when no token applies); for plain httpx calls
+    to a run's servers (the ServerClient sends it by itself)."""
+    token = run_token_for_url(url)
+    return {TOKEN_HEADER: token} if token else {}
+
+
 class Registration(BaseModel):
     name: str
     server_type: str
@@ -82,10 +115,14 @@ class Registration(BaseModel):
     pid: int
 
 
-def build_head_app() -> FastAPI:
-    """The head server app; `app.state.servers` maps instance name → registration dict."""
+def build_head_app(run_token: str | None = None) -> FastAPI:
+    """The head server app; `app.state.servers` maps instance name → registration dict.
+
+    With `run_token`, every route but `/health` answers 401 without it (see `nemo_gym.auth`).
+    """
     app = FastAPI(title="nemo_gym head server")
     app.add_middleware(RequestLimits)  # registrations are tiny: the default cap is generous
+    app.add_middleware(RunTokenAuth, token=run_token)  # outermost: nothing runs for a caller without the token
     app.state.servers = {}
 
     @app.get("/health")

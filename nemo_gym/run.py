@@ -5,6 +5,10 @@ set, reused later); each server process binds its own socket and registers its a
 server; the run is ready when every server answers `GET /health`. A server that exits is reported by name
 with its last log lines and the whole run stops. SIGINT/SIGTERM stop every process group (SIGTERM, then
 SIGKILL after `stop_grace_s`), so no process is left behind.
+
+Exposure: every server binds 127.0.0.1 unless configured otherwise, and the servers of a run accept calls
+only with the run's random token (`nemo_gym.auth`): it goes to each server in its environment, and to the
+user's tools in `<run dir>/token` (mode 0600, removed at stop). `+allow_unauthenticated=true` turns it off.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import psutil
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.auth import RUN_TOKEN_ENV, TOKEN_FILE_NAME, new_run_token, write_token_file
 from nemo_gym.client import HEAD_URL_ENV
 from nemo_gym.config import LoadedConfig, ServerInstance, server_instances
 from nemo_gym.errors import ConfigError, ServerStartError
@@ -52,6 +57,7 @@ class RunOptions(BaseModel):
     startup_timeout_s: float = Field(1800.0, description="seconds to wait for all servers to answer /health (vLLM may build its engine)")
     stop_grace_s: float = Field(10.0, description="seconds between SIGTERM and SIGKILL when stopping")
     log_lines: int = Field(30, description="how many last log lines to show for a server that died")
+    allow_unauthenticated: bool = Field(False, description="serve without the per-run token: any local process (of any user) may then call the servers")
 
 
 @dataclass
@@ -88,6 +94,7 @@ class Run:
         self.servers: list[ServerProcess] = []
         self.stop_event = asyncio.Event()
         self.head_url = ""
+        self.run_token = None if options.allow_unauthenticated else new_run_token()
 
     # -- start ---------------------------------------------------------------------------------------
     async def start_head(self) -> None:
@@ -101,7 +108,7 @@ class Run:
             sock = bind_socket(options.host, 0, "head_server")
         host, port = sock.getsockname()[:2]
         self.head_url = f"http://{host}:{port}"
-        self.head_app = build_head_app()
+        self.head_app = build_head_app(run_token=self.run_token)
         self.head = uvicorn.Server(uvicorn.Config(self.head_app, log_level="warning", access_log=False, **UVICORN_LIMITS))
         self.head.install_signal_handlers = lambda: None  # signals are ours
         self.head_task = asyncio.create_task(self.head.serve(sockets=[sock]))
@@ -114,6 +121,8 @@ class Run:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # holds secrets: owner only
         with os.fdopen(fd, "w") as fh:
             json.dump(specs, fh)
+        if self.run_token:
+            write_token_file(self.run_dir, self.run_token)
 
     async def build_venvs(self) -> dict[str, Path]:
         if self.options.skip_venv:
@@ -130,10 +139,12 @@ class Run:
         return {i.name: python for group, python in zip(groups, pythons) for i in group}
 
     async def spawn(self, pythons: dict[str, Path]) -> None:
-        base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME"}}
+        base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV}}
         for instance in self.instances:
             server = ServerProcess(instance, self.run_dir / "logs" / f"{instance.name}.log")
             env = {**base_env, "NEMO_GYM_RUN_DIR": str(self.run_dir), "NEMO_GYM_INSTANCE": instance.name, HEAD_URL_ENV: self.head_url, "PYTHONUNBUFFERED": "1"}
+            if self.run_token:  # in the environment, not on the command line: `ps` shows command lines
+                env[RUN_TOKEN_ENV] = self.run_token
             with server.log_path.open("ab") as log:
                 server.process = await asyncio.create_subprocess_exec(
                     str(pythons[instance.name]), "-m", "nemo_gym.serve",
@@ -204,6 +215,7 @@ class Run:
             self.head.should_exit = True
             await self.head_task
         (self.run_dir / "state.json").unlink(missing_ok=True)
+        (self.run_dir / TOKEN_FILE_NAME).unlink(missing_ok=True)
 
     def print_ready(self, seconds: float) -> None:
         width = max(len(s.instance.name) for s in self.servers)

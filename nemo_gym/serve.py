@@ -3,7 +3,9 @@
 Reads its instance from the run's config (`$NEMO_GYM_RUN_DIR/config.json`, `$NEMO_GYM_INSTANCE`), imports the
 implementation's entrypoint, validates the instance's fields against the server class's `Config`, binds its
 own socket (port 0 = a free port chosen by the OS, so there is no race between choosing and binding),
-registers its address with the head server and serves with uvicorn. Exit codes: 2 config error, 3 bind error.
+registers its address with the head server and serves with uvicorn. The run's token (`$NEMO_GYM_RUN_TOKEN`) is
+taken out of the environment first (so the processes the server starts do not inherit it): every route
+but `/health` then requires it, and the server's client sends it. Exit codes: 2 config error, 3 bind error.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import ModuleType
 import uvicorn
 from pydantic import ValidationError
 
+from nemo_gym.auth import take_run_token_from_env
 from nemo_gym.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.config import ServerInstance, did_you_mean
 from nemo_gym.errors import ConfigError
@@ -103,10 +106,10 @@ def bind_socket(host: str, port: int, server_name: str) -> socket.socket:
     return sock
 
 
-async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstance, head_url: str | None) -> None:
+async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstance, head_url: str | None, run_token: str | None) -> None:
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    config = uvicorn.Config(server.build_app(), log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), access_log=False, timeout_keep_alive=60, **UVICORN_LIMITS)
+    config = uvicorn.Config(server.build_app(run_token=run_token), log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), access_log=False, timeout_keep_alive=60, **UVICORN_LIMITS)
     web = uvicorn.Server(config)
     serving = asyncio.create_task(web.serve(sockets=[sock]))
     while not web.started and not serving.done():
@@ -123,24 +126,25 @@ async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstan
             "url": url,
             "pid": os.getpid(),
         }
-        async with ServerClient(head_url) as head:
+        async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")
     await serving
 
 
 def main() -> None:
+    run_token = take_run_token_from_env()
     run_dir = Path(os.environ["NEMO_GYM_RUN_DIR"])
     name = os.environ["NEMO_GYM_INSTANCE"]
     head_url = os.environ.get(HEAD_URL_ENV)
     spec = json.loads((run_dir / "instances.json").read_text())[name]
     instance = ServerInstance(**spec)
     try:
-        server = build_server(instance, ServerClient(head_url))
+        server = build_server(instance, ServerClient(head_url, run_token=run_token))
         sock = bind_socket(str(server.config.host), int(server.config.port), name)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2 if "cannot bind" not in str(exc) else 3)
-    asyncio.run(_serve(server, sock, instance, head_url))
+    asyncio.run(_serve(server, sock, instance, head_url, run_token))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from nemo_gym.api_schema import add_components, json_body, model_schema
+from nemo_gym.auth import RunTokenAuth
 from nemo_gym.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import DEFAULT_MAX_BODY_MB, RequestLimits, read_json_object
@@ -135,7 +136,9 @@ class BaseServer:
             session = self.sessions[session_id] = Session(session_id)
         return session
 
-    def build_app(self) -> FastAPI:
+    def build_app(self, *, run_token: str | None = None) -> FastAPI:
+        """The FastAPI app of this server. With `run_token` (`ng_run` passes its run's), every route but
+        `/health` answers 401 to a caller without it (`nemo_gym.auth`); without, nothing is checked."""
         self.ready = False
 
         async def lifespan(app: FastAPI):
@@ -148,6 +151,7 @@ class BaseServer:
 
         app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
         app.add_middleware(RequestLimits, max_body_bytes=int(self.config.max_body_mb * 2**20))
+        app.add_middleware(RunTokenAuth, token=run_token)  # outermost: nothing runs for a caller without the token
         self.openapi_components: dict[str, Any] = {}  # sub-schemas of the declared request bodies
         add_components(app, self.openapi_components)
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import psutil
 
-from nemo_gym.head import live_runs
+from nemo_gym.head import live_runs, run_token_headers
 
 __all__ = ["collect_status", "status_main"]
 
@@ -33,15 +33,17 @@ def _health(http: httpx.Client, url: str | None) -> str:
 
 def collect_status(head_server_url: str | None = None) -> list[dict[str, Any]]:
     """One dict per live run: `{run_id, head_url, pid, servers: [{name, server_type, implementation, url,
-    port, pid, uptime_s, health}]}`. Addresses come from each run's head server; nothing secret is read."""
+    port, pid, uptime_s, health}]}`. Addresses come from each run's head server (asked with the run's token from
+    its 0600 token file); nothing secret is printed."""
     runs = live_runs()
     if head_server_url:
         runs = [r for r in runs if r["head_url"] == head_server_url.rstrip("/")] or [{"run_id": "?", "head_url": head_server_url.rstrip("/"), "pid": None, "servers": []}]
     result = []
     with httpx.Client(timeout=2.0, trust_env=False) as http:
         for run in runs:
-            try:
-                registered = http.get(f"{run['head_url']}/servers").json()
+            try:  # with the run's token, from its 0600 token file: the head server asks for it
+                answer = http.get(f"{run['head_url']}/servers", headers=run_token_headers(run["head_url"]))
+                registered = answer.raise_for_status().json()
             except (httpx.HTTPError, ValueError):
                 registered = run.get("servers", [])
             servers = []
@@ -74,5 +76,14 @@ def status_main(head_server_url: str | None = None, *, as_json: bool = False) ->
         for s in run["servers"]:
             uptime = f"{s['uptime_s']:.0f} s" if s["uptime_s"] is not None else "-"
             print(f"  {s['name']:<36} {s['server_type'] or '-':<22} {s['port'] or '-':>6} {s['pid'] or '-':>8} {uptime:>9}  {s['health']}")
+    if not as_json:
+        _print_background_runs()
     healthy = all(s["health"] == "ok" for run in runs for s in run["servers"])
     return 0 if healthy else 1
+
+
+def _print_background_runs() -> None:
+    """The background training runs (ng_train +background=true): running ones, and how many ended (ng_runs list)."""
+    from nemo_gym.runs import print_training_runs
+
+    print_training_runs()

@@ -1,4 +1,5 @@
-"""Serve FastAPI apps with uvicorn on 127.0.0.1 in background threads (real HTTP, one process)."""
+"""Serve FastAPI apps with uvicorn on 127.0.0.1 in background threads (real HTTP, one process); `serve_vllm_model`
+starts the real vllm_model server for the e2e tests."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator
 
+import httpx
+import pytest
 import uvicorn
 from fastapi import FastAPI
 
 from nemo_gym.limits import UVICORN_LIMITS
+from nemo_gym.serve import load_server_class
+
+VLLM_MODEL_APP = Path(__file__).resolve().parents[1] / "responses_api_models" / "vllm_model" / "app.py"
 
 
 @contextmanager
@@ -35,4 +42,35 @@ def serve(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
+        sock.close()
+
+
+@contextmanager
+def serve_vllm_model(config: dict[str, Any], startup_timeout_s: float) -> Iterator[tuple[str, Any]]:
+    """Yield (base URL, server object) of a running vllm_model server named policy_model with `config`
+    (uvicorn in a thread; vLLM in its own process group), once `/health` answers 200 (at most
+    `startup_timeout_s`; else the test fails with the end of `config["log_path"]`). Stops vLLM on exit."""
+    server = load_server_class(VLLM_MODEL_APP)(config, name="policy_model")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    web = uvicorn.Server(uvicorn.Config(server.build_app(), log_level="warning"))
+    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    deadline = time.monotonic() + startup_timeout_s
+    while time.monotonic() < deadline and thread.is_alive():
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    else:
+        log_path = Path(config.get("log_path", ""))
+        pytest.fail(f"vllm_model did not start; log {log_path}:\n{log_path.read_text()[-3000:] if log_path.is_file() else ''}")
+    try:
+        yield url, server
+    finally:
+        web.should_exit = True
+        thread.join(60)  # shutdown() stops vLLM
         sock.close()

@@ -15,17 +15,14 @@ Run: `.venv/bin/python -m pytest tests/test_e2e_weight_sync.py -m e2e -q -s` (`-
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from nemo_gym.serve import load_server_class
+from live_servers import serve_vllm_model
 
 pytestmark = pytest.mark.e2e
 torch = pytest.importorskip("torch")
@@ -46,35 +43,13 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """(base URL of a running vllm_model in float32, the HF folder vLLM serves)."""
-    VLLMModel = load_server_class(ROOT / "responses_api_models" / "vllm_model" / "app.py")
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     config = {
         "dtype": "float32", "max_model_len": 1024, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
         "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S,
     }  # fmt: skip
-    server = VLLMModel(config, name="policy_model")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    web = uvicorn.Server(uvicorn.Config(server.build_app(), log_level="warning"))
-    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline and thread.is_alive():
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    else:
-        pytest.fail(f"vllm_model did not start; log {log_path}:\n{log_path.read_text()[-3000:] if log_path.exists() else ''}")
-    try:
+    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, server):
         yield url, Path(server.engine.model)
-    finally:
-        web.should_exit = True
-        thread.join(60)  # shutdown() stops vLLM
-        sock.close()
 
 
 @pytest.fixture(scope="module")

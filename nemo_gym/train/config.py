@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "TrainerConfig", "TrainOptions"]
+__all__ = ["LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions", "TrainerConfig", "TrainOptions"]
 
 
 class LoraOptions(BaseModel):
@@ -74,6 +74,38 @@ class EvalOptions(BaseModel):
     responses_create_params: dict[str, Any] = Field(default_factory=dict, description="sampling overrides for evaluation, e.g. {temperature: 0.0}")
 
 
+class WandbOptions(BaseModel):
+    """Weights & Biases run of the trainer's metrics (`wandb` package, in the `train` extra).
+
+    The API key is never read into the config: wandb takes it from WANDB_API_KEY or a stored `wandb login`.
+    With `mode` unset: WANDB_MODE when set, else `online` when a key or a stored login exists, else `offline`
+    (no key and no network needed; the run lands in `<dir>/wandb/offline-run-*`, upload it later with
+    `wandb sync`). The run directory is WANDB_DIR when set, else the trainer's output_dir.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(False, description="log every step's metrics to a W&B run")
+    project: str = Field("nemo_gym", description="W&B project")
+    entity: str | None = Field(None, description="W&B team or user (default: the login's default entity)")
+    name: str | None = Field(None, description="run name (default: the name of output_dir)")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online, offline or disabled; unset: WANDB_MODE, else online with a key or stored login, else offline"
+    )
+
+
+class LoggingOptions(BaseModel):
+    """Where the per-step metrics go besides `output_dir/metrics.jsonl` (always written, one JSON line per step).
+
+    Metric names are the JSONL keys; TensorBoard tags and W&B keys group them as `<section>/<key>`
+    (sections: reward, advantage, data, time, eval, train), e.g. `reward/reward_mean`, `train/loss`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    console: bool = Field(True, description="rich progress bar over the steps and one line of metrics per step on stdout")
+    tensorboard: bool = Field(True, description="TensorBoard event file in output_dir/tensorboard (`tensorboard --logdir <output_dir>/tensorboard`)")
+    wandb: WandbOptions = Field(default_factory=WandbOptions, description="Weights & Biases run (off by default)")
+
+
 class TrainerConfig(BaseModel):
     """The `trainer:` section of an ng_train config."""
 
@@ -83,6 +115,7 @@ class TrainerConfig(BaseModel):
     agent_name: str | None = Field(None, description="agent instance for rows without an agent_ref")
     output_dir: str = Field("results/train", description="metrics.jsonl, checkpoints/, weights/ (synced HF folders) and final/ go here")
     num_steps: int = Field(10, ge=1, description="optimizer steps")
+    max_train_time_s: float | None = Field(None, gt=0, description="stop after the first step that ends this many seconds after the first step began (evaluations included), then evaluate and save as after num_steps; null: no time budget")
     batch_size: int = Field(4, ge=1, description="tasks per step")
     group_size: int = Field(4, ge=2, description="rollouts per task (a GRPO group)")
     advantage_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="group-relative advantage estimator")
@@ -90,6 +123,7 @@ class TrainerConfig(BaseModel):
     engine: EngineConfig = Field(description="the model under DeepSpeed")
     loss: LossOptions = Field(default_factory=LossOptions, description="policy-gradient loss")
     eval: EvalOptions = Field(default_factory=EvalOptions, description="evaluation on a validation set")
+    logging: LoggingOptions = Field(default_factory=LoggingOptions, description="console, TensorBoard and W&B reporting of the per-step metrics")
     checkpoint_interval: int = Field(0, ge=0, description="checkpoint every this many steps (0: only at the end)")
     sync_weights: bool = Field(True, description="push the weights to the policy server after every step (off: train on stale rollouts, for debugging)")
     policy_instance: str = Field("policy_model", description="instance name of the vllm_model server whose weights are synced")
@@ -106,3 +140,4 @@ class TrainOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
     config_paths: list[str] = Field(default_factory=list, description="YAML files: the trainer section and the server instances (as for ng_run)")
     trainer: TrainerConfig = Field(description="the GRPO trainer")
+    background: bool = Field(False, description="start the training detached and print its run id (then: ng_runs list / logs / stop / delete)")

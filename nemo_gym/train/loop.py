@@ -39,6 +39,8 @@ from nemo_gym.jsonl import write_jsonl
 from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig
+from nemo_gym.train.reporting import MetricsReporter
+from nemo_gym.train.stopping import StopSignal, run_stoppable
 
 __all__ = ["TaskSampler", "filter_tasks", "GroupedStep", "build_step", "GRPOTrainer", "train_main"]
 
@@ -182,6 +184,7 @@ class GRPOTrainer:
         self.argv = argv
         self.out = Path(cfg.output_dir)
         self.step = 0
+        self.stop = StopSignal()  # SIGTERM / SIGINT (ng_runs stop, Ctrl-C): see nemo_gym.train.stopping
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -195,9 +198,12 @@ class GRPOTrainer:
         self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
         self.servers = GymServers(self.argv, cfg.head_server_url, self.out / "ng_run.log")
         self.engine = PolicyEngine(cfg.engine, cfg.loss, total_steps=cfg.num_steps)
-        reload = http_reloader(self.servers.policy_url(cfg.policy_instance)) if cfg.sync_weights else None
+        from nemo_gym.head import run_token_for_url
+
+        policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
+        reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
         self.sync = FilesystemWeightSync(self.out / "weights", reload)
-        self.metrics_file = (self.out / "metrics.jsonl").open("a")
+        self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=cfg.model_dump(mode="json"))
         if cfg.resume:
             self._resume()
 
@@ -233,14 +239,22 @@ class GRPOTrainer:
         cfg = self.cfg
         if cfg.eval.interval and self.eval_tasks and self.step == 0:
             self.log({"step": 0, **self.evaluate()})
-        while self.step < cfg.num_steps:
+        started = time.monotonic()
+        while self.step < cfg.num_steps and not self.stop.requested:
             metrics = self.train_one_step()
             self.step += 1
-            if cfg.eval.interval and self.eval_tasks and (self.step % cfg.eval.interval == 0 or self.step == cfg.num_steps):
+            out_of_time = cfg.max_train_time_s is not None and time.monotonic() - started >= cfg.max_train_time_s
+            last = self.step == cfg.num_steps or out_of_time
+            if cfg.eval.interval and self.eval_tasks and (self.step % cfg.eval.interval == 0 or last):
                 metrics.update(self.evaluate())
             self.log(metrics)
-            if (cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0) or self.step == cfg.num_steps:
+            if (cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0) or last:
                 self.save_checkpoint()
+            if out_of_time and self.step < cfg.num_steps:
+                print(f"ng_train: max_train_time_s={cfg.max_train_time_s:g} reached after step {self.step}; stopping", flush=True)
+                break
+        if self.stop.requested:  # run_stoppable saves final/ when the stop asked for it
+            return
         self.engine.save_hf(self.out / "final")
         print(f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model: +policy_model.responses_api_models.vllm_model.model=...)", flush=True)
 
@@ -248,7 +262,8 @@ class GRPOTrainer:
         cfg = self.cfg
         indices = self.sampler.batch(self.step)
         started = time.monotonic()
-        rollouts = self.collect([self.tasks[i] for i in indices], cfg.group_size, f"step_{self.step + 1:06d}")
+        with self.stop.abandonable():
+            rollouts = self.collect([self.tasks[i] for i in indices], cfg.group_size, f"step_{self.step + 1:06d}")
         generation_s = time.monotonic() - started
         grouped = build_step(rollouts, len(indices), cfg.group_size, cfg.advantage_estimator, self.engine.pad_token_id)
         metrics: dict[str, Any] = {
@@ -288,25 +303,26 @@ class GRPOTrainer:
     def evaluate(self) -> dict[str, float]:
         """Mean reward and pass@1 (share of rollouts with reward >= pass_threshold) on the validation tasks."""
         options: EvalOptions = self.cfg.eval
-        rows = self.collect(self.eval_tasks, options.num_repeats, f"eval_step_{self.step:06d}", options.responses_create_params)
+        if self.stop.requested:  # stopping: log the finished step without evaluating
+            return {}
+        with self.stop.abandonable():
+            rows = self.collect(self.eval_tasks, options.num_repeats, f"eval_step_{self.step:06d}", options.responses_create_params)
         rewards = [float(r["reward"]) for r in rows]
         if not rewards:
             return {"eval_rollouts": 0}
         return {"eval_reward_mean": sum(rewards) / len(rewards), "eval_pass_at_1": sum(r >= options.pass_threshold for r in rewards) / len(rewards), "eval_rollouts": len(rewards)}
 
     def log(self, metrics: dict[str, Any]) -> None:
-        metrics = {"time": time.time(), **metrics}
-        self.metrics_file.write(json.dumps(metrics) + "\n")
-        self.metrics_file.flush()
-        shown = {k: metrics[k] for k in ("step", "reward_mean", "pass_rate", "loss", "grad_norm", "groups_zero_variance", "eval_reward_mean") if k in metrics}
-        print("ng_train: " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()), flush=True)
+        """metrics.jsonl, console, TensorBoard and W&B (trainer.logging) via nemo_gym.train.reporting."""
+        self.reporter.log(int(metrics["step"]), metrics)
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
         folder = self.out / "checkpoints"
         tag = f"step_{self.step:06d}"
         self.engine.save_checkpoint(folder, tag)
-        state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed}
+        engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
+        state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine}
         (folder / tag / "trainer_state.json").write_text(json.dumps(state))
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
         (folder / "latest_step").write_text(tag)
@@ -327,8 +343,8 @@ class GRPOTrainer:
         print(f"ng_train: resumed from {folder / tag} at step {self.step}", flush=True)
 
     def cleanup(self) -> None:
-        if getattr(self, "metrics_file", None):
-            self.metrics_file.close()
+        if getattr(self, "reporter", None):
+            self.reporter.close()
         if getattr(self, "servers", None):
             self.servers.stop()
 
@@ -343,10 +359,4 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
     except ValidationError as exc:
         problems = "; ".join(f"trainer.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{loaded.origin('trainer')}: {problems}") from exc
-    trainer = GRPOTrainer(cfg, argv)
-    try:
-        trainer.setup()
-        trainer.train()
-    finally:
-        trainer.cleanup()
-    return 0
+    return run_stoppable(GRPOTrainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly

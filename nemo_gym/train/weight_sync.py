@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
+from nemo_gym.auth import TOKEN_HEADER
+
 from nemo_gym.errors import ServerError
 
 if TYPE_CHECKING:
@@ -37,8 +39,10 @@ class WeightSync(Protocol):
         ...
 
 
-def http_reloader(policy_url: str, *, timeout_s: float = 600.0) -> Callable[[Path], None]:
+def http_reloader(policy_url: str, *, run_token: str | None = None, timeout_s: float = 600.0) -> Callable[[Path], None]:
     """A function that asks the vllm_model server at `policy_url` to load a HF folder.
+
+    `run_token`: the token of the policy server's ng_run (`nemo_gym.auth`), sent as its header.
 
     Raises (when called):
         ServerError: the server has no reload route (404/405: a vllm_model without it) or the reload failed.
@@ -46,7 +50,8 @@ def http_reloader(policy_url: str, *, timeout_s: float = 600.0) -> Callable[[Pat
 
     def reload(model_dir: Path) -> None:
         try:
-            answer = httpx.post(f"{policy_url.rstrip('/')}{RELOAD_ROUTE}", json={"model_dir": str(model_dir)}, timeout=timeout_s)
+            headers = {TOKEN_HEADER: run_token} if run_token else {}
+            answer = httpx.post(f"{policy_url.rstrip('/')}{RELOAD_ROUTE}", json={"model_dir": str(model_dir)}, headers=headers, timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise ServerError(f"weight sync: {policy_url}{RELOAD_ROUTE} unreachable: {exc}", path=RELOAD_ROUTE) from exc
         if answer.status_code in (404, 405):

@@ -12,34 +12,19 @@ failure (502 `sandbox_unavailable`), never reward 0 and never unsandboxed execut
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
 logger = logging.getLogger(__name__)
 
 
-def _load_sibling(filename: str) -> ModuleType:
-    """Import a module of this folder under a unique name (server folders are not packages)."""
-    name = f"nemo_gym_code_exec_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-sandbox_module = _load_sibling("sandbox.py")
-grading = _load_sibling("grading.py")
+sandbox_module = import_sibling(__file__, "sandbox.py")
+grading = import_sibling(__file__, "grading.py")
 
 
 class UnitTest(BaseModel):
@@ -81,6 +66,7 @@ class CodeExecServer(ResourcesServer):
         max_output_bytes: int = Field(256 * 1024, ge=4096, description="stdout + stderr bytes before the sandbox is killed")
         max_file_size_mb: int = Field(16, ge=1, description="largest file the code may write, MiB (RLIMIT_FSIZE)")
         max_open_files: int = Field(64, ge=16, description="open file descriptors (RLIMIT_NOFILE)")
+        max_disk_mb: int = Field(64, ge=1, description="size of the working directory (a tmpfs), MiB, all files together")
         max_concurrent_runs: int = Field(2, ge=1, le=64, description="sandboxes running at once (more rollouts wait)")
         max_code_chars: int = Field(100_000, ge=1, description="longer code is not run (reward 0, code_too_long)")
         python_executable: str | None = Field(None, description="interpreter in the sandbox (default: this Python's base interpreter; standard library only)")
@@ -92,6 +78,7 @@ class CodeExecServer(ResourcesServer):
         limits = sandbox_module.SandboxLimits(
             wall_time_s=c.wall_time_s, cpu_time_s=c.cpu_time_s, memory_mb=c.memory_mb, max_processes=c.max_processes,
             max_output_bytes=c.max_output_bytes, max_file_size_mb=c.max_file_size_mb, max_open_files=c.max_open_files,
+            max_disk_mb=c.max_disk_mb,
         )
         self.sandbox = sandbox_module.Sandbox(limits, python_executable=c.python_executable,
                                               bwrap_path=c.bwrap_path, max_concurrent=c.max_concurrent_runs)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from markdown_it import MarkdownIt
 
+from nemo_gym.answers import last_assistant_text  # re-exported: app.py reads it from here
+
 if TYPE_CHECKING:  # sandbox.py is a sibling module, loaded by app.py under a unique name
     from sandbox import Sandbox, SandboxResult
 
@@ -53,19 +55,6 @@ class Grade:
     @property
     def reward(self) -> float:
         return self.passed / len(self.tests) if self.tests else 0.0
-
-
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """Text of the last assistant message with text in a Responses `Response` dict (its `output_text` parts
-    joined); '' when there is none."""
-    for item in reversed(response.get("output") or []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") or []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
-            return text
-    return ""
 
 
 def extract_code(text: str) -> str:

@@ -43,7 +43,7 @@ def limit_of(exc: BaseException) -> str | None:
     if isinstance(exc, RecursionError):
         return "recursion"
     if isinstance(exc, OSError):
-        return {errno.EAGAIN: "processes", errno.EFBIG: "file_size", errno.EMFILE: "open_files", errno.ENOMEM: "memory"}.get(exc.errno)
+        return {errno.EAGAIN: "processes", errno.EFBIG: "file_size", errno.EMFILE: "open_files", errno.ENOMEM: "memory", errno.ENOSPC: "disk"}.get(exc.errno)
     return None
 
 

@@ -10,11 +10,12 @@ written for this project); the rows keep it as `reference_solution` (never shown
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from nemo_gym.module_loading import import_sibling
 
 FOLDER = Path(__file__).resolve().parent
 EXAMPLE_TASKS = ("add", "reverse_string", "is_palindrome", "fizzbuzz", "balanced_parentheses")
@@ -22,11 +23,7 @@ INSTRUCTION = "Answer with the complete function in a ```python code block."
 
 
 def _task_bank():
-    spec = importlib.util.spec_from_file_location("nemo_gym_code_exec_task_bank", FOLDER / "task_bank.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # NamedTuple needs its module registered
-    spec.loader.exec_module(module)
-    return module
+    return import_sibling(__file__, "task_bank.py")
 
 
 def call_text(name: str, args: list[Any]) -> str:

@@ -9,11 +9,16 @@ What the sandboxed program sees (each `run` is a fresh sandbox):
 
 - filesystem: a new mount namespace whose root is an empty read-only tmpfs holding only `/usr` (and the
   `/bin`, `/lib*` links or directories), the Python installation (read-only), `/etc/ld.so.cache`, a minimal
-  `/dev` and a `/proc` of its own PID namespace; `/work` (the working directory, a fresh host temporary
-  directory, deleted afterwards) is the only writable path. No `/etc/hostname`, `/home`, `/root`, `/tmp`.
+  `/dev` and a `/proc` of its own PID namespace; `/work` (the working directory, a fresh tmpfs of
+  `max_disk_mb`, gone with the sandbox) is the only writable path; the input files are copied into it by bwrap
+  (`--file`), nothing of the host's disk is writable. No `/etc/hostname`, `/home`, `/tmp`, and of `/root` only
+  the path to the Python installation when it lies there.
 - network: a new network namespace (only its own loopback): no host socket, abstract socket or port is reachable.
 - processes: a new PID namespace (the host's processes, and `/proc/<pid>/environ` of the server, are not
   visible); when its first process ends or the sandbox is killed, every process in it is killed by the kernel.
+- system calls: a seccomp filter (`seccomp_filter.py`) refuses new namespaces (`unshare`, `setns`, `clone`
+  with `CLONE_NEW*`: no user namespace, so no "root" that could mount a RAM-backed tmpfs), mounts, `ptrace`,
+  `process_vm_*`, kernel keys, `bpf`, `perf_event_open`, `userfaultfd`, io_uring, modules, `kexec`, `reboot`.
 - identity: run by root (the usual case in CI and containers), bwrap keeps real root for setting up and the
   program drops to a per-slot uid (`uid_base + slot`, no groups, no capabilities, `no_new_privs`) with
   `setpriv`; that makes RLIMIT_NPROC bite (the kernel never enforces it on uid 0) and gives each concurrent
@@ -23,14 +28,16 @@ What the sandboxed program sees (each `run` is a fresh sandbox):
   with that environment too, so not even the sandbox's PID 1 holds the server's variables. No fd but
   stdin (`/dev/null`), stdout and stderr is inherited.
 - limits (`prlimit`, applied inside the namespaces): RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE,
-  RLIMIT_NOFILE; the wall time and the output size are enforced by this module, which kills the sandbox.
+  RLIMIT_NOFILE; the size of `/work` (tmpfs `size=`); the wall time and the output size are enforced by this
+  module, which kills the sandbox.
 
 Limits of this design: memory is capped per process (RLIMIT_AS), not in total (no cgroups here: a program
-may hold `max_processes * memory_mb`); disk use in `/work` is capped per file (RLIMIT_FSIZE), not in total;
-`limits_hit` entries read from stderr (`memory`, `processes`, `file_size`, `open_files`) are diagnostics the
+may hold `max_processes * memory_mb`); the tmpfs of `/work` is memory too (at most `max_disk_mb` per run);
+`limits_hit` entries read from stderr (`memory`, `processes`, `file_size`, `disk`, `open_files`) are diagnostics the
 program could fake, never used for scoring.
 
-Requires the `bwrap` binary (Debian/Ubuntu: `apt-get install bubblewrap`), and `prlimit` and `setpriv`
+Requires the `bwrap` binary, version 0.8 or later for `--size` (Debian 12, Ubuntu 24.04: `apt-get install
+bubblewrap`), and `prlimit` and `setpriv`
 (util-linux, present on every Debian/Ubuntu). `Sandbox.check()` says what is missing.
 """
 
@@ -43,15 +50,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 import psutil
 
 from nemo_gym.errors import ServerError
+from nemo_gym.module_loading import import_sibling
+
+seccomp_filter = import_sibling(__file__, "seccomp_filter.py")
 
 __all__ = ["SandboxLimits", "SandboxResult", "Sandbox", "SandboxUnavailableError", "WORKDIR", "KilledBy"]
 
@@ -69,6 +78,7 @@ STDERR_LIMIT_MARKERS = {
     "processes": ("Resource temporarily unavailable",),
     "file_size": ("File too large",),
     "open_files": ("Too many open files",),
+    "disk": ("No space left on device",),
 }
 
 
@@ -90,6 +100,7 @@ class SandboxLimits:
     max_output_bytes: int = 64 * 1024  # stdout + stderr; the sandbox is killed past it
     max_file_size_mb: int = 16  # RLIMIT_FSIZE
     max_open_files: int = 64  # RLIMIT_NOFILE
+    max_disk_mb: int = 64  # size of the /work tmpfs (all files together)
 
     def prlimit_args(self) -> list[str]:
         """`prlimit` options (soft:hard); the CPU hard limit is one second above the soft one (SIGXCPU first)."""
@@ -110,7 +121,7 @@ class SandboxResult:
     `exit_code`: the program's exit status, None when it was killed by a signal (`signal` names it) or by
     this module (`killed_by`). `stdout`/`stderr`: decoded (UTF-8, replacement characters), at most
     `max_output_bytes` together, `output_truncated` when more was written. `limits_hit`: names among
-    `wall_time`, `cpu_time`, `output`, `memory`, `processes`, `file_size`, `open_files`.
+    `wall_time`, `cpu_time`, `output`, `memory`, `processes`, `file_size`, `disk`, `open_files`.
     """
 
     exit_code: int | None
@@ -180,6 +191,10 @@ class Sandbox:
         if missing:
             return (f"sandbox unavailable: {', '.join(missing)} not found on PATH; install them "
                     "(Debian/Ubuntu: apt-get install -y bubblewrap util-linux)")
+        usage = subprocess.run([self.bwrap, "--help"], capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH})
+        if "--size" not in usage.stdout + usage.stderr:
+            return (f"sandbox unavailable: {self.bwrap} is older than bubblewrap 0.8 (no --size, so the working "
+                    "directory's size could not be capped); install bubblewrap >= 0.8")
         if not os.access(self.python, os.X_OK):
             return f"sandbox unavailable: python_executable {self.python} is not executable"
         probe = self.run_python("probe.py", {"probe.py": "print('ok')"}, check=False)
@@ -195,53 +210,55 @@ class Sandbox:
         return self.run([self.python, "-I", "-S", script], files, check=check)
 
     def run(self, argv: list[str], files: dict[str, str | bytes], *, check: bool = True) -> SandboxResult:
-        """Run `argv` (paths as seen inside the sandbox; cwd is `/work`) in a fresh sandbox holding `files`.
+        """Run `argv` (paths as seen inside the sandbox; cwd is `/work`) in a fresh sandbox holding `files`
+        (relative names, copied into the `/work` tmpfs; read-only for the program when run by root).
 
         Raises:
             SandboxUnavailableError: the sandbox cannot run here (`check=True` only).
+            ValueError: a file name is absolute or leaves the working directory.
         """
         if check:
             self.check()
+        names = {name: checked_name(name) for name in files}
         slot = self._slots.get()
+        fds: list[int] = []
         try:
-            with tempfile.TemporaryDirectory(prefix="ng_sandbox_") as workdir:
-                uid = self.uid_base + slot if self.as_root else None
-                self._write_files(Path(workdir), files, uid)
-                try:
-                    return self._execute(self._command(argv, workdir, uid))
-                finally:
-                    if uid is not None:
-                        kill_uid_processes(uid)
+            uid = self.uid_base + slot if self.as_root else None
+            file_fds = {names[name]: memfd(name, content) for name, content in files.items()}
+            fds += file_fds.values()
+            program = seccomp_filter.filter_program()
+            seccomp_fd = memfd("seccomp", program) if program else None
+            if seccomp_fd is not None:
+                fds.append(seccomp_fd)
+            try:
+                return self._execute(self._command(argv, file_fds, seccomp_fd, uid), fds)
+            finally:
+                if uid is not None:
+                    kill_uid_processes(uid)
         finally:
+            for fd in fds:
+                os.close(fd)
             self._slots.put(slot)
 
-    def _write_files(self, workdir: Path, files: dict[str, str | bytes], uid: int | None) -> None:
-        for name, content in files.items():
-            path = (workdir / name).resolve()
-            if workdir.resolve() not in path.parents:
-                raise ValueError(f"sandbox file name {name!r} leaves the working directory")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content.encode() if isinstance(content, str) else content)
-        if uid is not None:
-            for path in [workdir, *workdir.rglob("*")]:
-                os.chown(path, uid, uid)
-
-    def _command(self, argv: list[str], workdir: str, uid: int | None) -> list[str]:
-        command = [self.bwrap, *filesystem_args(self.python), "--bind", workdir, WORKDIR, "--chdir", WORKDIR,
-                   "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                   "--die-with-parent", "--new-session", "--clearenv",
+    def _command(self, argv: list[str], file_fds: dict[PurePosixPath, int], seccomp_fd: int | None, uid: int | None) -> list[str]:
+        command = [self.bwrap, *filesystem_args(self.python), *workdir_args(file_fds, self.limits.max_disk_mb),
+                   "--chdir", WORKDIR, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                   "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
                    "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
-                   "--setenv", "LANG", "C.UTF-8", "--remount-ro", "/", "--"]
+                   "--setenv", "LANG", "C.UTF-8", "--remount-ro", "/"]
+        if seccomp_fd is not None:
+            command += ["--seccomp", str(seccomp_fd)]
+        command.append("--")
         if uid is not None:
             command += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                         "--bounding-set=-all", "--no-new-privs", "--"]
         return command + [self.prlimit, *self.limits.prlimit_args(), "--", *argv]
 
-    def _execute(self, command: list[str]) -> SandboxResult:
+    def _execute(self, command: list[str], pass_fds: list[int]) -> SandboxResult:
         start = time.monotonic()
         deadline = start + self.limits.wall_time_s
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env={"PATH": SANDBOX_PATH}, start_new_session=True, close_fds=True)
+                                   env={"PATH": SANDBOX_PATH}, start_new_session=True, close_fds=True, pass_fds=pass_fds)
         stdout, stderr, killed_by = self._collect(process, deadline)
         code, late = wait_until(process, deadline)
         return self._result(code, stdout, stderr, killed_by or late, time.monotonic() - start)
@@ -322,6 +339,37 @@ def filesystem_args(python: str) -> list[str]:
             args += ["--perms", "0755", "--dir", str(ancestor)]
         args += ["--ro-bind", str(prefix), str(prefix)]
     return args + ["--proc", "/proc", "--dev", "/dev"]
+
+
+def checked_name(name: str) -> PurePosixPath:
+    """`name` as a path below `/work`. Raises ValueError when it is empty, absolute or has a `..` part."""
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or ".." in path.parts or path == PurePosixPath("."):
+        raise ValueError(f"sandbox file name {name!r} leaves the working directory")
+    return PurePosixPath(WORKDIR) / path
+
+
+def memfd(name: str, content: str | bytes) -> int:
+    """An anonymous in-memory file holding `content`, positioned at its start (for bwrap's `--file FD`)."""
+    fd = os.memfd_create(f"ng_sandbox_{Path(name).name}")
+    data = content.encode() if isinstance(content, str) else content
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def workdir_args(file_fds: dict[PurePosixPath, int], size_mb: int) -> list[str]:
+    """bwrap options for `/work`: a tmpfs of `size_mb` MiB, mode 1777 (the dropped uid writes there), its
+    subdirectories (0777) and the files copied from their fds (0644)."""
+    args = ["--size", str(size_mb * 2**20), "--perms", "1777", "--tmpfs", WORKDIR]
+    dirs = sorted({parent for path in file_fds for parent in path.parents if PurePosixPath(WORKDIR) in parent.parents})
+    for directory in dirs:
+        args += ["--perms", "0777", "--dir", str(directory)]
+    for path, fd in file_fds.items():
+        args += ["--perms", "0644", "--file", str(fd), str(path)]
+    return args
 
 
 def wait_until(process: subprocess.Popen, deadline: float) -> tuple[int, KilledBy | None]:

@@ -12,37 +12,18 @@ else what follows its last "answer is"/"answer:", else its last non-empty line (
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import re
-import sys
 from enum import Enum
 from functools import lru_cache
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nemo_gym.answers import first_answer, last_assistant_text, strip_thinking
+from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-
-def _sibling(stem: str) -> ModuleType:
-    """Import `<stem>.py` of this folder (servers are loaded from a file path: their folder is not on sys.path)."""
-    name = f"{__name__}__{stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-rules = _sibling("rules")
+rules = import_sibling(__file__, "rules.py")
 Rule, RuleOptions = rules.Rule, rules.RuleOptions
-BOXED = "\\boxed{"
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL | re.IGNORECASE)
-ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", flags=re.IGNORECASE)
 
 
 class RuleOverrides(BaseModel):
@@ -79,42 +60,9 @@ class FailureReason(str, Enum):
     MISMATCH = "mismatch"  # no rule finds it equivalent to any reference
 
 
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message with text in a Responses `Response` dict ('' when none)."""
-    for item in reversed(response.get("output") if isinstance(response.get("output"), list) else []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
-            return text
-    return ""
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last closed `\\boxed{...}` (nested braces matched), or None."""
-    start = text.rfind(BOXED)
-    while start != -1:
-        depth, begin = 1, start + len(BOXED)
-        for pos in range(begin, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
-            if depth == 0:
-                return text[begin:pos].strip()
-        start = text.rfind(BOXED, 0, start)
-    return None
-
-
 def extract_answer(text: str) -> str | None:
     """The final answer of an assistant message (module docstring: the order), or None."""
-    text = THINK_BLOCK.sub("", text)
-    if (boxed := last_boxed(text)) is not None:
-        return boxed
-    if tags := ANSWER_TAG.findall(text):
-        return tags[-1].strip()
-    if (phrases := ANSWER_PHRASE.findall(text)) and (phrase := phrases[-1].strip(" *_`")):
-        return phrase
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else None
+    return first_answer(strip_thinking(text), ("boxed", "answer_tag", "answer_phrase", "last_line"))
 
 
 @lru_cache(maxsize=1)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 import re
-import string
 import unicodedata
 from enum import Enum
 from fractions import Fraction
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.answers import normalize_text
 
 
 class Rule(str, Enum):
@@ -55,8 +56,6 @@ class RuleOptions(BaseModel):
 
 
 BOOLEANS = {**dict.fromkeys(("yes", "y", "true", "t", "correct", "right"), True), **dict.fromkeys(("no", "n", "false", "f", "incorrect", "wrong"), False)}
-ARTICLES = re.compile(r"\b(?:a|an|the)\b", flags=re.IGNORECASE)
-PUNCTUATION = str.maketrans("", "", string.punctuation)
 TEXT_WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm)\{(.*)\}$", flags=re.DOTALL)
 NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?"
 PLAIN_NUMBER = re.compile(rf"{NUMBER}")
@@ -74,11 +73,6 @@ def clean(text: str) -> str:
     while (m := TEXT_WRAPPER.match(text)) is not None:
         text = m.group(1).strip()
     return text.removesuffix(".").strip()
-
-
-def normalize_text(text: str) -> str:
-    """SQuAD-style normalization: lower case, ASCII punctuation and articles removed, whitespace collapsed."""
-    return " ".join(ARTICLES.sub(" ", text.lower().translate(PUNCTUATION)).split())
 
 
 def parse_plain_number(text: str) -> Fraction | None:

@@ -10,34 +10,18 @@ the server's `mode` picks which one is the reward.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from enum import Enum
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from nemo_gym.answers import last_assistant_text
+from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-
-def _load_sibling(filename: str) -> ModuleType:
-    """Import a module of this folder under a unique name: server folders are not packages, and `ng_run`,
-    `ng_test` and pytest all import `app.py` by its path."""
-    name = f"nemo_gym_instruction_following_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-instructions = _load_sibling("instructions.py")
+instructions = import_sibling(__file__, "instructions.py")
 
 
 class FailureReason(str, Enum):
@@ -77,20 +61,6 @@ class InstructionFollowingResult(VerifyResult):
     loose_fraction: float = Field(description="fraction followed under IFEval's loose reading")
     mode: Literal["strict", "loose"]
     failure_reason: FailureReason | None = Field(None, description="set when the answer was not checked (reward 0)")
-
-
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """Text (`output_text` parts joined) of the last assistant message with text in a Responses `Response`
-    dict; '' when there is none. Items of unexpected shape are skipped."""
-    output = response.get("output")
-    for item in reversed(output if isinstance(output, list) else []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
-            return text
-    return ""
 
 
 def components(bound: list[Any], followed: list[bool]) -> dict[str, float]:

@@ -17,31 +17,18 @@ Row: `responses_create_params` (one user message, the prompt), `key`, `prompt`, 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 from nemo_gym.jsonl import write_jsonl
+from nemo_gym.module_loading import import_sibling
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load_instructions() -> ModuleType:
-    """`instructions.py` of this folder, under the name app.py gives it (one module object in a process)."""
-    name = "nemo_gym_instruction_following_instructions"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "instructions.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-instructions = _load_instructions()
+instructions = import_sibling(__file__, "instructions.py")  # the module object app.py uses
 
 TOPICS = [
     "the moon", "the water cycle", "honey bees", "rainy days", "riding a bicycle", "a healthy breakfast",

@@ -28,11 +28,10 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field
 
+from nemo_gym.answers import last_assistant_text, last_boxed, strip_thinking
 from nemo_gym.errors import ServerError
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-BOXED = "\\boxed{"
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
 ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:|=)\s*:?\s*(.+)", flags=re.IGNORECASE)
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?")
 PHRASE_END = re.compile(r"[.;!?](?:\s|$)|\s+(?:because|since|as|which|so)\b", flags=re.IGNORECASE)
@@ -65,34 +64,9 @@ class MathVerifyRequest(VerifyRequest):
     expected_answer: str = Field(min_length=1, description="the reference final answer: LaTeX (`\\frac{1}{2}`) or plain (`0.5`)")
 
 
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message with text in a Responses `Response` dict ('' when none)."""
-    for item in reversed(response.get("output") or []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
-            return text
-    return ""
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last closed `\\boxed{...}` in `text` (nested braces matched), or None."""
-    start = text.rfind(BOXED)
-    while start != -1:
-        depth, begin = 1, start + len(BOXED)
-        for pos in range(begin, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
-            if depth == 0:
-                return text[begin:pos].strip()
-        start = text.rfind(BOXED, 0, start)  # unclosed: try an earlier one
-    return None
-
-
 def extract_final_answer(text: str) -> tuple[str | None, Extraction]:
     """The final answer in an assistant message and where it was found (module docstring: the order)."""
-    text = THINK_BLOCK.sub("", text)
+    text = strip_thinking(text)
     boxed = last_boxed(text)
     if boxed:
         return boxed, Extraction.BOXED

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
+from nemo_gym.answers import last_boxed, normalize_text
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
 RowGradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
@@ -55,7 +56,6 @@ class MCQAResult(VerifyResult):
 
 
 # -- reading boxes -------------------------------------------------------------------------------
-BOX_MARKER = "\\boxed{"
 LONE_LETTER = re.compile(r"^[^A-Za-z]*([A-Z])[^A-Za-z]*$")
 LABELLED_LETTER = re.compile(r"^\s*([A-Z])\s*[:).\-]")
 LEGACY_BOXED_LETTER = re.compile(r"\\boxed\{\s*[^A-Za-z]*([A-Z])[^A-Za-z]*\s*\}")
@@ -64,16 +64,8 @@ TEXT_WRAPPER = re.compile(r"\\text\{\s*(.*?)\s*\}", re.S)
 
 
 def last_box_content(text: str) -> str | None:
-    """Inside of the last `\\boxed{...}`, nested braces counted; None without one or when it is unclosed."""
-    start = text.rfind(BOX_MARKER)
-    if start == -1:
-        return None
-    depth = 1
-    for i in range(start + len(BOX_MARKER), len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + len(BOX_MARKER) : i]
-    return None
+    """Inside of the last `\\boxed{...}`, nested braces counted, unstripped; None without one or when it is unclosed."""
+    return last_boxed(text, skip_unclosed=False, strip=False)
 
 
 def strip_text_wrappers(s: str) -> str:
@@ -85,7 +77,7 @@ def strip_text_wrappers(s: str) -> str:
 
 def normalize_for_match(s: str) -> str:
     """Lower-case, whitespace collapsed."""
-    return " ".join(s.lower().split())
+    return normalize_text(s, strip_punctuation=False, strip_articles=False)
 
 
 def boxed_letter(text: str, allowed: set[str], legacy: bool = False) -> str | None:

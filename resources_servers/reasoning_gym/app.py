@@ -22,11 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reasoning_gym.factory import DATASETS
 from reasoning_gym.utils import extract_answer
 
+from nemo_gym.answers import last_assistant_text, last_boxed, last_line, strip_thinking
 from nemo_gym.config import did_you_mean
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-BOXED = "\\boxed{"
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
 ANSWER_IS = re.compile(r"answer is\s*:?\s*([^\n]+?)\s*\.?\s*$", flags=re.IGNORECASE | re.MULTILINE)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -50,32 +49,6 @@ class ReasoningGymTask(BaseModel):
     entry: dict[str, Any] = Field(description="the reasoning_gym entry: question, answer, metadata")
 
 
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message in a Responses `Response` dict (`output_text` parts joined);
-    '' when the trajectory has no assistant text."""
-    for item in reversed(response.get("output") or []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") or []
-        text = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "output_text")
-        if text.strip():
-            return text
-    return ""
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` in `text` (nested braces matched), or None."""
-    start = text.rfind(BOXED)
-    while start != -1:
-        depth, begin = 1, start + len(BOXED)
-        for pos in range(begin, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
-            if depth == 0:
-                return text[begin:pos].strip()
-        start = text.rfind(BOXED, 0, start)  # unclosed: try an earlier one
-    return None
-
-
 def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | None, Extraction]:
     """The final answer in an assistant message, and where it was found.
 
@@ -84,7 +57,7 @@ def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | Non
     GSM8K-style fallback: "1 + 5 = 6" answers 6), else the last non-empty line.
     `<think>...</think>` blocks are dropped first.
     """
-    text = THINK_BLOCK.sub("", text)
+    text = strip_thinking(text)
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed, Extraction.BOXED
@@ -98,10 +71,8 @@ def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | Non
     numbers = NUMBER.findall(text) if numeric else []
     if numbers:
         return numbers[-1], Extraction.LAST_NUMBER
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines:
-        return lines[-1], Extraction.LAST_LINE
-    return None, Extraction.NONE
+    line = last_line(text)
+    return (line, Extraction.LAST_LINE) if line is not None else (None, Extraction.NONE)
 
 
 @lru_cache(maxsize=None)

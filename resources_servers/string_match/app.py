@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import string
-import unicodedata
 from enum import Enum
 from typing import Any, Literal
 
@@ -28,17 +26,12 @@ import regex
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nemo_gym.answers import AnswerForm, first_answer, last_assistant_text, normalize_text, strip_thinking
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
 Mode = Literal["exact", "normalized", "regex", "numeric"]
 ExtractFrom = Literal["auto", "full", "boxed", "answer_tag", "last_line"]
-BOXED = "\\boxed{"
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL | re.IGNORECASE)
-ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", flags=re.IGNORECASE)
 NUMBER = re.compile(r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
-ARTICLES = re.compile(r"\b(?:a|an|the)\b", flags=re.IGNORECASE)
-PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 class MatchOptions(BaseModel):
@@ -91,57 +84,16 @@ class FailureReason(str, Enum):
     MISMATCH = "mismatch"  # no reference matches
 
 
-def last_assistant_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message with text in a Responses `Response` dict ('' when none)."""
-    for item in reversed(response.get("output") if isinstance(response.get("output"), list) else []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
-            return text
-    return ""
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last closed `\\boxed{...}` (nested braces matched), or None."""
-    start = text.rfind(BOXED)
-    while start != -1:
-        depth, begin = 1, start + len(BOXED)
-        for pos in range(begin, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
-            if depth == 0:
-                return text[begin:pos].strip()
-        start = text.rfind(BOXED, 0, start)
-    return None
-
-
 def extract_answer(text: str, extract: ExtractFrom) -> str | None:
     """The answer in an assistant message (`<think>` blocks dropped), or None (module docstring: the forms)."""
-    text = THINK_BLOCK.sub("", text)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    tags = ANSWER_TAG.findall(text)
-    found = {
-        "boxed": lambda: last_boxed(text),
-        "answer_tag": lambda: tags[-1].strip() if tags else None,
-        "answer_phrase": lambda: (phrases := ANSWER_PHRASE.findall(text)) and phrases[-1].strip(" *_`.") or None,
-        "last_line": lambda: lines[-1] if lines else None,
-        "full": lambda: text.strip() or None,
-    }
-    order = ["boxed", "answer_tag", "answer_phrase", "last_line"] if extract == "auto" else [extract]
-    return next((answer for name in order if (answer := found[name]()) is not None), None)
+    forms: tuple[AnswerForm, ...] = ("boxed", "answer_tag", "answer_phrase", "last_line") if extract == "auto" else (extract,)
+    return first_answer(strip_thinking(text), forms, phrase_decoration=" *_`.")
 
 
 def normalize(text: str, options: MatchOptions) -> str:
     """SQuAD-style normalization under `options` (NFKC, case, punctuation, articles, whitespace)."""
-    text = unicodedata.normalize("NFKC", text)
-    if not options.case_sensitive:
-        text = text.lower()
-    if options.strip_punctuation:
-        text = text.translate(PUNCTUATION)
-    if options.strip_articles:
-        text = ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    return normalize_text(text, nfkc=True, lower=not options.case_sensitive, strip_punctuation=options.strip_punctuation,
+                          strip_articles=options.strip_articles)
 
 
 def parse_number(text: str) -> float | None:

@@ -9,30 +9,16 @@ replaying the trajectory's function calls on `initial_state`. State and operatio
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Any, get_type_hints
 
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
 
-
-def _load_sibling(filename: str) -> Any:
-    """Import a module of this folder under a unique name (server folders are not packages)."""
-    name = f"nemo_gym_resources_workplace_tools_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-workplace = _load_sibling("workplace.py")
+workplace = import_sibling(__file__, "workplace.py")
 STATE = "state"
 
 

@@ -21,10 +21,11 @@ from enum import Enum
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, HTTPException, Request
-from pydantic import Field
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, Field
 
 from nemo_gym.errors import ServerHTTPError
+from nemo_gym.gymnasium_env import message_text
 from nemo_gym.server import AgentServer, ServerConfig, ServerRef
 
 
@@ -52,15 +53,13 @@ def observation_message(text: Any) -> dict[str, Any]:
 
 def reply_text(output: list[dict[str, Any]]) -> str:
     """The text of the assistant messages of one model answer, joined (the action)."""
-    texts = []
-    for item in output:
-        if item.get("type") == "message" and item.get("role", "assistant") == "assistant":
-            content = item.get("content")
-            if isinstance(content, str):
-                texts.append(content)
-            elif isinstance(content, list):
-                texts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-    return "".join(texts)
+    return "".join(message_text(item) for item in output if item.get("type") == "message" and item.get("role", "assistant") == "assistant")
+
+
+class AggregateMetricsRequest(BaseModel):
+    """The `/aggregate_metrics` body: the verify answers of `/run` (each with its `stop_reason`)."""
+
+    verify_responses: list[dict[str, Any]] = Field(description="verify answers, each with `reward` and `stop_reason`")
 
 
 class GymnasiumAgent(AgentServer):
@@ -145,8 +144,8 @@ class GymnasiumAgent(AgentServer):
             return await self.client.get(self.config.resources_server.name, "/row_schema")
 
         @app.post("/aggregate_metrics")
-        async def aggregate_metrics(request: Request) -> Any:
-            body = await request.json()
-            metrics = await self.client.post(self.config.resources_server.name, "/aggregate_metrics", body)
-            reasons = Counter(r.get("stop_reason") for r in body.get("verify_responses", []) if isinstance(r, dict) and r.get("stop_reason"))
+        async def aggregate_metrics(body: AggregateMetricsRequest) -> Any:
+            """The environment's metrics over the verify answers, plus the count of each `stop_reason`."""
+            metrics = await self.client.post(self.config.resources_server.name, "/aggregate_metrics", body.model_dump())
+            reasons = Counter(r.get("stop_reason") for r in body.verify_responses if r.get("stop_reason"))
             return {**(metrics or {}), "stop_reasons": dict(reasons)}

@@ -4,11 +4,14 @@
 to Chat Completions and the answer converted back (`nemo_gym.openai_convert`). `/v1/chat/completions` is
 forwarded as is. Training token fields (`prompt_token_ids` ...) that an agent passes back are removed
 before forwarding: a foreign endpoint would reject them. The API key is a secret: never logged, never
-returned (pydantic `SecretStr`).
+returned (pydantic `SecretStr`). The endpoint's address passes the SSRF guard (`nemo_gym.net_guard`) at start
+and on every request, redirects included: link-local addresses (cloud metadata) are always refused, loopback
+and private ones unless `allow_private_addresses` (default true: a local vLLM at 127.0.0.1 is the usual case).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
@@ -17,6 +20,7 @@ from pydantic import Field, SecretStr
 
 from nemo_gym import openai_convert
 from nemo_gym.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from nemo_gym.net_guard import check_url_async, guard_hook
 from nemo_gym.server import ModelServer, ServerConfig
 
 
@@ -29,6 +33,8 @@ class OpenAIModelConfig(ServerConfig):
     timeout_s: float = Field(600.0, gt=0, description="seconds one request may take")
     connect_timeout_s: float = Field(10.0, gt=0, description="seconds to open a connection")
     max_retries: int = Field(2, ge=0, description="retries of the openai client on connection errors, 408/409/429 and 5xx")
+    allow_private_addresses: bool = Field(True, description="let the endpoint be on loopback or a private network (a local vLLM); false: public addresses only")
+    allowed_addresses: list[str] = Field(default_factory=list, description="host names or CIDR blocks always let through by the SSRF guard (e.g. a link-local endpoint)")
 
 class OpenAIModel(ModelServer):
     """Forwards to an OpenAI-compatible endpoint with the `openai` AsyncOpenAI client."""
@@ -45,7 +51,13 @@ class OpenAIModel(ModelServer):
             api_key=cfg.openai_api_key.get_secret_value(),
             timeout=openai.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s),
             max_retries=cfg.max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [guard_hook(allow_private=cfg.allow_private_addresses, allowed=cfg.allowed_addresses)]}),
         )
+
+    async def startup(self) -> None:
+        # Refused addresses stop the server at start with the reason (raises BlockedAddressError), rather than
+        # as an opaque connection error on each call.
+        await check_url_async(self.config.openai_base_url, allow_private=self.config.allow_private_addresses, allowed=self.config.allowed_addresses)
 
     async def shutdown(self) -> None:
         await self.openai.close()
@@ -82,7 +94,16 @@ class OpenAIModel(ModelServer):
         except openai.APIConnectionError as exc:
             raise ServerUnavailableError(f"{self.config.openai_base_url}{path} unreachable: {exc}", server=self.name, path=path) from exc
         except openai.APIStatusError as exc:
-            text = exc.response.text[:2000]
+            text = _redact(exc.response.text, self.config.openai_api_key.get_secret_value())[:2000]
             if 400 <= exc.status_code < 500:
                 raise HTTPException(exc.status_code, f"endpoint rejected {path}: {text}") from exc
             raise ServerHTTPError(f"{path} answered {exc.status_code}: {text}", status_code=exc.status_code, body=text, server=self.name, path=path) from exc
+
+
+def _redact(text: str, secret: str) -> str:
+    """`text` without `secret` (plain or JSON-escaped): some endpoints echo the API key in their error body."""
+    if len(secret) < 8:  # "EMPTY" and other placeholders are no secret, and too short to replace safely
+        return text
+    for form in {secret, json.dumps(secret)[1:-1], json.dumps(secret)[1:-1].replace("/", "\\/")}:
+        text = text.replace(form, "****")
+    return text

@@ -2,41 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import episode_response, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 
 
-def _load(filename: str):
-    name = f"blackjack_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-game = _load("blackjack_game.py")
+game = import_file(SERVER_DIR / "blackjack_game.py")
 
 
 def cards(*ranks: str) -> list[tuple[str, str]]:
     return [(rank, "Spades") for rank in ranks]
 
 
-def answer(*turns: str) -> dict:
-    output = []
-    for text in turns:
-        output.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "observation"}]})
-        output.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
-    return {"id": "r", "object": "response", "output": output}
+answer = episode_response  # observations and the given assistant turns, alternating
 
 
 # -- rules -------------------------------------------------------------------------------------------------
@@ -113,15 +97,13 @@ def test_hitting_to_bust_loses_and_invalid_actions_are_forfeited():
 def test_bundled_tasks():
     tasks = [json.loads(line) for line in (SERVER_DIR / "data/tasks.jsonl").read_text().splitlines()]
     assert len(tasks) >= 50 and len({t["seed"] for t in tasks}) == len(tasks)
-    assert _load("generate_data.py").task_rows() == tasks
+    assert import_file(SERVER_DIR / "generate_data.py").task_rows() == tasks
 
 
 # -- server ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def client():
-    server = load_server_class(SERVER_DIR / "app.py")(name="blackjack")
-    with TestClient(server.build_app()) as client:
-        client.server = server
+    with server_client(SERVER_DIR) as client:
         yield client
 
 
@@ -143,10 +125,10 @@ def test_h17_config_changes_the_dealer(client):
         episode = game.BlackjackEpisode.deal(seed)
         if game.hand_value(episode.dealer) == (17, True):
             break
-    h17 = load_server_class(SERVER_DIR / "app.py")({"dealer_hits_soft_17": True}, name="h17")
-    with TestClient(h17.build_app()) as h17_client:
+    with server_client(SERVER_DIR, {"dealer_hits_soft_17": True}) as h17_client:
         h17_client.post("/reset", json={"seed": seed}, headers={"X-Session-Id": "h"})
         h17_client.post("/step", json={"action": "stand"}, headers={"X-Session-Id": "h"})
+        h17 = h17_client.server
     client.post("/reset", json={"seed": seed}, headers={"X-Session-Id": "s"})
     client.post("/step", json={"action": "stand"}, headers={"X-Session-Id": "s"})
     assert len(client.server.sessions["s"]["episode"].dealer) == 2

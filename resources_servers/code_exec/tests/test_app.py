@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.serve import load_server_class
+from nemo_gym.testing import assistant_response, post_verify
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 CodeExecServer = load_server_class(SERVER_DIR / "app.py")
@@ -27,11 +28,7 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def response(text: str) -> dict[str, Any]:
-    """A Responses `Response` whose trajectory ends with one assistant message holding `text`."""
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test",
-            "output": [{"type": "message", "id": "m", "role": "assistant", "status": "completed",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+response = assistant_response
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +40,7 @@ def client():
 
 
 def verify(client: TestClient, row: dict[str, Any], text: str) -> dict[str, Any]:
-    reply = client.post("/verify", json={**row, "response": response(text)})
-    assert reply.status_code == 200, reply.text
-    return reply.json()
+    return post_verify(client, {**row, "response": response(text)})
 
 
 ADD = next(r for r in rows(TASKS) if r["entry_point"] == "add")

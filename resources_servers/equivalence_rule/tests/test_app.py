@@ -2,49 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+
 SERVER_DIR = Path(__file__).resolve().parents[1]
-
-
-def _load(filename: str) -> ModuleType:
-    """Import a file of the server folder under a unique module name (app.py names clash across servers)."""
-    name = f"equivalence_rule_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-app = _load("app.py")
+app = import_file(SERVER_DIR / "app.py")
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 1/4 + 2/4?"}]}, "expected_answer": "3/4"}
-
-
-def response(text: Any) -> dict[str, Any]:
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test", "output": [
-        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(app.EquivalenceRuleServer({}, name="equivalence_rule").build_app()) as client:
-        yield client
-
-
-def verify(client: TestClient, text: Any, **row: Any) -> dict[str, Any]:
-    answer = client.post("/verify", json={**ROW, **row, "response": response(text)})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+client = client_fixture(SERVER_DIR)
+verify = text_verifier(ROW)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +84,7 @@ def test_row_overrides(client: TestClient, answer: str, row: dict[str, Any], rew
 
 
 def test_server_defaults() -> None:
-    with TestClient(app.EquivalenceRuleServer({"equivalence": {"abs_tol": 0.01}}, name="equivalence_rule").build_app()) as client:
+    with server_client(SERVER_DIR, {"equivalence": {"abs_tol": 0.01}}) as client:
         assert verify(client, "\\boxed{0.745}")["matched_rule"] == "fraction_decimal"
         assert verify(client, "\\boxed{0.745}", equivalence={"abs_tol": 0.0})["reward"] == 0.0
 
@@ -150,7 +121,7 @@ def test_extraction_order() -> None:
     ],
 )
 def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any], error: str) -> None:
-    answer = client.post("/verify", json={**ROW, **row, "response": response("\\boxed{3/4}")})
+    answer = client.post("/verify", json={**ROW, **row, "response": assistant_response("\\boxed{3/4}")})
     assert answer.status_code == 422 and error in answer.text, answer.text
 
 
@@ -166,7 +137,7 @@ ALTERNATIVES = {"fraction": lambda r: str(float(eval(r))), "percent": lambda r: 
 
 
 def test_bundled_tasks_accept_an_equivalent_form(client: TestClient) -> None:
-    rows = _load("prepare.py").build_rows()
+    rows = import_file(SERVER_DIR / "prepare.py").build_rows()
     assert len(rows) == 60
     for row in rows:
         other = ALTERNATIVES[row["task_id"].split("-")[0]](row["expected_answer"])
@@ -174,7 +145,7 @@ def test_bundled_tasks_accept_an_equivalent_form(client: TestClient) -> None:
 
 
 def test_prepare_reproduces_the_bundled_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    prepare = _load("prepare.py")
+    prepare = import_file(SERVER_DIR / "prepare.py")
     monkeypatch.setattr(prepare, "DATA_DIR", tmp_path)
     prepare.main()
     for name in ("example.jsonl", "equivalence_rule_tasks.jsonl"):

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
-from nemo_gym.validation import run_verifier_cases, validate_data
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
+from nemo_gym.validation import validate_data
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
-APP = SERVER_DIR / "app.py"
 ROW = {
     "responses_create_params": {"input": [{"role": "user", "content": "Describe tea. Use no commas, at least 5 words, and a <<title>>."}]},
     "key": 7,
@@ -33,38 +26,17 @@ ROW = {
 }
 
 
-def _load(filename: str) -> ModuleType:
-    name = f"nemo_gym_instruction_following_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def make_client(**config: Any) -> TestClient:
-    return TestClient(load_server_class(APP)(config, name="instruction_following").build_app())
-
-
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with make_client() as client:
+    with server_client(SERVER_DIR) as client:
         yield client
 
 
-def response(*texts: str) -> dict[str, Any]:
-    output = [{"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]} for i, text in enumerate(texts)]
-    return {"id": "resp", "created_at": 0, "model": "test", "object": "response", "output": output,
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+response = assistant_response
 
 
 def verify(client: TestClient, answer: dict[str, Any] | str, **row: Any) -> dict[str, Any]:
-    body = {**ROW, **row, "response": response(answer) if isinstance(answer, str) else answer}
-    result = client.post("/verify", json=body)
-    assert result.status_code == 200, result.text
-    return result.json()
+    return post_verify(client, {**ROW, **row, "response": response(answer) if isinstance(answer, str) else answer})
 
 
 def test_reward_is_the_fraction_of_instructions_followed(client: TestClient) -> None:
@@ -81,7 +53,7 @@ def test_reward_is_the_fraction_of_instructions_followed(client: TestClient) -> 
 def test_strict_and_loose_fractions_and_the_mode_that_rewards() -> None:
     row = {"instruction_id_list": ["startend:quotation", "punctuation:no_comma"], "kwargs": [{}, {}]}
     text = 'Here is my answer:\n"Tea is a drink."'  # quoted only without the first line
-    with make_client() as strict, make_client(mode="loose") as loose:
+    with server_client(SERVER_DIR) as strict, server_client(SERVER_DIR, {"mode": "loose"}) as loose:
         strict_answer, loose_answer = verify(strict, text, **row), verify(loose, text, **row)
     for answer in (strict_answer, loose_answer):
         assert answer["strict_fraction"] == 0.5 and answer["loose_fraction"] == 1.0
@@ -91,7 +63,7 @@ def test_strict_and_loose_fractions_and_the_mode_that_rewards() -> None:
 
 
 def test_all_or_nothing() -> None:
-    with make_client(all_or_nothing=True) as client:
+    with server_client(SERVER_DIR, {"all_or_nothing": True}) as client:
         assert verify(client, "<<Tea>>\nTea is a warm drink, loved everywhere.")["reward"] == 0.0
         assert verify(client, "<<Tea>>\nTea is a warm drink loved everywhere.")["reward"] == 1.0
 
@@ -174,8 +146,7 @@ def test_aggregate_metrics(client: TestClient) -> None:
 
 
 def test_verifier_cases_and_data_pass_ng_test_checks() -> None:
-    cases = run_verifier_cases(SERVER_DIR)
-    assert cases.problems == [] and cases.passed >= 10
+    assert_verifier_cases(SERVER_DIR, at_least=10)
     assert validate_data(SERVER_DIR) == []
 
 
@@ -183,7 +154,7 @@ def test_verifier_cases_and_data_pass_ng_test_checks() -> None:
 
 
 def test_generator_reproduces_the_bundled_files(tmp_path: Path) -> None:
-    generate = _load("generate_data.py")
+    generate = import_file(SERVER_DIR / "generate_data.py")
     assert generate.main(["--out-dir", str(tmp_path)]) == 0
     for name in ("example.jsonl", "train.jsonl"):
         assert (tmp_path / name).read_bytes() == (SERVER_DIR / "data" / name).read_bytes(), name
@@ -192,7 +163,7 @@ def test_generator_reproduces_the_bundled_files(tmp_path: Path) -> None:
 def test_bundled_tasks_are_valid_and_cover_every_instruction(client: TestClient) -> None:
     rows = [json.loads(line) for line in (SERVER_DIR / "data" / "train.jsonl").read_text().splitlines()]
     assert len(rows) >= 50
-    instructions = _load("instructions.py")
+    instructions = import_file(SERVER_DIR / "instructions.py")
     assert {i for row in rows for i in row["instruction_id_list"]} == set(instructions.INSTRUCTIONS)
     assert all(1 <= len(row["instruction_id_list"]) <= 3 for row in rows)
     for row in rows:
@@ -204,46 +175,20 @@ def test_bundled_tasks_are_valid_and_cover_every_instruction(client: TestClient)
 
 
 @pytest.mark.integration
-def test_ng_run_rollouts(tmp_path: Path) -> None:
+def test_ng_run_rollouts() -> None:
     """ng_run starts this server (in its own uv environment), the simple agent and a scripted policy; the
     agent's `/run` scores the example rows end to end."""
-    repo_root = SERVER_DIR.parents[1]
-    log = tmp_path / "ng_run.log"
     config = ("+config_paths=[resources_servers/instruction_following/configs/instruction_following.yaml,"
               "resources_servers/instruction_following/tests/scripted_policy.yaml]")
-    command = [str(Path(sys.executable).parent / "ng_run"), "+head_server.port=0", config]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=repo_root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        head_url = _wait_for_head(process, log, timeout_s=600)
-        agent_url = httpx.get(f"{head_url}/servers/instruction_following_simple_agent").json()["url"]
+    with NgRun(config, timeout_s=600) as run:
+        agent_url = run.server_url("instruction_following_simple_agent")
         rewards = {}
         for line in (SERVER_DIR / "data" / "example.jsonl").read_text().splitlines():
-            answer = httpx.post(f"{agent_url}/run", json=json.loads(line), timeout=60)
+            answer = httpx.post(f"{agent_url}/run", json=json.loads(line), headers=run.headers, timeout=60)
             assert answer.status_code == 200, answer.text
             rewards[answer.json()["key"]] = answer.json()["reward"]
         # "I do not know." (the default reply) has fewer than 150 words but no highlights: 1 of 2 for key 1.
         assert rewards == {0: 1.0, 1: 0.5, 2: 0.0, 3: 0.0, 4: 1.0}
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _wait_for_head(process: subprocess.Popen, log: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        match = re.search(r"servers ready in .* Head server: (\S+)", log.read_text())
-        if match:
-            return match.group(1)
-        if process.poll() is not None:
-            raise RuntimeError(f"ng_run exited with {process.returncode}:\n{log.read_text()}")
-        time.sleep(0.5)
-    raise TimeoutError(f"ng_run not ready after {timeout_s} s:\n{log.read_text()}")
 
 
 ADVERSARIAL_TEXTS = {
@@ -260,11 +205,11 @@ ADVERSARIAL_TEXTS = {
 
 def test_every_instruction_on_adversarial_answers_in_bounded_time() -> None:
     """Texts just under `max_response_chars` that make naive regexes (or segmenters) quadratic."""
-    generate = _load("generate_data.py")
+    generate = import_file(SERVER_DIR / "generate_data.py")
     ids = list(generate.SAMPLERS)
     kwargs = [generate.SAMPLERS[i](random.Random(0)) or {} for i in ids]
     kwargs[ids.index("combination:repeat_prompt")] = {"prompt_to_repeat": "Write about tea."}
-    with make_client(mode="loose") as client:
+    with server_client(SERVER_DIR, {"mode": "loose"}) as client:
         for name, text in ADVERSARIAL_TEXTS.items():
             start = time.monotonic()
             answer = verify(client, text, instruction_id_list=ids, kwargs=kwargs)

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from nemo_gym.module_loading import import_file
+
 SERVER_DIR = Path(__file__).resolve().parents[1]
 
 
-def _load(filename: str) -> ModuleType:
-    """A module of the server folder, under the name app.py gives it."""
-    name = f"nemo_gym_instruction_following_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-instructions = _load("instructions.py")
+instructions = import_file(SERVER_DIR / "instructions.py")
 
 # (instruction id, kwargs, text, followed?) — at least one True and one False per instruction id.
 CASES: list[tuple[str, dict[str, Any], str, bool]] = [

@@ -2,54 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+
 SERVER_DIR = Path(__file__).resolve().parents[1]
-
-
-def _load(filename: str) -> ModuleType:
-    """Import a file of the server folder under a unique module name (app.py names clash across servers)."""
-    name = f"math_verify_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-app = _load("app.py")
+app = import_file(SERVER_DIR / "app.py")
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 1/2 + 1/4?"}]}, "expected_answer": "\\frac{3}{4}"}
-
-
-def response(text: Any) -> dict[str, Any]:
-    """A Responses `Response` whose trajectory ends with one assistant message holding `text`."""
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test", "output": [
-        {"type": "reasoning", "id": "rs_1", "summary": []},
-        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": text, "annotations": []}]},
-    ]}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(app.MathVerifyServer({}, name="math_verify").build_app()) as client:
-        yield client
-
-
-def verify(client: TestClient, text: Any, **row: Any) -> dict[str, Any]:
-    answer = client.post("/verify", json={**ROW, **row, "response": response(text)})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+client = client_fixture(SERVER_DIR)
+verify = text_verifier(ROW, reasoning=True)
 
 
 @pytest.mark.parametrize(
@@ -122,13 +90,13 @@ def test_malformed_model_output_scores_0(client: TestClient, response_body: dict
 @pytest.mark.parametrize(("row", "error"), [({"expected_answer": None}, "expected_answer"), ({"expected_answer": 3}, "expected_answer"),
                                             ({"expected_answer": ""}, "expected_answer"), ({"expected_answer": "???"}, "no math expression")])
 def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any], error: str) -> None:
-    answer = client.post("/verify", json={**ROW, **row, "response": response("\\boxed{1}")})
+    answer = client.post("/verify", json={**ROW, **row, "response": assistant_response("\\boxed{1}", reasoning=True)})
     assert answer.status_code == 422 and error in answer.text
 
 
 def test_a_hung_grading_process_is_killed_after_timeout_s() -> None:
     # sympy evaluates 9^(9^(9^9)) in C, where no signal interrupts it: only killing the process stops it.
-    with TestClient(app.MathVerifyServer({"timeout_s": 0.5}, name="math_verify").build_app()) as client:
+    with server_client(SERVER_DIR, {"timeout_s": 0.5}) as client:
         start = time.monotonic()
         answer = verify(client, "\\boxed{9^{9^{9^{9}}}}", expected_answer="3")
         assert time.monotonic() - start < 3
@@ -151,7 +119,7 @@ def test_bundled_expected_answers_are_parsable() -> None:
 @pytest.mark.integration  # slow (importing reasoning_gym takes ~10 s here), not a process test
 def test_prepare_reproduces_the_bundled_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("reasoning_gym")
-    prepare = _load("prepare.py")
+    prepare = import_file(SERVER_DIR / "prepare.py")
     monkeypatch.setattr(prepare, "DATA_DIR", tmp_path)
     prepare.main()
     for name in ("example.jsonl", "math_tasks.jsonl"):

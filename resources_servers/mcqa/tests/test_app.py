@@ -8,9 +8,9 @@ from typing import Any, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.testing import assistant_response, post_verify, server_client
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
+SERVER_DIR = Path(__file__).resolve().parents[1]
 OPTIONS = [{"A": "Circle"}, {"B": "Square"}, {"C": "Triangle"}, {"D": "Hexagon"}, {"E": "Polygenic risk score"}]
 ROW = {
     "responses_create_params": {"input": [{"role": "user", "content": "Which shape has four sides?\nA: Circle\nB: Square\n..."}]},
@@ -21,27 +21,17 @@ ROW = {
 }
 
 
-def make_client(**config: Any) -> TestClient:
-    return TestClient(load_server_class(APP)(config, name="mcqa").build_app())
-
-
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    with make_client() as client:
+    with server_client(SERVER_DIR) as client:
         yield client
 
 
-def response(*texts: str) -> dict[str, Any]:
-    output = [{"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]} for i, text in enumerate(texts)]
-    return {"id": "resp", "created_at": 0, "model": "test", "object": "response", "output": output,
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+response = assistant_response
 
 
 def verify(client: TestClient, text: str, **row: Any) -> dict[str, Any]:
-    answer = client.post("/verify", json={**ROW, **row, "response": response(text)})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    return post_verify(client, {**ROW, **row, "response": response(text)})
 
 
 @pytest.mark.parametrize(
@@ -76,7 +66,7 @@ def test_strict_single_letter_boxed(client: TestClient, text: str, letter: str |
     ],
 )
 def test_legacy_boxed_parsing(text: str, letter: str | None) -> None:
-    with make_client(legacy_boxed_parsing=True) as client:
+    with server_client(SERVER_DIR, {"legacy_boxed_parsing": True}) as client:
         assert verify(client, text)["extracted_answer"] == letter
 
 
@@ -115,13 +105,13 @@ def test_lenient_answer_colon(client: TestClient, text: str, letter: str | None)
     ],
 )
 def test_lenient_answer_colon_md_from_server_config(text: str, letter: str | None) -> None:
-    with make_client(grading_mode="lenient_answer_colon_md") as client:
+    with server_client(SERVER_DIR, {"grading_mode": "lenient_answer_colon_md"}) as client:
         # The server's grading_mode overrides the row's.
         assert verify(client, text, grading_mode="strict_single_letter_boxed")["extracted_answer"] == letter
 
 
 def test_answer_prefix_then_boxed_fallback() -> None:
-    with make_client(grading_mode="lenient_answer_colon_md") as client:
+    with server_client(SERVER_DIR, {"grading_mode": "lenient_answer_colon_md"}) as client:
         metadata = {"answer_prefix": "Final choice -"}
         assert verify(client, "Final choice - D\nthanks", template_metadata=metadata)["extracted_answer"] == "D"
         assert verify(client, r"so \boxed{C}", template_metadata=metadata)["extracted_answer"] == "C"

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -19,7 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.config import load_config
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.module_loading import import_file
 from nemo_gym.errors import ConfigError
+from nemo_gym.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = SERVER_DIR.parents[1]
@@ -28,58 +22,30 @@ QUICKSTART_CONFIG = SERVER_DIR / "configs/quickstart_tasks.yaml"
 EXAMPLE_TASKS = SERVER_DIR / "data/example.jsonl"
 
 
-def _load(filename: str) -> ModuleType:
-    """Import a file of the server folder under a unique module name (app.py names clash across servers)."""
-    name = f"reasoning_gym_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-app_module = _load("app.py")
-prepare = _load("prepare.py")
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+app_module = import_file(SERVER_DIR / "app.py")
+prepare = import_file(SERVER_DIR / "prepare.py")
+_rows = read_jsonl
 
 
 def _response(text: str) -> dict[str, Any]:
     """A Responses `Response` whose trajectory ends with one assistant message holding `text`."""
-    return {
-        "id": "resp_test",
-        "object": "response",
-        "created_at": 0,
-        "model": "test",
-        "output": [
-            {"type": "reasoning", "id": "rs_1", "summary": []},
-            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": text, "annotations": []}]},
-        ],
-    }
+    return assistant_response(text, reasoning=True)
 
 
 @pytest.fixture(scope="module")
 def client():
-    server = app_module.ReasoningGymServer({}, name="reasoning_gym")
-    with TestClient(server.build_app()) as c:
+    with server_client(SERVER_DIR) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def binary_client():
-    server = app_module.ReasoningGymServer({"binary_reward": True}, name="reasoning_gym")
-    with TestClient(server.build_app()) as c:
+    with server_client(SERVER_DIR, {"binary_reward": True}) as c:
         yield c
 
 
 def _verify(client: TestClient, row: dict[str, Any], text: str) -> dict[str, Any]:
-    answer = client.post("/verify", json={**row, "response": _response(text)})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    return post_verify(client, {**row, "response": _response(text)})
 
 
 # -- verify ----------------------------------------------------------------------------------------------
@@ -194,13 +160,8 @@ def test_non_json_body_gets_422(client):
     assert answer.status_code == 422
 
 
-def test_verifier_cases(client):
-    for case in _rows(SERVER_DIR / "tests/verifier_cases.jsonl"):
-        answer = client.post("/verify", json=case["request"])
-        if case["kind"] == "malformed":
-            assert answer.status_code == 422 and case["expected_error"] in answer.text, case["name"]
-        else:
-            assert answer.status_code == 200 and answer.json()["reward"] == case["expected_reward"], case["name"]
+def test_verifier_cases():
+    assert_verifier_cases(SERVER_DIR, at_least=6)
 
 
 # -- prepare ---------------------------------------------------------------------------------------------
@@ -268,20 +229,15 @@ EXAMPLE_GENERATORS = (
 
 
 @pytest.mark.integration
-def test_ng_run_rollouts(tmp_path):
+def test_ng_run_rollouts():
     """ng_run starts this server (in its own uv environment), the simple agent and a scripted policy; the
     agent's `/run` scores the example rows end to end."""
-    log = tmp_path / "ng_run.log"
     config = "+config_paths=[resources_servers/reasoning_gym/configs/reasoning_gym.yaml,resources_servers/reasoning_gym/tests/scripted_policy.yaml]"
-    command = [str(Path(sys.executable).parent / "ng_run"), "+head_server.port=0", config]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        head_url = _wait_for_head(process, log, timeout_s=600)
-        agent_url = httpx.get(f"{head_url}/servers/reasoning_gym_simple_agent").json()["url"]
+    with NgRun(config, timeout_s=600) as run:
+        agent_url = run.server_url("reasoning_gym_simple_agent")
         rewards = {}
         for row in _rows(EXAMPLE_TASKS):
-            answer = httpx.post(f"{agent_url}/run", json=row, timeout=60)
+            answer = httpx.post(f"{agent_url}/run", json=row, headers=run.headers, timeout=60)
             assert answer.status_code == 200, answer.text
             rewards[row["task_id"]] = answer.json()["reward"]
         assert rewards == {
@@ -291,36 +247,11 @@ def test_ng_run_rollouts(tmp_path):
             "simple_equations-0-0": 0.0,
             "spell_backward-0-0": 1.0,  # "<answer>noremopyh</answer>"
         }
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _wait_for_head(process: subprocess.Popen, log: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        match = re.search(r"servers ready in .* Head server: (\S+)", log.read_text())
-        if match:
-            return match.group(1)
-        if process.poll() is not None:
-            raise RuntimeError(f"ng_run exited with {process.returncode}:\n{log.read_text()}")
-        time.sleep(0.5)
-    raise TimeoutError(f"ng_run not ready after {timeout_s} s:\n{log.read_text()}")
 
 
 def test_fallback_extraction_for_small_models():
     """SmolLM2 rarely writes \\boxed{}: "1 + 5 = 6" answers 6 for a numeric task; stated answers are read."""
-    from importlib.util import module_from_spec, spec_from_file_location
-    from pathlib import Path
-
-    spec = spec_from_file_location("reasoning_gym_app_extraction", Path(__file__).resolve().parents[1] / "app.py")
-    app = module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = app_module
     assert app.extract_final_answer("1 + 5 = 6", numeric=True) == ("6", app.Extraction.LAST_NUMBER)
     assert app.extract_final_answer("17 + 5 = 22.\nSo, the answer is 20.", numeric=True) == ("20", app.Extraction.ANSWER_IS)
     assert app.extract_final_answer("The answer is: etyk", numeric=False) == ("etyk", app.Extraction.ANSWER_IS)

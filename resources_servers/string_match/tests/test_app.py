@@ -2,49 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+
 SERVER_DIR = Path(__file__).resolve().parents[1]
-
-
-def _load(filename: str) -> ModuleType:
-    """Import a file of the server folder under a unique module name (app.py names clash across servers)."""
-    name = f"string_match_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-app = _load("app.py")
+app = import_file(SERVER_DIR / "app.py")
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is the capital of France?"}]}, "expected_answer": "Paris"}
-
-
-def response(text: Any) -> dict[str, Any]:
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test", "output": [
-        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(app.StringMatchServer({}, name="string_match").build_app()) as client:
-        yield client
-
-
-def verify(client: TestClient, text: Any, **row: Any) -> dict[str, Any]:
-    answer = client.post("/verify", json={**ROW, **row, "response": response(text)})
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+client = client_fixture(SERVER_DIR)
+verify = text_verifier(ROW)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +59,7 @@ def test_match_modes(client: TestClient, text: str, row: dict[str, Any], reward:
 
 def test_server_defaults_and_row_overrides() -> None:
     config = {"match": {"mode": "exact", "case_sensitive": True}}
-    with TestClient(app.StringMatchServer(config, name="string_match").build_app()) as client:
+    with server_client(SERVER_DIR, config) as client:
         assert verify(client, "\\boxed{paris}")["reward"] == 0.0
         assert verify(client, "\\boxed{paris}", match={"mode": "normalized"})["reward"] == 0.0  # still case-sensitive
         assert verify(client, "\\boxed{paris}", match={"mode": "normalized", "case_sensitive": False})["reward"] == 1.0
@@ -105,7 +76,7 @@ def test_server_defaults_and_row_overrides() -> None:
     ],
 )
 def test_failure_reasons(text: str, row: dict[str, Any], reason: str) -> None:
-    with TestClient(app.StringMatchServer({"regex_timeout_s": 0.2}, name="string_match").build_app()) as client:
+    with server_client(SERVER_DIR, {"regex_timeout_s": 0.2}) as client:
         answer = verify(client, text, **row)
     assert (answer["reward"], answer["failure_reason"]) == (0.0, reason)
 
@@ -136,12 +107,12 @@ def test_malformed_model_output_scores_0(client: TestClient, response_body: dict
 )
 def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any], error: str) -> None:
     for text in ("\\boxed{Paris}", ""):  # whatever the answer
-        answer = client.post("/verify", json={**ROW, **row, "response": response(text)})
+        answer = client.post("/verify", json={**ROW, **row, "response": assistant_response(text)})
         assert answer.status_code == 422 and error in answer.text, answer.text
 
 
 def test_bundled_tasks_match_their_own_references(client: TestClient) -> None:
-    prepare = _load("prepare.py")
+    prepare = import_file(SERVER_DIR / "prepare.py")
     rows = prepare.build_rows()
     assert len(rows) == 60
     samples = {"pattern": lambda p: p.replace("[a-z]*", "ee").replace("[1-9]", "4")}
@@ -152,7 +123,7 @@ def test_bundled_tasks_match_their_own_references(client: TestClient) -> None:
 
 
 def test_prepare_reproduces_the_bundled_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    prepare = _load("prepare.py")
+    prepare = import_file(SERVER_DIR / "prepare.py")
     monkeypatch.setattr(prepare, "DATA_DIR", tmp_path)
     prepare.main()
     for name in ("example.jsonl", "string_match_tasks.jsonl"):

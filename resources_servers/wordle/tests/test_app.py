@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import episode_response, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 DATA = SERVER_DIR / "data"
 
 
-def _load(filename: str):
-    name = f"wordle_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+game = import_file(SERVER_DIR / "wordle_game.py")
 
 
-game = _load("wordle_game.py")
-
-
-def answer(*turns: str) -> dict:
-    """A Responses `Response` whose output alternates observations and the given assistant turns."""
-    output = []
-    for text in turns:
-        output.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "observation"}]})
-        output.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
-    return {"id": "r", "object": "response", "output": output}
+answer = episode_response  # observations and the given assistant turns, alternating
 
 
 # -- rules -------------------------------------------------------------------------------------------------
@@ -99,7 +82,7 @@ def test_bundled_word_lists_and_tasks():
     assert all(len(w) == 5 and w.isalpha() and w.islower() for w in targets) and set(targets) <= allowed
     tasks = [json.loads(line) for line in (DATA / "tasks.jsonl").read_text().splitlines()]
     assert len(tasks) >= 50 and {t["target_word"] for t in tasks} <= set(targets)
-    generator = _load("generate_data.py")
+    generator = import_file(SERVER_DIR / "generate_data.py")
     assert generator.task_rows(targets) == tasks  # the bundled tasks are what the script writes
     examples = [json.loads(line) for line in (DATA / "example.jsonl").read_text().splitlines()]
     assert examples == tasks[:5]
@@ -108,9 +91,7 @@ def test_bundled_word_lists_and_tasks():
 # -- server ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def client():
-    server = load_server_class(SERVER_DIR / "app.py")(name="wordle")
-    with TestClient(server.build_app()) as client:
-        client.server = server
+    with server_client(SERVER_DIR) as client:
         yield client
 
 

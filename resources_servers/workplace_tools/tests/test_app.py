@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.module_loading import import_file
+from nemo_gym.testing import server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 ROWS = [json.loads(line) for line in (SERVER_DIR / "data/example.jsonl").read_text().splitlines()]
 ROW = ROWS[0]  # Push 'Team sync' (E101) from Friday 2025-03-14 to Tuesday 2025-03-11, same time.
-
-
-def _load(filename: str):
-    name = f"workplace_tools_test_{filename.removesuffix('.py')}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def call(name: str, arguments: dict | str) -> dict:
@@ -37,9 +27,7 @@ def response(*items: dict) -> dict:
 
 @pytest.fixture
 def client():
-    server = load_server_class(SERVER_DIR / "app.py")(name="workplace_tools")
-    with TestClient(server.build_app()) as client:
-        client.server = server
+    with server_client(SERVER_DIR) as client:
         yield client
 
 
@@ -149,5 +137,5 @@ def test_rows_advertise_the_servers_tools_and_the_generator_is_deterministic(cli
     tasks = [json.loads(line) for line in (SERVER_DIR / "data/tasks.jsonl").read_text().splitlines()]
     assert len(tasks) >= 50 and tasks[:5] == ROWS
     assert all(row["responses_create_params"]["tools"] == tools for row in tasks)
-    assert _load("generate_data.py").task_rows() == tasks
+    assert import_file(SERVER_DIR / "generate_data.py").task_rows() == tasks
     assert all(row["initial_state"] != row["expected_state"] for row in tasks)  # every task asks for a change

