@@ -229,13 +229,15 @@ def test_stop_after_the_optimizer_step_finishes_it_and_saves_nothing(tmp_path, m
 
 # -- a real background ng_train ----------------------------------------------------------------------------------
 @pytest.mark.integration
-def test_background_train_stop_with_save_model(tmp_path, capsys):
+def test_background_train_stop_with_save_model(tmp_path, capsys, monkeypatch):
     """`ng_train +background=true` on a tiny model, attached to a real ng_run whose policy is the scripted model (it
     always answers the same, so every group has equal rewards and the steps are logged without an update: the run
     needs no vLLM); listed with its steps, refused a second run on the same output_dir, then stopped with
     `ng_runs stop +save_model=true`, which leaves final/ behind."""
     from ng_process import NgRun
 
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # set by this process's own engines
+        monkeypatch.delenv(name, raising=False)  # (set_single_process_env); the background trainer picks its own
     out = tmp_path / "out"
     with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true") as servers:
         argv = [
