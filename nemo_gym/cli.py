@@ -163,8 +163,10 @@ def _strict_options(command: Command, argv: list[str]) -> BaseModel:
 
 def _run(command: Command, argv: list[str]) -> int:
     if command.name == "run":
+        from nemo_gym.rnow.project import expand_rnow_args
         from nemo_gym.run import run_main
 
+        [argv] = expand_rnow_args(argv, mode="run")  # +rnow_project=DIR (a ReinforceNow project) → its translated config
         return run_main(load_config(argv))
     if command.name == "train":
         from nemo_gym.train import prime_toml
@@ -173,14 +175,19 @@ def _run(command: Command, argv: list[str]) -> int:
             print(prime_toml.TEMPLATE, end="")
             return 0
         argv = prime_toml.expand_toml_args(argv)  # `@config.toml` (Prime-style TOML) → +config_paths=[translated config]
+        from nemo_gym.rnow.project import expand_rnow_args
         from nemo_gym.runs import BACKGROUND_FLAG, pop_flag, train_in_background
 
-        argv, background = pop_flag(argv, BACKGROUND_FLAG)
-        if background:
-            return train_in_background(argv)
-        from nemo_gym.train.loop import train_main
+        status = 0
+        for argv in expand_rnow_args(argv, mode="train"):  # +rnow_project=DIR: one run per model.path (else argv as is)
+            argv, background = pop_flag(argv, BACKGROUND_FLAG)
+            if background:
+                status = status or train_in_background(argv)
+                continue
+            from nemo_gym.train.loop import train_main
 
-        return train_main(load_config(argv), argv)
+            status = status or train_main(load_config(argv), argv)
+        return status
     if command.name == "dump_config":
         loaded = load_config(argv)
         print(yaml.safe_dump(mask_secrets(loaded.values), sort_keys=False), end="")

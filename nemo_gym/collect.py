@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from nemo_gym.client import ClientTimeouts, ServerClient
+from nemo_gym.collect_watchdog import CollectWatchdog
 from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError, is_transient
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
@@ -107,6 +108,9 @@ class CollectConfig(BaseModel):
         3, ge=0, description="retries of a /run call after a transient failure (connection error, timeout, 429, 502/503/504 without a deterministic inner failure class)"
     )
     progress: bool = Field(True, description="show a progress bar")
+    watchdog_s: float = Field(
+        300.0, ge=0, description="report (stderr, state file, aggregate metrics) when no rollout has completed for this many seconds, naming those in flight; 0 disables"
+    )
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class CollectSummary:
     wall_s: float
     retries: int
     failures_jsonl_fpath: str
+    watchdog: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rollouts_missing(self) -> int:
@@ -294,7 +299,8 @@ def _read_failures(path: Path) -> dict[Pair, dict[str, Any]]:
     return {(row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]): row for _, row in iter_jsonl(path) if TASK_INDEX_KEY in row and ROLLOUT_INDEX_KEY in row}
 
 
-def _write_state(paths: OutputPaths, cfg: CollectConfig, fingerprint: str, num_tasks: int) -> None:
+def _write_state(paths: OutputPaths, cfg: CollectConfig, fingerprint: str, num_tasks: int, **extra: Any) -> None:
+    """Write `<out>_state.json` atomically; `extra` fields (e.g. the last watchdog stall) are added."""
     state = {
         "format": STATE_FORMAT,
         "fingerprint": fingerprint,
@@ -302,6 +308,7 @@ def _write_state(paths: OutputPaths, cfg: CollectConfig, fingerprint: str, num_t
         "num_tasks": num_tasks,
         "num_repeats": cfg.num_repeats,
         "updated_at": _now(),
+        **extra,
     }
     write_json(paths.state, state)
 
@@ -404,8 +411,10 @@ async def _dispatch(
     rows: Iterator[dict[str, Any]],
     num_parallel: int,
     on_done: Any,
+    watchdog: CollectWatchdog,
 ) -> None:
-    """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`.
+    """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`;
+    `watchdog` is told when each rollout starts and ends.
 
     On cancellation the workers are cancelled (their rollouts are lost, to be redone on resume) and
     CancelledError propagates.
@@ -413,15 +422,20 @@ async def _dispatch(
 
     async def worker() -> None:
         for row in rows:  # one shared iterator: next() never interleaves in asyncio
-            on_done(*await _run_one(client, row))
+            pair = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY])
+            watchdog.started(pair)
+            result = await _run_one(client, row)
+            watchdog.finished(pair)
+            on_done(*result)
 
     workers = [asyncio.create_task(worker()) for _ in range(num_parallel)]
+    watching = asyncio.create_task(watchdog.run())
     try:
         await asyncio.gather(*workers)
     finally:
-        for task in workers:
+        for task in [*workers, watching]:
             task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await asyncio.gather(*workers, watching, return_exceptions=True)
 
 
 async def _check_agents(client: ServerClient, cfg: CollectConfig, tasks: list[dict[str, Any]]) -> None:
@@ -457,6 +471,7 @@ class _Plan:
     failures: dict[Pair, dict[str, Any]]
     pending: list[Pair]
     total: int
+    fingerprint: str
 
 
 async def _prepare(cfg: CollectConfig, client: ServerClient) -> _Plan:
@@ -477,7 +492,7 @@ async def _prepare(cfg: CollectConfig, client: ServerClient) -> _Plan:
     pending = [pair for pair in all_pairs if pair not in done]
     if done:
         print(f"Resuming: {len(done)}/{len(all_pairs)} rollouts already in {paths.output}; running the {len(pending)} missing.", file=sys.stderr)
-    return _Plan(tasks, paths, done, failures, pending, len(all_pairs))
+    return _Plan(tasks, paths, done, failures, pending, len(all_pairs), fingerprint)
 
 
 async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectSummary:
@@ -511,9 +526,13 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
             plan.failures[pair] = failure
             progress.add_failure(failure["failure_class"])
 
+    def on_stall(stall: dict[str, Any]) -> None:
+        _write_state(plan.paths, cfg, plan.fingerprint, len(plan.tasks), watchdog_stall=stall)
+
+    watchdog = CollectWatchdog(cfg.watchdog_s, lambda pair: plan.tasks[pair[0]][AGENT_REF_KEY]["name"], on_stall)
     try:
         rows = (_dispatched_row(plan.tasks[t], (t, r)) for t, r in plan.pending)
-        await _dispatch(client, rows, min(cfg.num_samples_in_parallel, max(len(plan.pending), 1)), on_done)
+        await _dispatch(client, rows, min(cfg.num_samples_in_parallel, max(len(plan.pending), 1)), on_done, watchdog)
     finally:  # also on Ctrl-C: every written row is whole; fsync; failures file holds only still-missing pairs
         bar.close()
         outputs.close()
@@ -531,6 +550,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         wall_s=time.monotonic() - progress.started_s,
         retries=client.retries_used - retries_before,
         failures_jsonl_fpath=str(plan.paths.failures),
+        watchdog=watchdog.metrics(),
     )
     await write_aggregate_metrics(client, plan.paths, summary)
     return summary
@@ -589,7 +609,8 @@ async def write_aggregate_metrics(client: ServerClient, paths: OutputPaths, summ
 
     Shape: `{"agents": [{"agent_ref": {"name"}, "agent_metrics": {...}, "source": "agent" | "local"}],
     "collection": {rollouts_expected, rollouts_done, rollouts_this_run, rollouts_resumed, rollouts_failed,
-    failures_by_class, mean_reward, wall_s, rollouts_per_s, retries}}`. Returns what it wrote.
+    failures_by_class, mean_reward, wall_s, rollouts_per_s, retries, watchdog: {watchdog_s, stalls: [{at, idle_s,
+    in_flight_count, in_flight: [{task_index, rollout_index, agent, running_s}]}]}}}`. Returns what it wrote.
     """
     by_agent: dict[str, list[dict[str, Any]]] = {}
     if paths.output.is_file():
@@ -607,6 +628,7 @@ async def write_aggregate_metrics(client: ServerClient, paths: OutputPaths, summ
         "wall_s": summary.wall_s,
         "rollouts_per_s": summary.rollouts_per_s,
         "retries": summary.retries,
+        "watchdog": summary.watchdog,
     }
     metrics = {"agents": agents, "collection": collection}
     write_json(paths.aggregate_metrics, metrics)

@@ -1,0 +1,415 @@
+"""A ReinforceNow project folder (`config.yml`, `train.jsonl`, `rewards.py`, optional `tools.py`,
+`requirements.txt`) run by nemo_gym: `ng_run +rnow_project=DIR`, `ng_train +rnow_project=DIR`.
+
+Everything is checked before anything runs (config keys, every entry, reward and tool names, sandbox
+functions, prompt lengths), each problem with its `config.yml` key or `train.jsonl:<line>`. Then the project
+is translated into an ordinary config, written to `<out>/config.yaml` with the task rows in
+`<out>/train_tasks.jsonl` (`<out>`: `results/rnow/<project>` for ng_run, `<trainer.output_dir>/rnow_project`
+for ng_train), and the command runs that config. `+key=value` overrides of rnow's keys (`+data.batch_size=8`,
+`+rollout.max_turns=3`, `+model.path=...`, `+trainer.num_epochs=2`) edit config.yml's values; other overrides
+(`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A `policy_model` defined by the
+user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model policy.
+
+| config.yml | nemo_gym |
+|---|---|
+| `model.path` (a list: one ng_train run per model, in order) | `policy_model` vllm_model `model` and `trainer.engine.model_path`: `embedded:smollm2` for SmolLM2-135M-Instruct (also by its HF name), else a local model folder |
+| `model.qlora_rank`, `qlora_alpha` (default 2 x rank) | `trainer.engine.lora.rank`, `alpha` (LoRA, not quantized: no QLoRA here) |
+| `data.batch_size`, `data.group_size` | `trainer.batch_size` (tasks per step), `trainer.group_size` (rollouts per task, >= 2) |
+| `trainer.num_epochs` | `trainer.num_steps` = num_epochs x ceil(entries / batch_size) |
+| `trainer.learning_rate`, `save_step` | `trainer.engine.learning_rate`, `trainer.checkpoint_interval` (-1 → 0: at the end) |
+| `algorithm.adv_estimator` | grpo → `grpo`; reinforce → `rloo` (REINFORCE with the leave-one-out group baseline, Ahmadian et al. 2024); gae → error (needs a critic, which this trainer has not) |
+| `algorithm.loss_fn`, `kl_penalty_coef` | `trainer.loss.loss_type` (`ppo`, `importance_sampling`), `trainer.loss.kl_coef` (only when set in config.yml) |
+| `rollout.max_turns`, `termination_policy` | simple_agent `max_steps`; both policies end at max_turns, and with either one a model answer without a tool call ends the episode (there is nothing to continue with) |
+| `rollout.max_context_window` | the prompt-length check; vllm_model `max_model_len` when set in config.yml |
+| `rollout.reasoning_mode` | `reasoning: {effort}` of every row's responses_create_params (`disabled`: none) |
+| `rollout.tool_timeout`, `max_tool_response`, `rollout_timeout` | simple_agent `tool_timeout_s`; rnow_project `max_tool_response_chars` (characters, where rnow counts tokens); `trainer.request_timeout_s` |
+
+Not supported (clear errors): `dataset_type` other than `rl` and `+algorithm=sft` (the trainer has no SFT
+yet), `teacher`, `rollout.mcp_url`. Ignored with a warning: `evals`, `trainer.max_billing`, `data.val_split`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nemo_gym.config import load_config, parse_overrides
+from nemo_gym.errors import ConfigError
+from nemo_gym.jsonl import write_jsonl
+from nemo_gym.openai_convert import messages_to_input_items
+from nemo_gym.rnow.entries import Entry, entry_problems, entry_tool_names, read_entries, substituted_messages
+from nemo_gym.rnow.loading import ProjectFunctions, load_functions
+from nemo_gym.rnow.tokens import PromptCounter
+from nemo_gym.train.config import TrainerConfig
+from nemo_gym.train.prime_toml import _check_keys, resolve_model
+
+__all__ = ["RnowConfig", "Project", "RNOW_FLAG", "load_project", "translate", "write_translation", "expand_rnow_args"]
+
+RNOW_FLAG = "rnow_project"
+VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
+SERVER_NAME, AGENT_NAME = "rnow_project", "rnow_project_agent"
+MAX_PROBLEMS_SHOWN = 30
+MODEL_KEY_PREFIX = "key 'model': "  # how resolve_model's errors start
+
+
+# -- config.yml's schema (rnow's ProjectConfig, with the defaults of its docs) -------------------------------
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSection(_Section):
+    train_file: str = Field("train.jsonl", description="entries file, relative to the project")
+    batch_size: int = Field(ge=1, description="entries (prompts) per step")
+    group_size: int = Field(4, ge=1, description="rollouts per entry")
+    val_split: float | None = Field(None, ge=0, le=1, description="SFT only (ignored)")
+
+
+class ModelSection(_Section):
+    path: str | list[str] = Field(description="model, or a list of models (one run each)")
+    qlora_rank: int = Field(32, ge=1, description="LoRA rank")
+    qlora_alpha: int | None = Field(None, ge=1, description="LoRA alpha (default 2 x rank)")
+    name: str | None = None
+    description: str | None = None
+
+
+class AlgorithmSection(_Section):
+    loss_fn: Literal["ppo", "importance_sampling"] = "ppo"
+    adv_estimator: Literal["grpo", "gae", "reinforce"] = "grpo"
+    kl_penalty_coef: float | None = Field(None, ge=0, description="KL to the reference model (unset: none)")
+
+
+class RolloutSection(_Section):
+    max_turns: int = Field(1, ge=1, description="model calls per episode")
+    max_context_window: int = Field(32768, ge=1, description="most prompt tokens of an entry")
+    termination_policy: Literal["last_tool", "max_turns"] = "last_tool"
+    reasoning_mode: Literal["disabled", "low", "medium", "high"] | None = None
+    tool_timeout: float = Field(60, gt=0, description="seconds per tool call")
+    max_tool_response: int | None = Field(None, ge=1, description="tool outputs are cut to this many characters")
+    rollout_timeout: float | None = Field(None, gt=0, description="seconds per rollout")
+    include_thinking: bool = False
+    mcp_url: str | list[str] | None = None
+
+
+class TrainerSection(_Section):
+    num_epochs: int = Field(ge=1, description="passes over the entries")
+    learning_rate: float = Field(1e-4, gt=0)
+    save_step: int = Field(-1, ge=-1, description="checkpoint every N steps; -1: at the end only")
+    max_billing: float | None = None
+
+
+class RnowConfig(_Section):
+    """ReinforceNow's config.yml."""
+
+    project_id: str = ""
+    project_name: str = ""
+    dataset_id: str = ""
+    organization_id: str | None = None
+    description: str | None = None
+    dataset_type: Literal["rl", "sft", "distill", "midtrain"]
+    data: DataSection
+    model: ModelSection
+    trainer: TrainerSection
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    teacher: dict[str, Any] | None = None
+    evals: list[dict[str, Any]] = Field(default_factory=list)
+
+
+SECTIONS = {"data", "model", "algorithm", "rollout", "trainer"}
+TOP_LEVEL = {"project_id", "project_name", "dataset_id", "organization_id", "description", "dataset_type"}
+
+
+def _is_rnow_key(key: str) -> bool:
+    """Whether an override `+key=value` edits config.yml (else it goes to the translated config)."""
+    head, _, rest = key.partition(".")
+    if head == "trainer":
+        return rest.split(".")[0] in TrainerSection.model_fields
+    return head in TOP_LEVEL or (head in SECTIONS and bool(rest)) or key == "algorithm"
+
+
+def _set(values: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        values = values.setdefault(part, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"override +{key}: '{part}' is not a section of config.yml")
+    values[last] = value
+
+
+def parse_config(values: dict[str, Any], source: str = "config.yml") -> RnowConfig:
+    """Validate config.yml's values.
+
+    Raises:
+        ConfigError: unknown keys (with a suggestion), bad values, unsupported features; each names the key.
+    """
+    if values.get("algorithm") == "sft":
+        raise ConfigError(f"{source}: key 'algorithm': +algorithm=sft (supervised fine-tuning) is not supported yet: ng_train trains with RL (GRPO) only")
+    _check_keys(values, RnowConfig, "", source)
+    try:
+        config = RnowConfig.model_validate(values)
+    except ValidationError as exc:
+        problems = [f"key '{'.'.join(map(str, e['loc']))}': {e['msg']}" + ("" if e["type"] == "missing" else f" (got {e.get('input')!r})") for e in exc.errors()]
+        raise ConfigError(f"{source}: {'; '.join(problems)}") from exc
+    if config.dataset_type != "rl":
+        raise ConfigError(f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported yet: only rl (ng_train has no SFT or distillation trainer yet)")
+    if config.teacher is not None:
+        raise ConfigError(f"{source}: key 'teacher': distillation is not supported yet; remove the section")
+    if config.rollout.mcp_url:
+        raise ConfigError(f"{source}: key 'rollout.mcp_url': MCP tool servers are not supported in rnow projects yet; define the tools in tools.py")
+    if config.algorithm.adv_estimator == "gae":
+        raise ConfigError(f"{source}: key 'algorithm.adv_estimator': 'gae' is not supported: it needs a value model (critic), which this trainer has not; use grpo or reinforce")
+    return config
+
+
+# -- the project --------------------------------------------------------------------------------------------
+@dataclass
+class Project:
+    """A checked project: its folder, config, entries and functions."""
+
+    root: Path
+    config: RnowConfig
+    entries: list[Entry]
+    functions: ProjectFunctions
+    models: list[str]  # resolved: embedded:<name> or a local folder
+    context_window_set: bool = False  # rollout.max_context_window given in config.yml or an override
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.config.project_name or self.root.name).strip("-") or "rnow"
+
+
+def _read_config(root: Path, overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    path = root / "config.yml"
+    if not path.is_file():
+        raise ConfigError(f"{root}: no config.yml (see examples/rnow_project/config.yml)")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    for key, value in overrides:
+        _set(values, key, value)
+    return values
+
+
+def _resolve_models(config: RnowConfig, root: Path) -> list[str]:
+    paths = config.model.path if isinstance(config.model.path, list) else [config.model.path]
+    if not paths:
+        raise ConfigError("config.yml: key 'model.path': the list of models is empty")
+    models = []
+    for index, path in enumerate(paths):
+        try:
+            models.append(resolve_model(path, root))
+        except ConfigError as exc:
+            key = "model.path" if isinstance(config.model.path, str) else f"model.path[{index}]"
+            raise ConfigError(f"config.yml: key '{key}': {str(exc).removeprefix(MODEL_KEY_PREFIX)}") from exc
+    return models
+
+
+def _entry_problems(project: Project) -> list[str]:
+    train_file = project.config.data.train_file
+    problems = []
+    counters = {model: PromptCounter(model) for model in project.models}
+    window = project.config.rollout.max_context_window
+    for line, entry in project.entries:
+        found = entry_problems(entry, project.functions)
+        if not found:
+            messages, tools = substituted_messages(entry), [project.functions.tools[n].schema for n in entry_tool_names(entry, project.functions)]
+            for model, counter in counters.items():
+                tokens = counter.count(messages, tools)
+                if tokens > window:
+                    found.append(f"the prompt is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}")
+        problems += [f"{train_file}:{line}: {problem}" for problem in found]
+    return problems
+
+
+def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = None) -> Project:
+    """Read and check a project (config.yml with `overrides` applied, every entry, the functions).
+
+    Raises:
+        ConfigError: every problem found (up to 30 shown), each with its config.yml key or train.jsonl line.
+    """
+    root = Path(root).expanduser().resolve()
+    if not root.is_dir():
+        raise ConfigError(f"+{RNOW_FLAG}={root}: no such folder")
+    values = _read_config(root, overrides or [])
+    config = parse_config(values)
+    models = _resolve_models(config, root)
+    functions = load_functions(root)
+    train_path = root / config.data.train_file
+    if not train_path.is_file():
+        raise ConfigError(f"config.yml: key 'data.train_file': {train_path} does not exist")
+    entries, problems = read_entries(train_path)
+    project = Project(root, config, entries, functions, models, "max_context_window" in (values.get("rollout") or {}))
+    problems += _entry_problems(project)
+    if config.data.group_size < 2:
+        problems.insert(0, "config.yml: key 'data.group_size': GRPO compares the rollouts of an entry: use at least 2")
+    if problems:
+        shown = problems[:MAX_PROBLEMS_SHOWN] + ([f"... and {len(problems) - MAX_PROBLEMS_SHOWN} more"] if len(problems) > MAX_PROBLEMS_SHOWN else [])
+        raise ConfigError(f"rnow project {root} has {len(problems)} problem(s):\n  " + "\n  ".join(shown))
+    for key, ignored in (("evals", config.evals), ("trainer.max_billing", config.trainer.max_billing), ("data.val_split", config.data.val_split)):
+        if ignored:
+            project.warnings.append(f"config.yml: key '{key}' is ignored here")
+    return project
+
+
+# -- translation --------------------------------------------------------------------------------------------
+@dataclass
+class Translation:
+    """Our config for one model of a project, and its task rows."""
+
+    model: str
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def task_rows(project: Project) -> list[dict[str, Any]]:
+    """One task row per entry: responses_create_params (input, the entry's tools) + the fields verify reads."""
+    rows = []
+    reasoning = project.config.rollout.reasoning_mode
+    for line, entry in project.entries:
+        tools = entry_tool_names(entry, project.functions)
+        params: dict[str, Any] = {"input": messages_to_input_items(substituted_messages(entry))}
+        if tools:
+            params["tools"] = [project.functions.tools[name].schema for name in tools]
+        if reasoning and reasoning != "disabled":
+            params["reasoning"] = {"effort": reasoning}
+        row = {"responses_create_params": params, "rewards": entry["rewards"], "metadata": entry.get("metadata") or {},
+               "variables": entry.get("variables") or {}, "tools": tools, "rnow_line": line, "agent_ref": {"name": AGENT_NAME}}  # fmt: skip
+        if entry.get("docker"):
+            row["docker"] = entry["docker"]
+        rows.append(row)
+    return rows
+
+
+def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) -> dict[str, Any]:
+    config = project.config
+    steps_per_epoch = math.ceil(len(project.entries) / config.data.batch_size)
+    lora = {"rank": config.model.qlora_rank, "alpha": float(config.model.qlora_alpha or 2 * config.model.qlora_rank)}
+    loss: dict[str, Any] = {"loss_type": config.algorithm.loss_fn}
+    if config.algorithm.kl_penalty_coef is not None:
+        loss["kl_coef"] = config.algorithm.kl_penalty_coef
+    trainer: dict[str, Any] = {
+        "input_jsonl_fpath": str(tasks_path),
+        "agent_name": AGENT_NAME,
+        "output_dir": output_dir,
+        "num_steps": config.trainer.num_epochs * steps_per_epoch,
+        "batch_size": config.data.batch_size,
+        "group_size": config.data.group_size,
+        "advantage_estimator": {"grpo": "grpo", "reinforce": "rloo"}[config.algorithm.adv_estimator],
+        "engine": {"model_path": model, "dtype": "float32", "learning_rate": config.trainer.learning_rate, "lora": lora},
+        "loss": loss,
+        "checkpoint_interval": max(config.trainer.save_step, 0),
+    }
+    if config.rollout.rollout_timeout:
+        trainer["request_timeout_s"] = config.rollout.rollout_timeout
+    try:
+        TrainerConfig.model_validate(trainer)
+    except ValidationError as exc:
+        raise ConfigError(f"config.yml: the translated trainer section is invalid: {exc}") from exc
+    return trainer
+
+
+def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str | None = None, own_policy: bool = False,
+              max_context_window_set: bool = False) -> Translation:  # fmt: skip
+    """Our config for `project` with policy `model`; with `output_dir`, a `trainer:` section too (ng_train).
+    `own_policy`: the user's config_paths define policy_model (no vllm_model is added)."""
+    rollout = project.config.rollout
+    server: dict[str, Any] = {"entrypoint": "app.py", "domain": "other", "description": f"rnow project {project.root.name}",
+                              "project_dir": str(project.root), "max_tool_response_chars": rollout.max_tool_response}  # fmt: skip
+    agent = {"entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": SERVER_NAME},
+             "model_server": {"type": "responses_api_models", "name": "policy_model"}, "max_steps": rollout.max_turns,
+             "tool_timeout_s": float(rollout.tool_timeout)}  # fmt: skip
+    config: dict[str, Any] = {"config_paths": [] if own_policy else [VLLM_MODEL_YAML],
+                              SERVER_NAME: {"resources_servers": {"rnow_project": server}},
+                              AGENT_NAME: {"responses_api_agents": {"simple_agent": agent}}}  # fmt: skip
+    if not own_policy:
+        policy: dict[str, Any] = {"model": model, "dtype": "float32"}
+        if max_context_window_set:
+            policy["max_model_len"] = rollout.max_context_window
+        config["policy_model"] = {"responses_api_models": {"vllm_model": policy}}
+    if output_dir is not None:
+        config["trainer"] = _trainer(project, model, output_dir, tasks_path)
+    return Translation(model, config, task_rows(project))
+
+
+def write_translation(translation: Translation, out_dir: Path, project: Project, command: str) -> Path:
+    """Write `config.yaml` and `train_tasks.jsonl` into `out_dir`; returns the config's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out_dir / "train_tasks.jsonl", translation.rows)
+    path = out_dir / "config.yaml"
+    header = (f'# {command} "+config_paths=[{path}]"\n'
+              f"# Written from the rnow project {project.root} (model {translation.model}); rewritten on each run: edit the project.\n")  # fmt: skip
+    path.write_text(header + yaml.safe_dump(translation.config, sort_keys=False))
+    return path
+
+
+# -- command line -------------------------------------------------------------------------------------------
+def _split(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]], list[str], list[str]]:
+    """(project dir, rnow overrides, the user's config_paths, the other arguments)."""
+    project, rnow, config_paths, rest = None, [], [], []
+    for arg in argv:
+        pairs = parse_overrides([arg]) if "=" in arg else []
+        key, value = pairs[0] if pairs else (None, None)
+        if key == RNOW_FLAG:
+            project = str(value)
+        elif key == "config_paths":
+            config_paths += [str(p) for p in (value if isinstance(value, list) else [value])]
+        elif key is not None and _is_rnow_key(key):
+            rnow.append((key, value))
+        else:
+            rest.append(arg)
+    return project, rnow, config_paths, rest
+
+
+def _defines_policy(config_paths: list[str]) -> bool:
+    if not config_paths:
+        return False
+    loaded = load_config([f"+config_paths=[{','.join(config_paths)}]"], resolve=False)
+    return "policy_model" in loaded.values
+
+
+def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[list[str]]:
+    """The arguments of each run for `+rnow_project=DIR` (unchanged, as one run, without it): the project is
+    checked and translated, and `+config_paths=[<translated config>, <the user's config_paths>]` replaces it.
+    ng_run gets one run (a `model.path` list is an error there); ng_train one per model.
+
+    Raises:
+        ConfigError: any problem of the project (see `load_project`).
+    """
+    project_dir, overrides, user_paths, rest = _split(argv)
+    if project_dir is None:
+        return [argv]
+    project = load_project(project_dir, overrides)
+    command = "ng_run" if mode == "run" else "ng_train"
+    if mode == "run" and len(project.models) > 1:
+        raise ConfigError(f"config.yml: key 'model.path' lists {len(project.models)} models: ng_run serves one policy; pick one with +model.path=<model>")
+    own_policy = _defines_policy(user_paths)
+    trainer_dir = dict(parse_overrides([a for a in rest if "=" in a])).get("trainer.output_dir")
+    runs = []
+    for index, model in enumerate(project.models):
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", model.split("/")[-1].removeprefix("embedded:"))
+        suffix = "" if len(project.models) == 1 else f"-{index}-{name}"  # the index: two entries may name one model
+        if mode == "train":
+            output_dir = str(Path(trainer_dir) / suffix.lstrip("-")) if trainer_dir and suffix else (trainer_dir or f"results/train/{project.slug}{suffix}")
+            out_dir = (Path(output_dir) / "rnow_project").resolve()
+        else:
+            output_dir, out_dir = None, Path(f"results/rnow/{project.slug}").resolve()
+        translation = translate(project, model, tasks_path=out_dir / "train_tasks.jsonl", output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
+        path = write_translation(translation, out_dir, project, command)
+        print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
+              f"ng_collect_rollouts +agent_name={AGENT_NAME} +input_jsonl_fpath={out_dir / 'train_tasks.jsonl'} +output_jsonl_fpath=rollouts.jsonl)", flush=True)  # fmt: skip
+        extra = [a for a in rest if not (mode == "train" and suffix and a.lstrip("+").startswith("trainer.output_dir="))]
+        runs.append([f"+config_paths=[{','.join([str(path), *user_paths])}]", *extra])
+    for warning in project.warnings:
+        print(f"{command}: warning: {warning}", file=sys.stderr)
+    return runs

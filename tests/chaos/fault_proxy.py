@@ -1,0 +1,138 @@
+"""A fault-injecting HTTP/1.1 proxy for the chaos tests: real sockets on 127.0.0.1, requests parsed with h11.
+
+Each request is passed to `decide(request)`; it returns None (forward to the upstream and relay the answer)
+or a fault:
+    "reset"           read the request, then reset the connection (RST) without a byte of answer
+    "blackhole"       read the request and never answer (the connection is held until the proxy closes)
+    "reset_mid_body"  forward, send the upstream's status line, headers and half its body, then RST
+    "500" / "503" / "429"   answer that status (a 429 carries `Retry-After: 0`) without forwarding
+Keep-alive connections are served request after request, as the pooled clients of the servers use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import h11
+import httpx
+
+__all__ = ["FaultProxy", "ProxiedRequest", "FAULTS"]
+
+FAULTS = ("reset", "blackhole", "reset_mid_body", "500", "503", "429")
+HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+
+
+@dataclass(frozen=True)
+class ProxiedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+
+class FaultProxy:
+    """Serve on a free loopback port in a background thread; use as a context manager (`url` inside)."""
+
+    def __init__(self, upstream_url: str, decide: Callable[[ProxiedRequest], str | None]):
+        self.upstream_url = upstream_url.rstrip("/")
+        self.decide = decide
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> "FaultProxy":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        self._closing = asyncio.Event()
+        self._connections: set[asyncio.Task] = set()
+        self._http = httpx.AsyncClient(timeout=60, trust_env=False)
+        self._server = await asyncio.start_server(self._serve_connection, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _stop(self) -> None:
+        self._closing.set()
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._http.aclose()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(asyncio.current_task())
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while (request := await _read_request(conn, reader)) is not None:
+                fault = self.decide(request)
+                if fault == "reset":
+                    return _reset(writer)
+                if fault == "blackhole":
+                    await self._closing.wait()
+                    return _reset(writer)
+                if fault in ("500", "503", "429"):
+                    headers = [("retry-after", "0")] if fault == "429" else []
+                    await _answer(conn, writer, int(fault), b'{"detail": "injected fault"}', headers)
+                else:
+                    answer = await self._http.request(request.method, self.upstream_url + request.path, content=request.body,
+                                                      headers={k: v for k, v in request.headers.items() if k.encode() not in HOP_BY_HOP})
+                    headers = [(k, v) for k, v in answer.headers.items() if k.encode() not in HOP_BY_HOP]
+                    if fault == "reset_mid_body":
+                        writer.write(conn.send(h11.Response(status_code=answer.status_code, headers=[*headers, ("content-length", str(len(answer.content)))])))
+                        writer.write(answer.content[: len(answer.content) // 2])
+                        await writer.drain()
+                        return _reset(writer)
+                    await _answer(conn, writer, answer.status_code, answer.content, headers)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return writer.close()
+                conn.start_next_cycle()
+        except (ConnectionError, h11.ProtocolError, asyncio.CancelledError):
+            writer.close()
+        finally:
+            self._connections.discard(asyncio.current_task())
+        writer.close()
+
+
+async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> ProxiedRequest | None:
+    """The next whole request of the connection, or None at its end."""
+    head, body = None, bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(65536))
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            headers = {k.decode().lower(): v.decode() for k, v in head.headers}
+            return ProxiedRequest(head.method.decode(), head.target.decode(), headers, bytes(body))
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+async def _answer(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes, headers: list[tuple[str, str]]) -> None:
+    writer.write(conn.send(h11.Response(status_code=status, headers=[*headers, ("content-length", str(len(body)))])))
+    writer.write(conn.send(h11.Data(data=body)))
+    writer.write(conn.send(h11.EndOfMessage()))
+    await writer.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with an RST (SO_LINGER 0), as a crashed peer or a middlebox does."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
