@@ -388,7 +388,7 @@ def test_cancel_mid_run_then_resume(tmp_path, gym, agent):
 
 @pytest.mark.integration
 def test_sigint_exits_130_and_says_how_to_resume(tmp_path, gym, agent):
-    agent.delay_s = 0.2
+    agent.delay_s = 0.5  # 20 rows, 2 at a time: ~5 s of work, so the SIGINT comes mid-collection even on a loaded machine
     write_input(tmp_path / "in.jsonl", 20)
     cfg = config(tmp_path, gym, num_samples_in_parallel=2)
     code = f"import sys; from nemo_gym.collect import CollectConfig, collect_main; sys.exit(collect_main(CollectConfig.model_validate_json({cfg.model_dump_json()!r})))"

@@ -278,7 +278,7 @@ def test_new_user_path_gitlab_to_hub_to_rollouts(tmp_path):
         assert pulled.read_bytes() == EXAMPLE.read_bytes()
 
     rollouts = tmp_path / "rollouts.jsonl"
-    with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true") as run:
+    with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true", env={"NEMO_GYM_HOME": env["NEMO_GYM_HOME"]}) as run:
         head = run.wait_ready()
         cli("collect_rollouts", "+agent_name=weather_agent", f"+input_jsonl_fpath={pulled}", f"+output_jsonl_fpath={rollouts}",
             "+progress=false", f"+head_server_url={head}")

@@ -264,7 +264,10 @@ class WandbSink:
         self.run.log({metric_tag(k): v for k, v in _scalars(metrics).items()}, step=step)
 
     def close(self) -> None:
+        import wandb
+
         self.run.finish()
+        wandb.teardown()  # stop wandb's service process (wandb-core): nothing of the run outlives the trainer
 
 
 # -- the reporter ----------------------------------------------------------------------------------------------
