@@ -110,7 +110,7 @@ def report() -> dict[str, Any]:
             "after": sum(a) / len(a), "after_ci95": _bootstrap(a, 10_000, rng),
             "difference": sum(diff) / len(diff), "difference_ci95": _bootstrap(diff, 10_000, rng), "tasks": len(tasks),
         }  # fmt: skip
-    summary["train_minutes"] = sum(m.get("time_generation_s", 0) + m.get("time_training_s", 0) + m.get("time_sync_s", 0) for m in metrics) / 60
+    summary["train_minutes"] = sum(m.get("time_step_s", 0.0) for m in metrics) / 60  # generation + training + sync (nemo_gym.train.reporting)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(metrics, OUT / "reward_curve.png")
     for name in ("mean_reward", "pass_at_1"):

@@ -9,7 +9,7 @@ loss: clipped ratio with ε_low 0.2 / ε_high 0.28 and token-level (DAPO) normal
 of 4 sequences accumulated over the step, learning rate 1e-6.
 - ng_train: the servers of `configs/train/quickstart_grpo.yaml` (vllm_model on vLLM-CPU, simple_agent,
   reasoning_gym) started by ng_train itself; a step = rollouts through the agents + training + weight sync
-  to vLLM (`time_generation_s + time_training_s + time_sync_s` of metrics.jsonl); only steps that trained count
+  to vLLM (`time_step_s` = generation + training + sync, of metrics.jsonl); only steps that trained count
   (ng_train skips the update when every group's rewards are equal; TRL always runs it).
 - TRL: `GRPOTrainer` with transformers generation (TRL's vLLM modes need CUDA), `loss_type="dapo"`; a step
   = `TrainerCallback.on_step_begin` to `on_step_end` (generation + scoring + training).
@@ -51,7 +51,7 @@ def run_ours(args: argparse.Namespace) -> list[float]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # only steps with an optimizer step: a step whose groups all had equal rewards skips training (TRL always trains)
     steps = [r for r in rows if "time_generation_s" in r and r.get("trained")]
-    return [r["time_generation_s"] + r.get("time_training_s", 0.0) + r.get("time_sync_s", 0.0) for r in steps]
+    return [r["time_step_s"] for r in steps]  # generation + training + sync (nemo_gym.train.reporting)
 
 
 def run_trl(args: argparse.Namespace) -> list[float]:

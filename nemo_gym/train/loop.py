@@ -35,6 +35,7 @@ from nemo_gym.client import ClientTimeouts, ServerClient
 from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, load_tasks
 from nemo_gym.config import LoadedConfig
 from nemo_gym.errors import ConfigError, ServerStartError
+from nemo_gym.head import run_token_for_url
 from nemo_gym.jsonl import write_jsonl
 from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
@@ -198,8 +199,6 @@ class GRPOTrainer:
         self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
         self.servers = GymServers(self.argv, cfg.head_server_url, self.out / "ng_run.log")
         self.engine = PolicyEngine(cfg.engine, cfg.loss, total_steps=cfg.num_steps)
-        from nemo_gym.head import run_token_for_url
-
         policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
         reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
         self.sync = FilesystemWeightSync(self.out / "weights", reload)
