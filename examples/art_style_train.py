@@ -73,7 +73,9 @@ async def train(args: argparse.Namespace) -> None:
         num_epochs = max(1, math.ceil(args.steps * args.groups_per_step / len(tasks)))
 
         async def judged(group: art.TrajectoryGroup) -> art.TrajectoryGroup | None:
-            return await art.ruler_score_group(group, model, reference=str(group.metadata["answer"]), create_params={"max_tokens": 256}, swallow_exceptions=True)
+            # The reply is constrained to the scores JSON (explanations <= 200 characters each), so it ends by itself
+            # within ~70 tokens per trajectory: keep the default max_tokens (1024), a lower cap truncates the JSON.
+            return await art.ruler_score_group(group, model, reference=str(group.metadata["answer"]), swallow_exceptions=True)
 
         for batch in art.iterate_dataset(tasks, groups_per_step=args.groups_per_step, num_epochs=num_epochs, initial_step=start):
             if batch.step >= args.steps:

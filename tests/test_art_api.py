@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 from pydantic import ValidationError
 
 import nemo_gym.art as art
-from nemo_gym.art.ruler import judge_messages
+from nemo_gym.art.ruler import RulerError, judge_messages
 from nemo_gym.art.tokens import groups_to_batch, trajectory_sequences
 from nemo_gym.errors import DataError
 
@@ -422,3 +422,24 @@ def test_model_names_and_engine_fields_are_validated():
         art.TrainableModel(name="m", project="p", engine={"micro_batch": 2})
     with pytest.raises(RuntimeError, match="register"):
         asyncio.run(art.TrainableModel(name="m", project="p").get_step())
+
+
+def test_ruler_says_when_the_judge_reply_was_cut_at_max_tokens():
+    """A reply cut by max_tokens is invalid JSON; the error names the cause and the setting to raise."""
+    cut = {"id": "c", "object": "chat.completion", "created": 0, "model": "judge",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"scores": [{"id": "1", "score": 0.5, "expl'}, "finish_reason": "length"}]}  # fmt: skip
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json=cut)
+
+    async def judge() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            client = AsyncOpenAI(base_url="http://judge.test/v1", api_key="token", http_client=http)
+            group = art.TrajectoryGroup([art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": t}], reward=0) for t in "ab"])
+            await art.ruler_score_group(group, "judge", judge_client=client, create_params={"max_tokens": 16})
+
+    with pytest.raises(RulerError, match=r"cut at max_tokens=16: raise it"):
+        asyncio.run(judge())
+    assert len(sent) == 2 and sent[0]["max_tokens"] == 16 and sent[0]["response_format"]["type"] == "json_schema"

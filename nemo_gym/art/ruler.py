@@ -145,7 +145,9 @@ async def _scores(
         try:
             parsed = judge.parse_group_scores(text, len(distinct))
         except ValueError as exc:
-            problem = f"{exc}; reply: {text[:300]!r}"
+            cut = completion.choices and completion.choices[0].finish_reason == "length"
+            hint = f" (the reply was cut at max_tokens={params.get('max_tokens')}: raise it)" if cut else ""
+            problem = f"{exc}{hint}; reply: {text[:300]!r}"
             continue
         by_suffix = {suffix: s.score for suffix, s in zip(distinct, parsed)}
         return [by_suffix[s] for s in suffixes]
