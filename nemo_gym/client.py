@@ -4,8 +4,9 @@ Every attempt has a connect deadline and a total deadline (connect + read second
 a server that trickles bytes cannot hold a call forever); there are at most `max_retries` retries, with
 exponential backoff (or the server's `Retry-After` after a 429, up to `retry_after_max_s`), and only for
 transient failures (`nemo_gym.errors.is_transient`: connection errors, timeouts, 429, 502/503/504 without a
-deterministic inner failure class). So one call lasts at most `ClientTimeouts.worst_case_s()`. Failures raise
-the typed errors of `nemo_gym.errors`; nothing hangs forever.
+deterministic inner failure class). So one call lasts at most `ClientTimeouts.worst_case_s()` (plus one connect
+deadline per other replica of the instance, for a call that a refused connection moves to another replica; see
+`ServerClient` and `nemo_gym.replicas`). Failures raise the typed errors of `nemo_gym.errors`; nothing hangs forever.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import datetime
 import email.utils
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ import orjson
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.errors import ServerBadAnswerError, ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, is_transient
 from nemo_gym.head import run_token_for_url
+from nemo_gym.replicas import DEFAULT_COOLDOWN_S, Replica, ReplicaPool
 
 __all__ = ["ClientTimeouts", "ServerClient", "SESSION_HEADER", "SESSION_COOKIE", "HEAD_URL_ENV"]
 
@@ -53,28 +56,44 @@ class ClientTimeouts:
 class ServerClient:
     """Async client that resolves instance names through the head server and posts JSON.
 
+    An instance may run several replicas (`num_replicas`, see `nemo_gym.replicas`): a call with a sticky key
+    (`session_id`, else the `cookies` jar object) always goes to the same replica, where the rollout's session
+    lives; other calls go to the up replica with the fewest calls in flight. A replica that refuses a
+    connection is marked down for `replica_cooldown_s`: calls without a key move to another replica at once;
+    when its cool-down ends, or when every replica is down, the addresses are read again from the head server
+    (a restarted replica registers its new address there) and it is tried again. A sticky call never moves:
+    it re-reads the addresses and retries its replica (bounded retries), then raises.
+
     Args:
         head_url: base URL of the head server (`ng_run` prints it; env `NEMO_GYM_HEAD_URL`).
-        addresses: optional fixed `{instance name: base URL}` map; names in it skip the head server.
+        addresses: optional fixed `{instance name: base URL, or a list of replica base URLs}` map; names in
+            it skip the head server.
         timeouts: deadlines and retry policy.
         max_connections: connection-pool size.
         run_token: the run's token (see `nemo_gym.auth`), sent on every request; default: this process's
             own (a server of the run), else the one `ng_run` wrote for the run at `head_url`.
+        replica_cooldown_s: how long a replica that refused a connection gets no calls without a key, seconds.
     """
 
     def __init__(
         self,
         head_url: str | None = None,
         *,
-        addresses: dict[str, str] | None = None,
+        addresses: dict[str, str | list[str]] | None = None,
         timeouts: ClientTimeouts = ClientTimeouts(),
         max_connections: int = 1024,
         run_token: str | None = None,
+        replica_cooldown_s: float = DEFAULT_COOLDOWN_S,
     ):
         self.head_url = (head_url or os.environ.get(HEAD_URL_ENV) or "").rstrip("/") or None
         token = run_token or run_token_for_url(self.head_url)
         self.timeouts = timeouts
-        self._addresses: dict[str, str] = dict(addresses or {})
+        self.replica_cooldown_s = replica_cooldown_s
+        self._pools: dict[str, ReplicaPool] = {
+            name: ReplicaPool(name, dict(enumerate([urls] if isinstance(urls, str) else urls)), cooldown_s=replica_cooldown_s, fixed=True)
+            for name, urls in (addresses or {}).items()
+        }
+        self._refreshing = asyncio.Lock()
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -92,24 +111,90 @@ class ServerClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    # -- addresses ---------------------------------------------------------------------------------
     async def server_url(self, name: str) -> str:
-        """Base URL of instance `name`. Raises ServerError when the head server does not know it."""
-        if name in self._addresses:
-            return self._addresses[name]
+        """Base URL of instance `name` (of its lowest-numbered replica that is up).
+
+        Raises:
+            ServerError: no head server URL, or the head server does not know `name`.
+        """
+        return (await self._pool(name)).first_url()
+
+    async def replica_urls(self, name: str) -> dict[int, str]:
+        """`{replica index: base URL}` of instance `name` (see `server_url` for the errors raised)."""
+        return {r.replica: r.url for r in (await self._pool(name)).replicas.values()}
+
+    def replica_stats(self, name: str) -> list[dict[str, Any]]:
+        """Per-replica counters of the calls this client made to `name`: `[{replica, url, calls, failures,
+        in_flight, down}]` (`calls` counts attempts, `failures` attempts with no answer); `[]` before any."""
+        pool = self._pools.get(name)
+        return pool.stats() if pool else []
+
+    async def list_servers(self) -> list[dict[str, Any]]:
+        """The head server's `GET /servers` answer: one `{name, replica, server_type, implementation, url, pid,
+        ...}` per replica."""
+        return await self.request_json("GET", f"{self.head_url}/servers", server="head")
+
+    async def _pool(self, name: str) -> ReplicaPool:
+        pool = self._pools.get(name)
+        if pool is not None:
+            return pool
         if not self.head_url:
             raise ServerError(f"no address for server {name!r}: no head server URL (set {HEAD_URL_ENV} or +head_server_url=...)", server=name)
         servers = await self.list_servers()
-        for entry in servers:
-            self._addresses.setdefault(entry["name"], entry["url"])
-        if name not in self._addresses:
-            known = ", ".join(sorted(s["name"] for s in servers)) or "none"
+        self._take_addresses(servers)
+        if name not in self._pools:
+            known = ", ".join(sorted({s["name"] for s in servers})) or "none"
             raise ServerError(f"server {name!r} is not registered with the head server {self.head_url} (known: {known})", server=name)
-        return self._addresses[name]
+        return self._pools[name]
 
-    async def list_servers(self) -> list[dict[str, Any]]:
-        """The head server's `GET /servers` answer: `[{name, server_type, implementation, url, pid, ...}]`."""
-        return await self.request_json("GET", f"{self.head_url}/servers", server="head")
+    def _take_addresses(self, servers: list[dict[str, Any]]) -> None:
+        """Create or update the pools of the names in a `GET /servers` answer (fixed ones stay as given)."""
+        by_name: dict[str, dict[int, str]] = {}
+        for entry in servers:
+            by_name.setdefault(entry["name"], {})[int(entry.get("replica", 0))] = entry["url"]
+        for name, urls in by_name.items():
+            pool = self._pools.get(name)
+            if pool is None:
+                self._pools[name] = ReplicaPool(name, urls, cooldown_s=self.replica_cooldown_s)
+            elif not pool.fixed:
+                pool.update(urls)
 
+    async def _refresh(self, pool: ReplicaPool) -> None:
+        """Read the addresses of `pool` again from the head server (once for concurrent callers); ends the
+        cool-downs that are over. A head server that does not answer leaves the addresses as they are."""
+        seen = pool.generation
+        async with self._refreshing:
+            if pool.generation != seen:
+                return  # another call refreshed it meanwhile
+            if pool.fixed or not self.head_url:
+                pool.update({})
+                return
+            try:
+                answer = await self._http.get(f"{self.head_url}/servers", timeout=self.timeouts.connect_s)
+                servers = answer.raise_for_status().json()
+            except (httpx.HTTPError, ValueError):
+                pool.update({})
+                return
+            self._take_addresses(servers)
+            if pool.generation == seen:  # the head server no longer lists it
+                pool.update({})
+
+    async def _choose(self, pool: ReplicaPool, key: str | None, avoid: set[int]) -> Replica:
+        """The replica for the next attempt of a call (see the class docstring)."""
+        if pool.cooldown_ended():
+            await self._refresh(pool)
+        if key is not None:
+            if pool.sticky(key).is_down(time.monotonic()):
+                await self._refresh(pool)  # restarted at a new address?
+            return pool.sticky(key)
+        replica = pool.balanced(avoid) or pool.balanced()
+        if replica is None:  # every replica is down
+            await self._refresh(pool)
+            replica = pool.balanced() or pool.soonest_up()
+        return replica
+
+    # -- calls -------------------------------------------------------------------------------------
     async def post(
         self,
         server: str,
@@ -124,21 +209,25 @@ class ServerClient:
 
         `session_id` goes in the `X-Session-Id` header. `cookies` is a per-rollout jar: it is sent and
         updated from the answer, so servers that keep sessions in cookies (NeMo Gym's) work too, and two
-        rollouts never share a cookie.
+        rollouts never share a cookie. Either one makes the call sticky: every call with the same session id
+        (else the same jar object) reaches the same replica.
 
         Raises:
-            ServerUnavailableError: connection failed after the retries.
+            ServerError: the name is unknown (see `server_url`).
+            ServerUnavailableError: connection failed after the retries (and, without a sticky key, on every replica).
             ServerTimeoutError: no whole answer within connect_s + read_s (or `timeout_s`), after the retries.
             ServerHTTPError: a 4xx/5xx answer (transient ones, `errors.is_transient`, are retried first).
             ServerBadAnswerError: a success status with a body that is not JSON.
         """
-        url = await self.server_url(server) + "/" + path.lstrip("/")
         headers = {SESSION_HEADER: session_id} if session_id else {}
-        return await self.request_json("POST", url, json=json, headers=headers, cookies=cookies, server=server, timeout_s=timeout_s)
+        key = f"session:{session_id}" if session_id else f"jar:{id(cookies)}" if cookies is not None else None
+        pool = await self._pool(server)
+        return await self._send("POST", pool, "/" + path.lstrip("/"), json=json, headers=headers, cookies=cookies, key=key, server=server, timeout_s=timeout_s)
 
     async def get(self, server: str, path: str, *, timeout_s: float | None = None) -> Any:
-        url = await self.server_url(server) + "/" + path.lstrip("/")
-        return await self.request_json("GET", url, server=server, timeout_s=timeout_s)
+        """GET `/path` of instance `server` (balanced over its replicas); errors as for `post`."""
+        pool = await self._pool(server)
+        return await self._send("GET", pool, "/" + path.lstrip("/"), server=server, timeout_s=timeout_s)
 
     async def request_json(
         self,
@@ -151,20 +240,54 @@ class ServerClient:
         server: str | None = None,
         timeout_s: float | None = None,
     ) -> Any:
-        """One request with bounded retries; see `post` for the errors raised."""
+        """One request to an absolute URL with bounded retries; see `post` for the errors raised."""
+        pool = ReplicaPool(server or url, {0: url}, fixed=True)
+        return await self._send(method, pool, "", json=json, headers=headers, cookies=cookies, server=server, timeout_s=timeout_s)
+
+    async def _send(
+        self,
+        method: str,
+        pool: ReplicaPool,
+        path: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        cookies: httpx.Cookies | None = None,
+        key: str | None = None,
+        server: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Send to `<replica url><path>` with bounded retries: a connection refused by one replica moves a call
+        without `key` to another one at once (not counted against `max_retries`); other transient failures wait
+        (backoff or `Retry-After`) and count."""
         content = orjson.dumps(json, option=orjson.OPT_SERIALIZE_NUMPY) if json is not None else None
         all_headers = {"content-type": "application/json", **(headers or {})} if content is not None else dict(headers or {})
         if cookies:
             all_headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
         timeout = httpx.Timeout(timeout_s, connect=self.timeouts.connect_s) if timeout_s else httpx.USE_CLIENT_DEFAULT
         deadline_s = self.timeouts.connect_s + (timeout_s or self.timeouts.read_s)
-        path = httpx.URL(url).path
         attempt = 0
+        tried: set[int] = set()
         while True:
-            outcome, wait_s = await self._attempt(method, url, content, all_headers, cookies, timeout, deadline_s, server, path)
+            replica = await self._choose(pool, key, tried)
+            url = replica.url + path
+            replica.calls += 1
+            replica.in_flight += 1
+            try:
+                outcome, wait_s = await self._attempt(method, url, content, all_headers, cookies, timeout, deadline_s, server, httpx.URL(url).path)
+            finally:
+                replica.in_flight -= 1
             if isinstance(outcome, _Answer):
                 return outcome.value
             error: ServerError = outcome
+            tried.add(replica.replica)
+            if isinstance(error, (ServerUnavailableError, ServerTimeoutError)):
+                replica.failures += 1
+            if isinstance(error, ServerUnavailableError):
+                pool.mark_down(replica)
+                if key is None and pool.up(tried):
+                    self.retries_used += 1
+                    continue  # another replica takes the call right away
             if not is_transient(error) or attempt >= self.timeouts.max_retries:
                 raise error
             if wait_s is not None and wait_s > self.timeouts.retry_after_max_s:

@@ -65,6 +65,21 @@ class ServerInstance:
     def entrypoint(self) -> str:
         return str(self.fields.get("entrypoint", "app.py"))
 
+    @property
+    def num_replicas(self) -> int:
+        """How many processes `ng_run` starts for this instance (field `num_replicas`, default 1).
+
+        Raises:
+            ConfigError: not an integer >= 1, or several replicas with one fixed `port`.
+        """
+        value = self.fields.get("num_replicas", 1)
+        where = f"{self.source}: key '{self.name}.{self.server_type}.{self.implementation}.num_replicas'"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: must be an integer >= 1, got {value!r}")
+        if value > 1 and self.fields.get("port") not in (None, 0):
+            raise ConfigError(f"{where}: {value} replicas cannot share the fixed port {self.fields['port']}; set port: 0 (a free port each)")
+        return value
+
 
 @dataclass
 class LoadedConfig:
@@ -237,6 +252,7 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
                 raise ConfigError(f"{where}.{implementation}': no folder {server_type}/{implementation}{did_you_mean(str(implementation), existing)}")
             if not (instance.implementation_dir / instance.entrypoint).is_file():
                 raise ConfigError(f"{where}.{implementation}.entrypoint': file {server_type}/{implementation}/{instance.entrypoint} does not exist")
+        instance.num_replicas  # noqa: B018 (validates the field: a bad value is a config error before anything starts)
         instances.append(instance)
     names = {i.name: i for i in instances}
     for instance in instances:

@@ -1,7 +1,9 @@
 """The head server: discovery of a run's servers by instance name. It never serves config values or secrets.
 
-Routes: `GET /health`, `GET /servers` (`[{name, server_type, implementation, url, pid, registered_at}]`),
-`GET /servers/{name}`, `POST /register` (used by servers at start-up).
+Routes: `GET /health`, `GET /servers` (one `{name, replica, server_type, implementation, url, pid, registered_at}`
+per replica), `GET /servers/{name}` (the instance's lowest-numbered replica, plus `replicas: [{replica, url}]`),
+`POST /register` (used by servers at start-up; registering the same (name, replica) again replaces its address:
+a restarted replica).
 Each `ng_run` writes `<NEMO_GYM_HOME>/runs/<run_id>/state.json`; outside clients find the head server with
 `discover_head_url`, and the run's token (every route but `/health` needs it, see `nemo_gym.auth`) with
 `run_token_for_url`.
@@ -19,14 +21,14 @@ import httpx
 import psutil
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym.auth import TOKEN_HEADER, RunTokenAuth, current_run_token, read_token_file
 from nemo_gym.errors import ConfigError
 from nemo_gym.api_schema import add_components, json_body, model_schema
 from nemo_gym.limits import RequestLimits, read_json_object
 
-__all__ = ["nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration"]
+__all__ = ["nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration", "ServerRegistry"]
 
 DEFAULT_HEAD_PORT = 11000
 
@@ -113,17 +115,46 @@ class Registration(BaseModel):
     implementation: str
     url: str
     pid: int
+    replica: int = Field(0, ge=0, description="replica index of the instance (0-based; `num_replicas` processes share the name)")
+
+
+class ServerRegistry(dict):
+    """Instance name → registration of its lowest-numbered replica; `replicas[name]` maps every replica index
+    to its registration. Setting `registry[name] = entry` registers `entry` as replica `entry.get("replica", 0)`
+    of `name`, replacing that replica's earlier registration."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replicas: dict[str, dict[int, dict[str, Any]]] = {}
+
+    def __setitem__(self, name: str, entry: dict[str, Any]) -> None:
+        replicas = self.replicas.setdefault(name, {})
+        replicas[int(entry.get("replica", 0))] = entry
+        super().__setitem__(name, replicas[min(replicas)])
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self.replicas.pop(name, None)
+
+    def replica(self, name: str, index: int) -> dict[str, Any] | None:
+        """The registration of replica `index` of `name`, or None."""
+        return self.replicas.get(name, {}).get(index)
+
+    def entries(self, name: str) -> list[dict[str, Any]]:
+        """Every replica's registration of `name`, by index, each with its `replica` field."""
+        return [{**entry, "replica": index} for index, entry in sorted(self.replicas.get(name, {}).items())]
 
 
 def build_head_app(run_token: str | None = None) -> FastAPI:
-    """The head server app; `app.state.servers` maps instance name → registration dict.
+    """The head server app; `app.state.servers` (a `ServerRegistry`) maps instance name → registration dict
+    of its lowest-numbered replica, and keeps every replica.
 
     With `run_token`, every route but `/health` answers 401 without it (see `nemo_gym.auth`).
     """
     app = FastAPI(title="nemo_gym head server")
     app.add_middleware(RequestLimits)  # registrations are tiny: the default cap is generous
     app.add_middleware(RunTokenAuth, token=run_token)  # outermost: nothing runs for a caller without the token
-    app.state.servers = {}
+    app.state.servers = ServerRegistry()
 
     @app.get("/health")
     async def health() -> dict:
@@ -147,12 +178,13 @@ def build_head_app(run_token: str | None = None) -> FastAPI:
 
     @app.get("/servers")
     async def servers() -> list[dict]:
-        return list(app.state.servers.values())
+        return [entry for name in app.state.servers for entry in app.state.servers.entries(name)]
 
     @app.get("/servers/{name}", responses={404: {"description": "no server of that name is registered"}})
     async def server(name: str) -> dict:
         if name not in app.state.servers:
             raise HTTPException(404, f"no server named {name!r}")
-        return app.state.servers[name]
+        replicas = app.state.servers.entries(name)
+        return {**replicas[0], "replicas": [{"replica": r["replica"], "url": r["url"]} for r in replicas]}
 
     return app

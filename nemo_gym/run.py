@@ -3,7 +3,12 @@
 Start-up: the head server binds first; environments are built (in parallel, once per distinct requirements
 set, reused later); each server process binds its own socket and registers its address with the head
 server; the run is ready when every server answers `GET /health`. A server that exits is reported by name
-with its last log lines and the whole run stops. SIGINT/SIGTERM stop every process group (SIGTERM, then
+with its last log lines and the whole run stops.
+
+Replicas: an instance with `num_replicas: N` runs N processes (env `NEMO_GYM_REPLICA` = 0..N-1, logs
+`logs/<name>.log` for replica 0 and `logs/<name>.<i>.log` for the others); each registers under the instance
+name with its index, and clients spread calls over them (`nemo_gym.client`). The run is ready when every replica
+is healthy; a replica that exits stops the run like any server. SIGINT/SIGTERM stop every process group (SIGTERM, then
 SIGKILL after `stop_grace_s`), so no process is left behind.
 
 Exposure: every server binds 127.0.0.1 unless configured otherwise, and the servers of a run accept calls
@@ -35,7 +40,7 @@ from nemo_gym.config import LoadedConfig, ServerInstance, server_instances
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.serve import bind_socket
+from nemo_gym.serve import REPLICA_ENV, bind_socket
 from nemo_gym.venvs import ensure_venv
 
 __all__ = ["RunOptions", "HeadServerOptions", "run_main", "tail"]
@@ -58,16 +63,29 @@ class RunOptions(BaseModel):
     stop_grace_s: float = Field(10.0, description="seconds between SIGTERM and SIGKILL when stopping")
     log_lines: int = Field(30, description="how many last log lines to show for a server that died")
     allow_unauthenticated: bool = Field(False, description="serve without the per-run token: any local process (of any user) may then call the servers")
+    ray_address: str | None = Field(None, description="place the servers on this Ray cluster (`auto`, `host:port`) instead of this machine; see nemo_gym.ray_placement")
 
 
 @dataclass
 class ServerProcess:
     instance: ServerInstance
     log_path: Path
+    replica: int = 0
     process: asyncio.subprocess.Process | None = None
     url: str | None = None
     healthy: bool = False
+    ray_replica: Any = None  # with +ray_address: its actor (nemo_gym.ray_placement)
     started_at: float = field(default_factory=time.time)
+
+    @property
+    def label(self) -> str:
+        """`'name'`, or `'name' replica i` for an instance with several replicas."""
+        return f"{self.instance.name!r}" + (f" replica {self.replica}" if self.instance.num_replicas > 1 else "")
+
+
+def log_path(logs_dir: Path, name: str, replica: int) -> Path:
+    """Log file of a server process: `<name>.log` for replica 0, `<name>.<replica>.log` for the others."""
+    return logs_dir / (f"{name}.log" if replica == 0 else f"{name}.{replica}.log")
 
 
 def tail(path: Path, lines: int) -> str:
@@ -78,9 +96,18 @@ def tail(path: Path, lines: int) -> str:
         return "".join(deque(fh, maxlen=lines)).rstrip()
 
 
+def _node_of(server: ServerProcess) -> str:
+    """`node <ip> <id prefix>` of a Ray-placed server, as last reported."""
+    info = (server.ray_replica.info or {}) if server.ray_replica is not None else {}
+    return f"node {info.get('node_ip', '?')} {str(info.get('node_id', '?'))[:8]}"
+
+
 def _died_message(server: ServerProcess, lines: int, what: str) -> str:
-    log = tail(server.log_path, lines)
-    return f"server {server.instance.name!r} ({server.instance.server_type}/{server.instance.implementation}) {what}.\nLast log lines ({server.log_path}):\n{log or '(empty log)'}"
+    if server.ray_replica is not None:  # the log is on the server's Ray node: its last lines as last fetched
+        where, log = f"on Ray {_node_of(server)}: {(server.ray_replica.info or {}).get('log', '?')}", server.ray_replica.last_tail
+    else:
+        where, log = str(server.log_path), tail(server.log_path, lines)
+    return f"server {server.label} ({server.instance.server_type}/{server.instance.implementation}) {what}.\nLast log lines ({where}):\n{log or '(empty log)'}"
 
 
 class Run:
@@ -95,6 +122,8 @@ class Run:
         self.stop_event = asyncio.Event()
         self.head_url = ""
         self.run_token = None if options.allow_unauthenticated else new_run_token()
+        self.ray: Any = None  # RayServers with +ray_address
+        self._ray_polled_at = 0.0
 
     # -- start ---------------------------------------------------------------------------------------
     async def start_head(self) -> None:
@@ -141,17 +170,48 @@ class Run:
     async def spawn(self, pythons: dict[str, Path]) -> None:
         base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV}}
         for instance in self.instances:
-            server = ServerProcess(instance, self.run_dir / "logs" / f"{instance.name}.log")
-            env = {**base_env, "NEMO_GYM_RUN_DIR": str(self.run_dir), "NEMO_GYM_INSTANCE": instance.name, HEAD_URL_ENV: self.head_url, "PYTHONUNBUFFERED": "1"}
-            if self.run_token:  # in the environment, not on the command line: `ps` shows command lines
-                env[RUN_TOKEN_ENV] = self.run_token
-            with server.log_path.open("ab") as log:
-                server.process = await asyncio.create_subprocess_exec(
-                    str(pythons[instance.name]), "-m", "nemo_gym.serve",
-                    cwd=instance.implementation_dir, env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-                    start_new_session=True,  # own process group: stopping it stops its children (e.g. vLLM)
-                )
-            self.servers.append(server)
+            for replica in range(instance.num_replicas):
+                server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica)
+                env = {**base_env, "NEMO_GYM_RUN_DIR": str(self.run_dir), "NEMO_GYM_INSTANCE": instance.name, REPLICA_ENV: str(replica),
+                       HEAD_URL_ENV: self.head_url, "PYTHONUNBUFFERED": "1"}
+                if self.run_token:  # in the environment, not on the command line: `ps` shows command lines
+                    env[RUN_TOKEN_ENV] = self.run_token
+                with server.log_path.open("ab") as log:
+                    server.process = await asyncio.create_subprocess_exec(
+                        str(pythons[instance.name]), "-m", "nemo_gym.serve",
+                        cwd=instance.implementation_dir, env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
+                        start_new_session=True,  # own process group: stopping it stops its children (e.g. vLLM)
+                    )
+                self.servers.append(server)
+
+    def spawn_on_ray(self) -> None:
+        """With `+ray_address`: one actor per replica; each builds its environment and starts its server on its node."""
+        from nemo_gym.ray_placement import RayServers
+
+        self.ray = RayServers(self.options.ray_address or "auto", run_id=self.run_id, head_url=self.head_url, run_token=self.run_token, skip_venv=self.options.skip_venv)
+        print(f"Placing {sum(i.num_replicas for i in self.instances)} server process(es) on the Ray cluster at {self.options.ray_address}...", flush=True)
+        for instance in self.instances:
+            for replica in range(instance.num_replicas):
+                server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica)
+                server.ray_replica = self.ray.start(instance, replica)
+                self.servers.append(server)
+
+    async def check_alive_async(self) -> None:
+        """`check_alive`, and with Ray: the actors' state (a replica whose restarts are used up stops the run), and
+        the addresses of restarted replicas taken into state.json."""
+        self.check_alive()
+        if self.ray is None or time.monotonic() - self._ray_polled_at < 1.0:
+            return
+        self._ray_polled_at = time.monotonic()
+        await asyncio.to_thread(self.ray.poll, self.options.log_lines)
+        moved = False
+        for server in self.servers:
+            registered = self.head_app.state.servers.replica(server.instance.name, server.replica)
+            if server.healthy and registered and registered["url"] != server.url:
+                print(f"ng_run: server {server.label} restarted at {registered['url']} ({_node_of(server)})", flush=True)
+                server.url, moved = registered["url"], True
+        if moved:
+            self.write_state()
 
     def check_alive(self) -> None:
         for server in self.servers:
@@ -162,14 +222,14 @@ class Run:
         deadline = time.monotonic() + self.options.startup_timeout_s
         async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
             while not all(s.healthy for s in self.servers):
-                self.check_alive()
+                await self.check_alive_async()
                 if self.stop_event.is_set():
                     raise KeyboardInterrupt
                 if time.monotonic() > deadline:
                     waiting = [s for s in self.servers if not s.healthy]
                     raise ServerStartError("\n\n".join(_died_message(s, self.options.log_lines, f"was not healthy after {self.options.startup_timeout_s:.0f} s") for s in waiting))
                 for server in self.servers:
-                    registered = self.head_app.state.servers.get(server.instance.name)
+                    registered = self.head_app.state.servers.replica(server.instance.name, server.replica)
                     if server.healthy or not registered:
                         continue
                     server.url = registered["url"]
@@ -188,16 +248,25 @@ class Run:
             "process_create_time": me.create_time(),
             "started_at": time.time(),
             "head_url": self.head_url,
-            "servers": [
-                {"name": s.instance.name, "server_type": s.instance.server_type, "implementation": s.instance.implementation,
-                 "pid": s.process.pid if s.process else None, "url": s.url, "log": str(s.log_path)}
-                for s in self.servers
-            ],
+            "servers": [self._server_state(s) for s in self.servers],
         }
+        if self.ray is not None:
+            state["ray_address"] = self.options.ray_address
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=1))
+
+    @staticmethod
+    def _server_state(server: ServerProcess) -> dict[str, Any]:
+        entry = {"name": server.instance.name, "replica": server.replica, "server_type": server.instance.server_type, "implementation": server.instance.implementation,
+                 "pid": server.process.pid if server.process else None, "url": server.url, "log": str(server.log_path)}  # fmt: skip
+        if server.ray_replica is not None:  # the process and its log are on a Ray node
+            info = server.ray_replica.info or {}
+            entry.update({"pid": info.get("pid"), "log": info.get("log"), "node_id": info.get("node_id"), "node_ip": info.get("node_ip")})
+        return entry
 
     # -- stop ----------------------------------------------------------------------------------------
     async def stop(self) -> None:
+        if self.ray is not None:
+            await asyncio.to_thread(self.ray.stop, self.options.stop_grace_s)
         alive = [s.process for s in self.servers if s.process and s.process.returncode is None]
         for process in alive:
             _signal_group(process.pid, signal.SIGTERM)
@@ -218,10 +287,13 @@ class Run:
         (self.run_dir / TOKEN_FILE_NAME).unlink(missing_ok=True)
 
     def print_ready(self, seconds: float) -> None:
-        width = max(len(s.instance.name) for s in self.servers)
-        print(f"All {len(self.servers)} / {len(self.servers)} servers ready in {seconds:.1f} s. Head server: {self.head_url}")
-        for s in self.servers:
-            print(f"  {s.instance.name:<{width}}  {s.instance.server_type}/{s.instance.implementation:<24} {s.url}  pid {s.process.pid if s.process else '-'}")
+        names = [s.instance.name + (f"[{s.replica}]" if s.instance.num_replicas > 1 else "") for s in self.servers]
+        width = max(len(n) for n in names)
+        replicas = f" ({len(self.instances)} instances)" if len(self.instances) != len(self.servers) else ""
+        print(f"All {len(self.servers)} / {len(self.servers)} servers ready in {seconds:.1f} s{replicas}. Head server: {self.head_url}")
+        for name, s in zip(names, self.servers):
+            where = f"pid {s.process.pid}" if s.process else f"{_node_of(s)}, pid {(s.ray_replica.info or {}).get('pid', '?')}" if s.ray_replica else "pid -"
+            print(f"  {name:<{width}}  {s.instance.server_type}/{s.instance.implementation:<24} {s.url}  {where}")
         print(f"Logs: {self.run_dir / 'logs'}. Stop with Ctrl-C. Status: ng_status", flush=True)
 
     async def main(self) -> int:
@@ -232,9 +304,14 @@ class Run:
         try:
             self.write_instances()
             await self.start_head()
-            pythons = await self.build_venvs()
-            await self.spawn(pythons)
+            if self.options.ray_address:
+                self.spawn_on_ray()  # in the main thread: Ray's driver installs its signal handlers there
+            else:
+                await self.spawn(await self.build_venvs())
             await self.wait_ready()
+            if self.ray is not None:
+                self._ray_polled_at = 0.0
+                await self.check_alive_async()  # each replica's node and pid, for state.json
             self.write_state()
             self.print_ready(time.monotonic() - start)
             return await self.monitor()
@@ -250,7 +327,7 @@ class Run:
     async def monitor(self) -> int:
         while not self.stop_event.is_set():
             try:
-                self.check_alive()
+                await self.check_alive_async()
             except ServerStartError as exc:
                 print(f"ng_run: {str(exc).replace('exited', 'died while running, exited', 1)}\nStopping all servers.", file=sys.stderr, flush=True)
                 return 1

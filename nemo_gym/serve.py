@@ -1,11 +1,14 @@
 """Entry point of one server process: `python -m nemo_gym.serve` (started by `ng_run`).
 
-Reads its instance from the run's config (`$NEMO_GYM_RUN_DIR/config.json`, `$NEMO_GYM_INSTANCE`), imports the
+Reads its instance from the run's config (`$NEMO_GYM_RUN_DIR/instances.json`, `$NEMO_GYM_INSTANCE`), imports the
 implementation's entrypoint, validates the instance's fields against the server class's `Config`, binds its
 own socket (port 0 = a free port chosen by the OS, so there is no race between choosing and binding),
-registers its address with the head server and serves with uvicorn. The run's token (`$NEMO_GYM_RUN_TOKEN`) is
-taken out of the environment first (so the processes the server starts do not inherit it): every route
-but `/health` then requires it, and the server's client sends it. Exit codes: 2 config error, 3 bind error.
+registers its address and replica index (`$NEMO_GYM_REPLICA`, default 0) with the head server and serves with
+uvicorn. The run's token (`$NEMO_GYM_RUN_TOKEN`) is taken out of the environment first (so the processes the
+server starts do not inherit it): every route but `/health` then requires it, and the server's client sends it.
+Exit codes: 2 config error, 3 bind error. Logging: `$NEMO_GYM_LOG_LEVEL` (default warning); `$NEMO_GYM_ACCESS_LOG=1`
+adds a line per request (method, path, status; the default level is then info), e.g. to see how calls spread
+over replicas.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from nemo_gym.errors import ConfigError
 from nemo_gym.limits import UVICORN_LIMITS
 from nemo_gym.server import BaseServer
 
-__all__ = ["load_server_class", "build_server", "bind_socket", "main"]
+__all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main"]
+
+REPLICA_ENV = "NEMO_GYM_REPLICA"  # this process's replica index among the instance's `num_replicas`
+ACCESS_LOG_ENV = "NEMO_GYM_ACCESS_LOG"  # "1": log every request (no headers, so no token or session id)
 
 _BASES = {"resources_servers", "responses_api_agents", "responses_api_models"}
 
@@ -106,10 +112,12 @@ def bind_socket(host: str, port: int, server_name: str) -> socket.socket:
     return sock
 
 
-async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstance, head_url: str | None, run_token: str | None) -> None:
+async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstance, head_url: str | None, run_token: str | None, replica: int) -> None:
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    config = uvicorn.Config(server.build_app(run_token=run_token), log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), access_log=False, timeout_keep_alive=60, **UVICORN_LIMITS)
+    access_log = os.environ.get(ACCESS_LOG_ENV) == "1"  # one line per request in the server's log (method, path, status)
+    log_level = os.environ.get("NEMO_GYM_LOG_LEVEL", "info" if access_log else "warning")
+    config = uvicorn.Config(server.build_app(run_token=run_token), log_level=log_level, access_log=access_log, timeout_keep_alive=60, **UVICORN_LIMITS)
     web = uvicorn.Server(config)
     serving = asyncio.create_task(web.serve(sockets=[sock]))
     while not web.started and not serving.done():
@@ -117,7 +125,7 @@ async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstan
     if serving.done():
         await serving
         return
-    print(f"server {instance.name} listening on {url}", flush=True)
+    print(f"server {instance.name} (replica {replica}) listening on {url}", flush=True)
     if head_url:
         registration = {
             "name": instance.name,
@@ -125,6 +133,7 @@ async def _serve(server: BaseServer, sock: socket.socket, instance: ServerInstan
             "implementation": instance.implementation,
             "url": url,
             "pid": os.getpid(),
+            "replica": replica,
         }
         async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")
@@ -144,7 +153,7 @@ def main() -> None:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2 if "cannot bind" not in str(exc) else 3)
-    asyncio.run(_serve(server, sock, instance, head_url, run_token))
+    asyncio.run(_serve(server, sock, instance, head_url, run_token, int(os.environ.get(REPLICA_ENV, "0"))))
 
 
 if __name__ == "__main__":

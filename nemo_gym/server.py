@@ -59,6 +59,12 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     entrypoint: str = Field("app.py", description="file of the implementation folder that defines the server class")
+    num_replicas: int = Field(1, ge=1, description="processes ng_run starts for this instance; clients balance calls over them, a rollout's calls stay on one")
+    # placement on a Ray cluster (`ng_run +ray_address=...`; nemo_gym.ray_placement), per replica
+    num_cpus: float = Field(1.0, ge=0, description="with +ray_address: CPUs Ray reserves for each replica")
+    num_gpus: float = Field(0.0, ge=0, description="with +ray_address: GPUs Ray reserves for each replica")
+    resources: dict[str, float] = Field(default_factory=dict, description="with +ray_address: Ray custom resources each replica needs, e.g. {node_b: 1}")
+    max_restarts: int = Field(3, ge=0, description="with +ray_address: restarts of a replica whose process or node died before the run stops")
     host: str = Field("127.0.0.1", description="address to bind; 127.0.0.1 unless you mean to expose the server")
     port: int = Field(0, description="TCP port; 0 lets the OS pick a free one (no port race)")
     domain: str | None = Field(None, description="task domain, e.g. math, coding, knowledge, agent")

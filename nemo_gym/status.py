@@ -32,8 +32,8 @@ def _health(http: httpx.Client, url: str | None) -> str:
 
 
 def collect_status(head_server_url: str | None = None) -> list[dict[str, Any]]:
-    """One dict per live run: `{run_id, head_url, pid, servers: [{name, server_type, implementation, url,
-    port, pid, uptime_s, health}]}`. Addresses come from each run's head server (asked with the run's token from
+    """One dict per live run: `{run_id, head_url, pid, servers: [{name, replica, server_type, implementation, url,
+    port, pid, uptime_s, health}]}` (one entry per replica). Addresses come from each run's head server (asked with the run's token from
     its 0600 token file); nothing secret is printed."""
     runs = live_runs()
     if head_server_url:
@@ -51,6 +51,7 @@ def collect_status(head_server_url: str | None = None) -> list[dict[str, Any]]:
                 url = entry.get("url")
                 servers.append({
                     "name": entry["name"],
+                    "replica": entry.get("replica", 0),
                     "server_type": entry.get("server_type"),
                     "implementation": entry.get("implementation"),
                     "url": url,
@@ -73,9 +74,11 @@ def status_main(head_server_url: str | None = None, *, as_json: bool = False) ->
     for run in runs if not as_json else []:
         print(f"Run {run['run_id']}  head {run['head_url']}  ng_run pid {run['pid']}")
         print(f"  {'name':<36} {'type':<22} {'port':>6} {'pid':>8} {'uptime':>9}  health")
+        several = {s["name"] for s in run["servers"] if s["replica"]}
         for s in run["servers"]:
             uptime = f"{s['uptime_s']:.0f} s" if s["uptime_s"] is not None else "-"
-            print(f"  {s['name']:<36} {s['server_type'] or '-':<22} {s['port'] or '-':>6} {s['pid'] or '-':>8} {uptime:>9}  {s['health']}")
+            name = f"{s['name']}[{s['replica']}]" if s["name"] in several else s["name"]
+            print(f"  {name:<36} {s['server_type'] or '-':<22} {s['port'] or '-':>6} {s['pid'] or '-':>8} {uptime:>9}  {s['health']}")
     if not as_json:
         _print_background_runs()
     healthy = all(s["health"] == "ok" for run in runs for s in run["servers"])

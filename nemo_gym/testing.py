@@ -473,6 +473,20 @@ class NgRun:
         answer.raise_for_status()
         return answer.json()["url"]
 
+    def state(self) -> dict[str, Any]:
+        """The run's `state.json` (`{run_id, head_url, servers: [{name, replica, pid, url, ...}]}`), once ready.
+
+        Raises:
+            LookupError: no live run with this process's PID.
+        """
+        from nemo_gym.head import live_runs
+
+        self.head_url or self.wait_ready()
+        for state in live_runs():
+            if state.get("pid") == self.process.pid:
+                return state
+        raise LookupError(f"no live ng_run with pid {self.process.pid}")
+
     def wait_exit(self, timeout_s: float = 60) -> int:
         return self.process.wait(timeout_s)
 

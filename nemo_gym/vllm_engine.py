@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import hashlib
@@ -26,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +36,7 @@ import psutil
 
 from nemo_gym.errors import ServerStartError
 from nemo_gym.models import nemo_gym_home
+from nemo_gym.processes import die_with_parent
 from nemo_gym.venvs import pip_find_links, uv_executable
 
 __all__ = [
@@ -176,7 +175,7 @@ class VLLMProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **self.env}
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Poll `GET /health` until it answers 200.
@@ -213,13 +212,6 @@ class VLLMProcess:
                 process.kill()
         psutil.wait_procs(alive, timeout=5)
         self.process.poll()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to send SIGTERM when the parent dies (no-op elsewhere)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def splice_prompt(previous_ids: list[int], open_prefix_ids: list[int], template_ids: list[int]) -> list[int]:

@@ -24,7 +24,7 @@ import psutil
 from nemo_gym.auth import RUN_TOKEN_ENV, new_run_token
 from nemo_gym.errors import ServerStartError
 from nemo_gym.run import tail
-from nemo_gym.vllm_engine import _die_with_parent  # the same parent-death signal vLLM's process gets
+from nemo_gym.processes import die_with_parent  # the same parent-death signal vLLM's process gets
 
 __all__ = ["ServerProcess"]
 
@@ -63,7 +63,7 @@ class ServerProcess:
         command = [sys.executable, "-m", "nemo_gym.art._serve", "--app", str(self.app_path), "--name", self.name, "--config", str(config_path), "--url-file", str(url_file)]
         env = {**os.environ, RUN_TOKEN_ENV: self.token}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent)
         try:
             await self._wait_healthy(url_file, timeout_s)
         except BaseException:
