@@ -22,6 +22,7 @@ __all__ = [
     "read_jsonl",
     "write_jsonl",
     "write_json",
+    "replace_atomically",
     "dumps_line",
     "JsonlAppender",
     "repair_truncated_tail",
@@ -70,7 +71,10 @@ def dumps_line(row: Any) -> bytes:
     return orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
-def _replace_atomically(path: Path, data: bytes) -> None:
+def replace_atomically(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same folder, fsync'd, then `os.replace`: a reader (or a
+    run killed mid-write) sees the old content or the new one, never a part."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("wb") as f:
@@ -82,12 +86,12 @@ def _replace_atomically(path: Path, data: bytes) -> None:
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
     """Write `rows` to `path` atomically (a temporary file, fsync, then rename): readers never see half a file."""
-    _replace_atomically(Path(path), b"".join(dumps_line(row) for row in rows))
+    replace_atomically(Path(path), b"".join(dumps_line(row) for row in rows))
 
 
 def write_json(path: str | Path, value: Any) -> None:
     """Write `value` as indented JSON to `path` atomically."""
-    _replace_atomically(Path(path), orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    replace_atomically(Path(path), orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
 
 
 class JsonlAppender:

@@ -133,3 +133,62 @@ def test_lr_schedule_warms_up_then_decays():
     assert values[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])  # (s + 1) / (warmup + 1), then peak
     assert values[8] == pytest.approx(0.5) and values[13] == 0.0  # 1 - (8 - 3) / 10
     assert lr_lambda(8, warmup_steps=3, total_steps=13, schedule="cosine") == pytest.approx(0.5)
+
+
+# -- gradient clipping (ZeRO 0, float32: PolicyEngine._clip_gradients, an AdamW step pre-hook) ---------------------
+def reference_grad_norm(model_path, batch) -> float:
+    """Global L2 norm of the step's gradient, computed on a plain HF copy of the model without DeepSpeed.
+
+    With `tis_cap=None`, no KL and no entropy bonus, the PPO loss at ratio 1 has the gradient of the REINFORCE
+    surrogate -Σ A·log π(token) / (generated tokens), so that is the loss here (log-probs by hand, no nemo_gym.rl).
+    For `fixed_batch`: -(1·Σ log π(good, 3 tokens) - 1·Σ log π(bad, 2 tokens) + 0·log π(third, 1 token)) / 6.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).train()
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]  # [B, T-1, V]
+    logprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]  # [B, T-1]
+    loss = -(batch.advantages[:, None] * logprobs * batch.loss_mask).sum() / batch.loss_mask.sum()
+    loss.backward()
+    return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
+
+
+def record_grad_norm_at_step(engine: PolicyEngine) -> list[float]:
+    """Norms of the gradients AdamW steps with: a step pre-hook registered after the engine's own, so it runs
+    after `_clip_gradients` (hooks run in registration order). With ZeRO 0 in float32, DeepSpeed hands back the
+    plain torch AdamW as `engine.optimizer` (no wrapper), so this is the optimizer that updates the weights."""
+    assert isinstance(engine.optimizer, torch.optim.AdamW)
+    seen: list[float] = []
+
+    def hook(optimizer, args, kwargs) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        seen.append(float(torch.nn.utils.get_total_norm(grads)))
+
+    engine.optimizer.register_step_pre_hook(hook)
+    return seen
+
+
+def test_grad_norm_is_the_norm_before_clipping(tiny_model):
+    # The real norm is ≈ 5.577 (measured; ≥ 0.1 asserted) and max_grad_norm is 1e-3, so a post-clip norm
+    # (≈ 1e-3) returned by mistake would miss by 99.98 %; the pre-clip one matches the plain-model norm to float32 noise.
+    batch = fixed_batch()
+    expected = reference_grad_norm(tiny_model, batch)
+    assert expected > 100 * 1e-3
+    engine = PolicyEngine(engine_config(tiny_model, max_grad_norm=1e-3), LossOptions(tis_cap=None))
+    metrics = engine.train_step(batch)  # micro-batches [good, bad] and [third] accumulate to the same gradient
+    assert metrics["grad_norm"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 1e6], ids=["clips", "no-op"])
+def test_adamw_steps_with_clipped_gradients(tiny_model, max_grad_norm):
+    # AdamW's first step is lr·m̂/(√v̂ + eps) ≈ lr·sign(g): it hides the gradient's scale, so look at the
+    # gradients AdamW is handed instead. clip_grad_norm_ multiplies them by min(1, max_norm / (norm + 1e-6)):
+    #   clips: norm n ≈ 5.577 → coefficient 1e-3 / 5.577001 → stepped norm 5.577·1e-3/5.577001 ≈ 9.9999982e-4
+    #          (= max_norm up to the 1e-6 guard: relative gap 1e-6 / n, ≤ 1e-5 for n ≥ 0.1; the exact formula is checked)
+    #   no-op: 1e6 / (n + 1e-6) > 1 → coefficient 1 → stepped norm n, gradients untouched
+    engine = PolicyEngine(engine_config(tiny_model, max_grad_norm=max_grad_norm), LossOptions(tis_cap=None))
+    seen = record_grad_norm_at_step(engine)
+    pre_clip = engine.train_step(fixed_batch())["grad_norm"]
+    assert pre_clip > 0.1 and len(seen) == 1  # one optimizer step, one look at its gradients
+    assert seen[0] == pytest.approx(pre_clip * min(1.0, max_grad_norm / (pre_clip + 1e-6)), rel=1e-5)
+    assert seen[0] == pytest.approx(min(max_grad_norm, pre_clip), rel=1e-4)  # the headline: min(max_norm, norm)

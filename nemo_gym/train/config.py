@@ -121,6 +121,9 @@ class TrainerConfig(BaseModel):
     advantage_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="group-relative advantage estimator")
     responses_create_params: dict[str, Any] = Field(default_factory=lambda: {"temperature": 1.0}, description="merged over each task's responses_create_params (sampling)")
     engine: EngineConfig = Field(description="the model under DeepSpeed")
+    num_ranks: int = Field(
+        1, ge=1, description="training processes (data parallel, DeepSpeed); > 1: ng_train relaunches itself under torch's launcher. Under torchrun / the deepspeed launcher their WORLD_SIZE is used instead"
+    )
     loss: LossOptions = Field(default_factory=LossOptions, description="policy-gradient loss")
     eval: EvalOptions = Field(default_factory=EvalOptions, description="evaluation on a validation set")
     logging: LoggingOptions = Field(default_factory=LoggingOptions, description="console, TensorBoard and W&B reporting of the per-step metrics")

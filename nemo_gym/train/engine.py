@@ -10,6 +10,14 @@ process. DeepSpeed runs in unmanaged gradient-accumulation mode (`managed_gradie
 `step()` is the boundary, so a step may hold any number of micro-batches (groups with zero reward variance are
 dropped, so the count varies), and the loss is scaled by us (global token count), never by DeepSpeed.
 
+Several ranks (`nemo_gym.train.distributed`): every rank gets the whole step batch and trains on its contiguous
+share of the sequences. The loss keeps the *global* normaliser (the batch's token or sequence count, known on every
+rank since every rank holds the batch) and is multiplied by the world size, because DeepSpeed averages the
+gradients over ranks: the averaged gradient is then the one-rank gradient of the same batch. Every rank runs the
+same number of micro-batches (ZeRO-2/3 reduce on each backward), a short rank padding with a zero-weight one.
+Gradient clipping: with ZeRO 0 in float32 the optimizer is the plain AdamW, and we clip in its step pre-hook, after
+DeepSpeed's all-reduce, which also gives the global pre-clip norm; otherwise DeepSpeed clips and reports the norm.
+
 On-policy simplification: one optimizer step per batch, so the "old" policy of the PPO ratio is the current
 one, detached (ratio 1 in value, gradient of the log-prob); the vLLM/trainer mismatch is corrected by the
 truncated importance-sampling weight on `rollout_logprobs` inside `policy_loss`.
@@ -27,6 +35,7 @@ from typing import Any
 import torch
 
 from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
+from nemo_gym.train import distributed
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import EngineConfig, LossOptions
 
@@ -107,6 +116,10 @@ class PolicyEngine:
             model = get_peft_model(model, PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=lora.target_modules, lora_dropout=lora.dropout))
         parameters = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=config.adam_betas, weight_decay=config.weight_decay)
+        self._clips_itself = config.zero_stage == 0 and config.dtype == "float32"  # DeepSpeed keeps the plain AdamW
+        self._grad_norm: float | None = None
+        if self._clips_itself:
+            optimizer.register_step_pre_hook(self._clip_gradients)
         steps = config.total_steps or total_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: lr_lambda(s, warmup_steps=config.warmup_steps, total_steps=steps, schedule=config.lr_schedule)
@@ -121,7 +134,7 @@ class PolicyEngine:
             "train_micro_batch_size_per_gpu": self.config.micro_batch_size,
             "gradient_accumulation_steps": 1,
             "managed_gradient_accumulation": False,  # step() is the boundary; see the module docstring
-            "gradient_clipping": self.config.max_grad_norm,
+            "gradient_clipping": 0.0 if self._clips_itself else self.config.max_grad_norm,
             "zero_optimization": {"stage": self.config.zero_stage},
             "bf16": {"enabled": self.config.dtype == "bfloat16"},
             "zero_allow_untested_optimizer": True,
@@ -151,10 +164,22 @@ class PolicyEngine:
         size = self.config.micro_batch_size
         return [batch.select(slice(i, i + size)) for i in range(0, len(batch), size)]
 
+    def _rank_micro_batches(self, batch: TrainingBatch) -> list[tuple[TrainingBatch, float]]:
+        """(micro-batch, weight) pairs of this rank: its share of `batch` (`distributed.shard`) cut into micro-batches,
+        padded to the count of the largest share with weight-0 copies of row 0 (same backward count on every rank)."""
+        world = distributed.world_size()
+        rows = distributed.shard(len(batch), distributed.rank(), world)
+        micros = self._micro_batches(batch.select(rows)) if rows.stop > rows.start else []
+        count = math.ceil(math.ceil(len(batch) / world) / self.config.micro_batch_size)
+        return [(micro, 1.0) for micro in micros] + [(batch.select(slice(0, 1)), 0.0)] * (count - len(micros))
+
     # -- training ------------------------------------------------------------------------------------
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
         """One optimizer step on `batch`; returns the loss metrics (token-weighted over micro-batches),
         `grad_norm`, `learning_rate`, `num_tokens`, `num_sequences`.
+
+        With several ranks every rank calls it with the same whole batch (each trains on its share; the metrics,
+        gathered from all ranks, are those of the whole batch on every rank).
 
         Raises:
             ValueError: the batch has no generated token (nothing to learn from).
@@ -163,29 +188,31 @@ class PolicyEngine:
         if num_tokens == 0:
             raise ValueError("train_step: the batch has no generated token")
         self.engine.train()
+        world = distributed.world_size()
         per_micro: list[tuple[float, dict[str, float]]] = []
-        for micro in self._micro_batches(batch):
+        for micro, weight in self._rank_micro_batches(batch):
             loss, metrics = self._micro_loss(micro, num_tokens=num_tokens, num_sequences=len(batch))
-            self.engine.backward(loss, scale_wrt_gas=False)
-            per_micro.append((micro.num_generated_tokens / num_tokens, metrics))
+            self.engine.backward(loss * (world * weight), scale_wrt_gas=False)  # DeepSpeed averages over ranks
+            if weight:
+                per_micro.append((micro.num_generated_tokens / num_tokens, metrics))
         learning_rate = self.scheduler.get_last_lr()[0]
-        grad_norm = self._grad_norm() if self.config.zero_stage < 2 else None  # before clipping
-        self.engine.step()
+        self._grad_norm = None
+        self.engine.step()  # all-reduce, clip, AdamW, LR schedule
         self.step += 1
-        if grad_norm is None:  # ZeRO 2/3 partition the gradients; DeepSpeed computed the norm
-            grad_norm = self.engine.get_global_grad_norm()
+        grad_norm = self._grad_norm if self._clips_itself else self.engine.get_global_grad_norm()  # before clipping
         return {
-            **_combine(per_micro),
+            **_combine([item for rank_items in distributed.all_gather(per_micro) for item in rank_items]),
             "grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
             "learning_rate": learning_rate,
             "num_tokens": float(num_tokens),
             "num_sequences": float(len(batch)),
         }
 
-    def _grad_norm(self) -> float:
-        """Global L2 norm of the accumulated gradients (ZeRO 0/1: they live on the parameters)."""
-        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
-        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+    def _clip_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """AdamW step pre-hook (ZeRO 0, float32): clip the all-reduced gradients by their global L2 norm, as
+        DeepSpeed's `gradient_clipping` would (coefficient max_norm / (norm + 1e-6) when below 1), and keep the norm."""
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        self._grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm))
 
     def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
         logits = self._logits(self.engine, micro)
@@ -235,11 +262,16 @@ class PolicyEngine:
     def save_hf(self, out_dir: str | Path) -> Path:
         """Write a HF model folder vLLM can serve: model.safetensors, config (untied), tokenizer, generation config.
 
-        Written to `<out_dir>.tmp` and renamed, so a reader never sees a half-written folder.
+        Written to `<out_dir>.tmp` and renamed, so a reader never sees a half-written folder. With several ranks,
+        every rank calls it (under ZeRO-3 the export gathers the shards from all ranks) and only rank 0 writes.
         """
         from safetensors.torch import save_file
 
         out_dir = Path(out_dir)
+        if not distributed.is_main():
+            if self.config.zero_stage == 3:
+                self.export_state_dict()
+            return out_dir
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         save_file(self.export_state_dict(), str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -263,7 +295,8 @@ class PolicyEngine:
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str | Path, tag: str) -> None:
-        """Model, optimizer, LR scheduler and the engine's step under `checkpoint_dir/tag` (DeepSpeed layout)."""
+        """Model, optimizer, LR scheduler and the engine's step under `checkpoint_dir/tag` (DeepSpeed layout).
+        A collective: every rank calls it; DeepSpeed writes each file from the rank that owns it."""
         self.engine.save_checkpoint(str(checkpoint_dir), tag=tag, client_state={"nemo_gym_step": self.step})
 
     def load_checkpoint(self, checkpoint_dir: str | Path, tag: str) -> None:

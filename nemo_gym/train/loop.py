@@ -11,6 +11,11 @@ Recipe (torchtune style: setup / train / save_checkpoint / cleanup). Per step:
   4. one optimizer step on the trainer's own log-probs of the generated ids (`PolicyEngine.train_step`);
   5. weight sync to the policy server; a metrics line in `output_dir/metrics.jsonl`; evaluation every
      `eval.interval` steps; a checkpoint every `checkpoint_interval` steps and at the end.
+
+Several ranks (`trainer.num_ranks`, or under torchrun / the deepspeed launcher; `nemo_gym.train.distributed`): rank 0
+alone does steps 1-3, the evaluations, the logging and the writes to `output_dir`, inside `lead()`, which broadcasts
+its result (the step's batch, whether to go on, checkpoint or stop) to the other ranks; step 4, the checkpoints and
+the exports are collectives every rank takes part in.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from pydantic import ValidationError
@@ -36,14 +42,17 @@ from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, lo
 from nemo_gym.config import LoadedConfig
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import run_token_for_url
-from nemo_gym.jsonl import write_jsonl
+from nemo_gym.jsonl import replace_atomically, write_jsonl
 from nemo_gym.rl import compute_advantages, zero_variance_groups
+from nemo_gym.train import distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig
 from nemo_gym.train.reporting import MetricsReporter
-from nemo_gym.train.stopping import StopSignal, run_stoppable
+from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
 
 __all__ = ["TaskSampler", "filter_tasks", "GroupedStep", "build_step", "GRPOTrainer", "train_main"]
+
+T = TypeVar("T")
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------
@@ -186,6 +195,29 @@ class GRPOTrainer:
         self.out = Path(cfg.output_dir)
         self.step = 0
         self.stop = StopSignal()  # SIGTERM / SIGINT (ng_runs stop, Ctrl-C): see nemo_gym.train.stopping
+        self.is_main = distributed.is_main()  # rank 0: the gym's client and the writer of output_dir
+        self.servers: GymServers | None = None
+        self.reporter: MetricsReporter | None = None
+
+    def lead(self, work: Callable[[], T]) -> T:
+        """`work()` on rank 0, its result on every rank (rank 0 decides, the other ranks follow).
+
+        The other ranks also take rank 0's stop state, and a stop that abandons `work` (`StopRequested`) is raised on
+        every rank: all ranks leave the loop at the same point, none waits alone in a collective. An error on rank 0
+        ends its process; the launcher then stops the other ranks. With one rank: `work()`.
+        """
+        result, abandoned = None, False
+        if self.is_main:
+            try:
+                result = work()
+            except StopRequested:
+                abandoned = True
+        result, abandoned, signum, save_model = distributed.broadcast_from_main((result, abandoned, self.stop.signum, self.stop.save_model))
+        if not self.is_main:
+            self.stop.signum, self.stop.save_model = signum, save_model
+        if abandoned:
+            raise StopRequested()
+        return result
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -193,16 +225,18 @@ class GRPOTrainer:
         from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
 
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.tasks = filter_tasks(self._load(cfg.input_jsonl_fpath, None), cfg.filter)
-        self.sampler = TaskSampler(len(self.tasks), cfg.batch_size, cfg.seed)
-        self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
-        self.servers = GymServers(self.argv, cfg.head_server_url, self.out / "ng_run.log")
+        if self.is_main:  # the other ranks neither read the tasks nor start servers
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.tasks = filter_tasks(self._load(cfg.input_jsonl_fpath, None), cfg.filter)
+            self.sampler = TaskSampler(len(self.tasks), cfg.batch_size, cfg.seed)
+            self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
+            self.servers = GymServers(self.argv, cfg.head_server_url, self.out / "ng_run.log")
         self.engine = PolicyEngine(cfg.engine, cfg.loss, total_steps=cfg.num_steps)
-        policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
-        reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
-        self.sync = FilesystemWeightSync(self.out / "weights", reload)
-        self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=cfg.model_dump(mode="json"))
+        if self.is_main:
+            policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
+            reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
+            self.sync = FilesystemWeightSync(self.out / "weights", reload)
+            self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=cfg.model_dump(mode="json"))
         if cfg.resume:
             self._resume()
 
@@ -236,28 +270,65 @@ class GRPOTrainer:
     # -- train ---------------------------------------------------------------------------------------
     def train(self) -> None:
         cfg = self.cfg
-        if cfg.eval.interval and self.eval_tasks and self.step == 0:
-            self.log({"step": 0, **self.evaluate()})
+        self.lead(self._evaluate_first)
         started = time.monotonic()
-        while self.step < cfg.num_steps and not self.stop.requested:
+        while self.lead(lambda: self.step < cfg.num_steps and not self.stop.requested):
             metrics = self.train_one_step()
             self.step += 1
-            out_of_time = cfg.max_train_time_s is not None and time.monotonic() - started >= cfg.max_train_time_s
-            last = self.step == cfg.num_steps or out_of_time
-            if cfg.eval.interval and self.eval_tasks and (self.step % cfg.eval.interval == 0 or last):
-                metrics.update(self.evaluate())
-            self.log(metrics)
+            last, out_of_time = self.lead(lambda: self._finish_step(metrics, started))
             if (cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0) or last:
                 self.save_checkpoint()
             if out_of_time and self.step < cfg.num_steps:
-                print(f"ng_train: max_train_time_s={cfg.max_train_time_s:g} reached after step {self.step}; stopping", flush=True)
                 break
         if self.stop.requested:  # run_stoppable saves final/ when the stop asked for it
             return
         self.engine.save_hf(self.out / "final")
-        print(f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model: +policy_model.responses_api_models.vllm_model.model=...)", flush=True)
+        if self.is_main:
+            print(f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model: +policy_model.responses_api_models.vllm_model.model=...)", flush=True)
+
+    def _evaluate_first(self) -> None:
+        if self.cfg.eval.interval and self.eval_tasks and self.step == 0:
+            self.log({"step": 0, **self.evaluate()})
+
+    def _finish_step(self, metrics: dict[str, Any], started: float) -> tuple[bool, bool]:
+        """Rank 0 after the optimizer step: evaluation when due, the metrics line; returns (last, out_of_time)."""
+        cfg = self.cfg
+        out_of_time = cfg.max_train_time_s is not None and time.monotonic() - started >= cfg.max_train_time_s
+        last = self.step == cfg.num_steps or out_of_time
+        if cfg.eval.interval and self.eval_tasks and (self.step % cfg.eval.interval == 0 or last):
+            metrics.update(self.evaluate())
+        self.log(metrics)
+        if out_of_time and self.step < cfg.num_steps:
+            print(f"ng_train: max_train_time_s={cfg.max_train_time_s:g} reached after step {self.step}; stopping", flush=True)
+        return last, out_of_time
 
     def train_one_step(self) -> dict[str, Any]:
+        """Rollouts and batch on rank 0, broadcast; the optimizer step on every rank; the weight sync."""
+        cfg = self.cfg
+        metrics, batch = self.lead(self._rollout_step)
+        if batch is None:
+            return metrics
+        started = time.monotonic()
+        metrics.update(self.engine.train_step(batch))
+        metrics["time_training_s"] = time.monotonic() - started
+        metrics["tokens_per_s"] = metrics["num_tokens"] / max(metrics["time_training_s"], 1e-9)
+        started = time.monotonic()
+        if cfg.sync_weights:
+            self.push_weights(self.step + 1)
+        metrics["time_sync_s"] = time.monotonic() - started
+        metrics["trained"] = True
+        return metrics
+
+    def push_weights(self, step: int) -> None:
+        """Rank 0 writes the weights and has the policy server load them; the other ranks only take part in the
+        export (a collective under ZeRO-3; `save_hf` writes nothing off rank 0)."""
+        if self.is_main:
+            self.sync.push(self.engine, step)
+        else:
+            self.engine.save_hf(self.out / "weights" / f"step_{step:06d}")
+
+    def _rollout_step(self) -> tuple[dict[str, Any], TrainingBatch | None]:
+        """Rank 0: the step's rollouts, grouped; (metrics so far, the batch to train on or None)."""
         cfg = self.cfg
         indices = self.sampler.batch(self.step)
         started = time.monotonic()
@@ -287,17 +358,7 @@ class GRPOTrainer:
                 file=sys.stderr,
                 flush=True,
             )
-            return metrics
-        started = time.monotonic()
-        metrics.update(self.engine.train_step(grouped.batch))
-        metrics["time_training_s"] = time.monotonic() - started
-        metrics["tokens_per_s"] = metrics["num_tokens"] / max(metrics["time_training_s"], 1e-9)
-        started = time.monotonic()
-        if cfg.sync_weights:
-            self.sync.push(self.engine, self.step + 1)
-        metrics["time_sync_s"] = time.monotonic() - started
-        metrics["trained"] = True
-        return metrics
+        return metrics, grouped.batch
 
     def evaluate(self) -> dict[str, float]:
         """Mean reward and pass@1 (share of rollouts with reward >= pass_threshold) on the validation tasks."""
@@ -317,14 +378,17 @@ class GRPOTrainer:
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
+        """Every rank: the DeepSpeed checkpoint (a collective); rank 0: trainer state, RNG states, `latest_step`."""
         folder = self.out / "checkpoints"
         tag = f"step_{self.step:06d}"
         self.engine.save_checkpoint(folder, tag)
+        if not self.is_main:
+            return
         engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
         state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine}
-        (folder / tag / "trainer_state.json").write_text(json.dumps(state))
+        replace_atomically(folder / tag / "trainer_state.json", json.dumps(state).encode())
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
-        (folder / "latest_step").write_text(tag)
+        replace_atomically(folder / "latest_step", tag.encode())  # last, and whole: a resume never finds a partial checkpoint
 
     def _resume(self) -> None:
         folder = self.out / "checkpoints"
@@ -338,8 +402,9 @@ class GRPOTrainer:
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         if self.cfg.sync_weights:
-            self.sync.push(self.engine, self.step)  # the policy server starts from the initial weights
-        print(f"ng_train: resumed from {folder / tag} at step {self.step}", flush=True)
+            self.push_weights(self.step)  # the policy server starts from the initial weights
+        if self.is_main:
+            print(f"ng_train: resumed from {folder / tag} at step {self.step}", flush=True)
 
     def cleanup(self) -> None:
         if getattr(self, "reporter", None):
@@ -358,4 +423,6 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
     except ValidationError as exc:
         problems = "; ".join(f"trainer.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{loaded.origin('trainer')}: {problems}") from exc
+    if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
+        return distributed.relaunch(cfg.num_ranks, argv)
     return run_stoppable(GRPOTrainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
