@@ -10,8 +10,10 @@ function returning a `Trajectory` with the `Choice` the client got, `TrajectoryG
 `retry` around the rollout, and optionally (`--ruler`) the group judge rescoring each group, with the
 policy itself as the judge (SmolLM2 is a weak judge: this shows the plumbing, not a better reward).
 
-Task: the 100 basic_arithmetic problems of data/quickstart/reasoning_gym_tasks.jsonl (reasoning_gym).
-Reward: 1 for the right number in the last \\boxed{}, 0.1 for a boxed wrong answer, 0 without one.
+Task: the 100 reasoning_gym problems of data/quickstart/reasoning_gym_tasks.jsonl (arithmetic, equations, counting).
+Reward: 1 for the right number in the last \\boxed{}, 0.1 for a boxed wrong answer; without a box, 0.5 when the
+last number of the reply is the right one (SmolLM2 rarely boxes: the partial credit is the signal it starts from), else 0.
+`--seed` makes the sampling reproducible (one vLLM seed per step, task and rollout).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import nemo_gym.art as art
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "data" / "quickstart" / "reasoning_gym_tasks.jsonl"
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def load_tasks(path: Path) -> list[dict[str, str]]:
@@ -37,28 +40,41 @@ def load_tasks(path: Path) -> list[dict[str, str]]:
     return [{"question": row["question"], "answer": str(row["answer"])} for row in rows]
 
 
-def score(text: str, answer: str) -> tuple[float, dict[str, bool]]:
-    """(reward in {0, 0.1, 1}, metrics): the last \\boxed{} compared as a number with the answer."""
-    found = BOXED.findall(text)
-    if not found:
-        return 0.0, {"boxed": False, "correct": False}
+def same_answer(found: str, answer: str) -> bool:
+    """`found` equals `answer` as a number (commas ignored), else as text."""
     try:
-        correct = math.isclose(float(found[-1].replace(",", "").strip()), float(answer), abs_tol=1e-6)
+        return math.isclose(float(found.replace(",", "").strip()), float(answer), abs_tol=1e-6)
     except ValueError:
-        correct = found[-1].strip() == answer
-    return (1.0 if correct else 0.1), {"boxed": True, "correct": correct}
+        return found.strip() == answer
+
+
+def score(text: str, answer: str) -> tuple[float, dict[str, bool]]:
+    """(reward in {0, 0.1, 0.5, 1}, metrics): the last \\boxed{} compared with the answer (1 right, 0.1 wrong);
+    without a box, the last number of the text (0.5 right, 0 otherwise)."""
+    boxed = BOXED.findall(text)
+    if boxed:
+        correct = same_answer(boxed[-1], answer)
+        return (1.0 if correct else 0.1), {"boxed": True, "correct": correct}
+    numbers = NUMBER.findall(text)
+    correct = bool(numbers) and same_answer(numbers[-1], answer)
+    return (0.5 if correct else 0.0), {"boxed": False, "correct": correct}
 
 
 @art.retry(max_attempts=3, exceptions=(openai.APIConnectionError, openai.APITimeoutError))
-async def rollout(model: art.TrainableModel, task: dict[str, str], *, max_tokens: int, temperature: float) -> art.Trajectory:
+async def rollout(model: art.TrainableModel, task: dict[str, str], *, max_tokens: int, temperature: float, seed: int | None = None) -> art.Trajectory:
     """One episode: ask, score the answer. The `Choice` goes into the trajectory: it carries the token ids."""
     messages = [{"role": "user", "content": f"{task['question']}\n\nPut your final answer inside \\boxed{{}}."}]
     completion = await model.openai_client().chat.completions.create(
-        model=model.inference_model_name, messages=messages, max_tokens=max_tokens, temperature=temperature
+        model=model.inference_model_name, messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed
     )
     choice = completion.choices[0]
     reward, metrics = score(choice.message.content or "", task["answer"])
     return art.Trajectory(messages_and_choices=[*messages, choice], reward=reward, metrics=metrics, metadata={"question": task["question"]})
+
+
+def sample_seed(seed: int | None, step: int, task: int, rollout: int) -> int | None:
+    """The vLLM sampling seed of one rollout (distinct per step, task and rollout), or None without `--seed`."""
+    return None if seed is None else (seed * 1_000_003 + step * 10_007 + task * 101 + rollout) % 2**31
 
 
 async def train(args: argparse.Namespace) -> None:
@@ -83,10 +99,13 @@ async def train(args: argparse.Namespace) -> None:
             groups = await art.gather_trajectory_groups(
                 (
                     art.TrajectoryGroup(
-                        (rollout(model, task, max_tokens=args.max_tokens, temperature=args.temperature) for _ in range(args.group_size)),
+                        (
+                            rollout(model, task, max_tokens=args.max_tokens, temperature=args.temperature, seed=sample_seed(args.seed, batch.step, t, i))
+                            for i in range(args.group_size)
+                        ),
                         metadata={"answer": task["answer"]},
                     )
-                    for task in batch.items
+                    for t, task in enumerate(batch.items)
                 ),
                 pbar_desc=f"step {batch.step + 1} rollouts",
                 max_exceptions=args.group_size,  # tolerate a few failed rollouts per step
@@ -110,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=5e-6)
     parser.add_argument("--max-tokens", type=int, default=128, help="max generated tokens per answer")
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None, help="reproducible sampling (a vLLM seed per rollout); default: none")
     parser.add_argument("--ruler", action="store_true", help="rescore each group with the group judge (the policy judges)")
     asyncio.run(train(parser.parse_args(argv)))
 

@@ -405,14 +405,17 @@ def test_a_step_with_nothing_to_learn_still_counts(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "reward", "correct"),
-    [("so \\boxed{3}", 1.0, True), ("\\boxed{2} no, \\boxed{-4.0}", 1.0, True), ("\\boxed{5}", 0.1, False), ("3", 0.0, False), ("\\boxed{x}", 0.1, False)],
-)
+    [
+        ("so \\boxed{3}", 1.0, True), ("\\boxed{2} no, \\boxed{-4.0}", 1.0, True), ("\\boxed{5}", 0.1, False), ("\\boxed{x}", 0.1, False),
+        ("5 - 2 = 3", 0.5, True), ("1 + 2 = 3, so -4", 0.5, True), ("3 or 7", 0.0, False), ("no number", 0.0, False),
+    ],
+)  # fmt: skip
 def test_example_reward(text, reward, correct):
     from nemo_gym.module_loading import import_file
 
     example = import_file(Path(__file__).resolve().parents[1] / "examples" / "art_style_train.py")
     answer = "-4" if "-4" in text else "3"
-    assert example.score(text, answer) == (reward, {"boxed": reward > 0, "correct": correct})
+    assert example.score(text, answer) == (reward, {"boxed": "boxed" in text, "correct": correct})
 
 
 def test_model_names_and_engine_fields_are_validated():

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
-import os
 import shutil
 import sys
 import time
@@ -36,6 +35,7 @@ from nemo_gym.art.server_process import ServerProcess
 from nemo_gym.art.tokens import GroupsBatch, groups_to_batch, mean_metrics
 from nemo_gym.art.trajectories import TrajectoryGroup
 from nemo_gym.config import REPO_ROOT
+from nemo_gym.jsonl import replace_atomically
 
 if TYPE_CHECKING:
     from nemo_gym.art.model import TrainableModel, TrainConfig
@@ -60,9 +60,7 @@ class ModelState:
         return cls(**json.loads(path.read_text())) if path.is_file() else cls()
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        replace_atomically(path, json.dumps(asdict(self)).encode())
 
 
 @dataclass
