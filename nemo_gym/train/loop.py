@@ -398,7 +398,7 @@ class GRPOTrainer:
         tag = (folder / "latest_step").read_text().strip()
         self.engine.load_checkpoint(folder, tag)
         self.step = json.loads((folder / tag / "trainer_state.json").read_text())["step"]
-        rng = torch.load(folder / tag / "rng_state.pt", weights_only=False)
+        rng = torch.load(folder / tag / "rng_state.pt", weights_only=True)  # tensors, ints and tuples only: no pickled code runs
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         if self.cfg.sync_weights:
