@@ -73,6 +73,8 @@ class ServerClient:
         run_token: the run's token (see `nemo_gym.auth`), sent on every request; default: this process's
             own (a server of the run), else the one `ng_run` wrote for the run at `head_url`.
         replica_cooldown_s: how long a replica that refused a connection gets no calls without a key, seconds.
+        transport: the httpx transport under every call (default: httpx's own, pooled to `max_connections`; a
+            given one brings its own pool). The seam where tests route or fault individual calls.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class ServerClient:
         max_connections: int = 1024,
         run_token: str | None = None,
         replica_cooldown_s: float = DEFAULT_COOLDOWN_S,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.head_url = (head_url or os.environ.get(HEAD_URL_ENV) or "").rstrip("/") or None
         token = run_token or run_token_for_url(self.head_url)
@@ -99,6 +102,7 @@ class ServerClient:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             trust_env=False,
             headers={TOKEN_HEADER: token} if token else None,
+            transport=transport,
         )
         self.retries_used = 0
 

@@ -1,6 +1,7 @@
 """Secrets never leave (issue 8, item 8): canary secrets put in config, env.yaml and the environment appear 0 times,
 plain or base64-, URL- or JSON-escaped, in any HTTP answer (error bodies and /openapi.json included), log,
-rollout, failures or metrics file, across ng_run start → collection with forced errors → shutdown.
+rollout, failures or metrics file, checkpoint or exported metric, across ng_run start → collection with forced
+errors → one training step → shutdown.
 
 The secrets are used for real: the policy is an `openai_model` whose API key comes from env.yaml, in front of a
 scripted model served here (which records the key it receives, so the sweep cannot pass vacuously); a second
@@ -8,11 +9,18 @@ scripted model served here (which records the key it receives, so the sweep cann
 in its error body, as some providers do; a third model fails every call (scripted_model `error_status`).
 The run token of `ng_run` is swept as a secret too. Files meant to hold secrets (`instances.json`, `token`,
 both 0600 in the run's state folder) and the env.yaml itself are not swept.
+
+The training step is `ng_train` attached to the run, loading the same config, env.yaml and environment (plus
+WANDB_API_KEY), with a tiny random model as the policy engine: the scripted policy returns the token information
+vllm_model adds and calls the tool in every other episode only, so a group's rewards differ and the step is a real
+optimizer step. Swept: its console output and every file under its output_dir (metrics.jsonl, rollouts,
+checkpoints with trainer_state.json, final/, the TensorBoard events, the offline W&B run) and W&B's own folders.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import re
@@ -32,11 +40,14 @@ from live_servers import serve
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.head import live_runs, run_token_for_url, runs_dir
 from nemo_gym.serve import load_server_class
+from nemo_gym.server import ModelServer
 from ng_process import BIN, REPO, NgRun
 
 pytestmark = pytest.mark.integration
 
 DATA = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
+PROMPT_IDS, TOOL_CALL_IDS, TOOL_OUTPUT_IDS, REPLY_IDS = [1, 2, 3], [20, 21], [40], [30, 31]  # below the tiny model's 512
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a one-rank engine of this process sets them
 
 
 def canary(name: str) -> str:
@@ -82,6 +93,26 @@ def test_encodings_find_what_they_should():
                "d": base64.b64encode(f"Bearer {secret}".encode()).decode(), "e": base64.b64encode(f"ab:{secret}".encode()).decode(),
                "f": base64.urlsafe_b64encode(f"q{secret}".encode()).decode(), "g": "nothing here"}
     assert sorted({w.split(":")[0] for w in leaks({"s": secret}, wrapped)}) == ["a", "b", "c", "d", "e", "f"]
+
+
+def _trainable_policy(config: dict) -> ModelServer:
+    """The scripted model with the training token information of vllm_model (`prompt_token_ids`, ...; each call's
+    prompt extends the previous prompt + generation), which answers every other episode at once instead of calling
+    the tool: in a group of 2, one rollout gets reward 1 and the other 0, so ng_train takes an optimizer step."""
+    first_turns = itertools.count()
+
+    class TrainablePolicy(load_server_class(REPO / "responses_api_models/scripted_model/app.py")):
+        async def responses(self, body: dict) -> dict:
+            followup = any(isinstance(item, dict) and item.get("type") == "function_call_output" for item in body.get("input") or [])
+            if not followup and next(first_turns) % 2:
+                body = {**body, "tools": []}  # no tool offered: the scripted model answers with text
+            answer = await super().responses(body)
+            generation = TOOL_CALL_IDS if answer["output"][-1]["type"] == "function_call" else REPLY_IDS
+            prompt = PROMPT_IDS + TOOL_CALL_IDS + TOOL_OUTPUT_IDS if followup else PROMPT_IDS
+            answer["output"][-1].update(prompt_token_ids=prompt, generation_token_ids=generation, generation_log_probs=[-6.0] * len(generation))
+            return answer
+
+    return TrainablePolicy(config)
 
 
 def _rejecting_endpoint(seen: list[str]) -> FastAPI:
@@ -151,14 +182,31 @@ def _collect(head: str, agent: str, out: Path) -> str:
     return f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
 
 
+def _train(args: list[str], head: str, out: Path, model: Path, environment: dict[str, str]) -> str:
+    """One GRPO step of `ng_train` attached to the run (its config, env.yaml and environment), every sink on;
+    returns its exit status and console output."""
+    command = [
+        str(BIN / "ng_train"), *args, f"+trainer.head_server_url={head}", f"+trainer.input_jsonl_fpath={DATA}", "+trainer.agent_name=weather_agent",
+        f"+trainer.output_dir={out}", "+trainer.num_steps=1", "+trainer.batch_size=1", "+trainer.group_size=2", f"+trainer.engine.model_path={model}",
+        "+trainer.sync_weights=false", "+trainer.logging.console=true", "+trainer.logging.tensorboard=true",
+        "+trainer.logging.wandb.enabled=true", "+trainer.logging.wandb.mode=offline",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV} | environment | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
+    return f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
 def _files(paths: Iterable[Path]) -> dict[str, str]:
     return {str(p): p.read_text(errors="replace") for p in paths if p.is_file()}
 
 
 def test_canary_secrets_never_leave(tmp_path):
-    canaries = {"env_yaml": canary("envyaml"), "config_file": canary("config"), "environment": canary("environ")}
+    pytest.importorskip("deepspeed", reason="the sweep includes a training step: pip install 'nemo-gym[train]'")
+    from test_train_engine import make_tiny_model
+
+    canaries = {"env_yaml": canary("envyaml"), "config_file": canary("config"), "environment": canary("environ"), "wandb": canary("wandb")}
     seen_by_upstream: list[str] = []
-    upstream = load_server_class(REPO / "responses_api_models/scripted_model/app.py")({"default_reply": "It is cold in San Francisco."})
+    upstream = _trainable_policy({"default_reply": "It is cold in San Francisco."})
 
     upstream_app = upstream.build_app()
 
@@ -173,6 +221,9 @@ def test_canary_secrets_never_leave(tmp_path):
     out_dir.mkdir()
     texts: dict[str, str] = {}
     environment = {"OPENAI_API_KEY": canaries["environment"], "HF_TOKEN": canaries["environment"], "NEMO_GYM_CANARY_SECRET": canaries["environment"]}
+    train_dir, wandb_home = tmp_path / "train", tmp_path / "wandb_home"
+    train_environment = {**environment, "WANDB_API_KEY": canaries["wandb"], "WANDB_ERROR_REPORTING": "false",
+                         **{name: str(wandb_home / name.lower()) for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")}}
 
     with serve(upstream_app) as upstream_url, serve(_rejecting_endpoint(seen_by_upstream)) as rejecting_url:
         _config(config, upstream_url, rejecting_url, canaries["config_file"])
@@ -190,7 +241,7 @@ def test_canary_secrets_never_leave(tmp_path):
             for agent in ["weather_agent", "rejected_agent", "failing_agent"]:
                 texts[f"ng_collect_rollouts {agent}"] = _collect(head, agent, out_dir / f"{agent}.jsonl")
             texts["ng_status"] = subprocess.run([str(BIN / "ng_status"), "+json=true", f"+head_server_url={head}"], capture_output=True, text=True, timeout=60).stdout
-            # A trainer step (ng_train against this run, its checkpoint and exported metrics) belongs here.
+            texts["ng_train"] = _train(args, head, train_dir, make_tiny_model(tmp_path / "tiny"), train_environment)
             assert run.stop() == 0
         texts["ng_run output"] = run.output()
 
@@ -201,7 +252,17 @@ def test_canary_secrets_never_leave(tmp_path):
     assert all(len(path.read_text().splitlines()) == 5 for path in failures.values()), {a: p.read_text()[:500] for a, p in failures.items()}
     assert "Incorrect API key provided" in failures["rejected_agent"].read_text()  # the echoed error reached the failures file, redacted
 
+    # the training step ran through and stepped: a trained step, its checkpoint, the final model, every sink's files
+    assert texts["ng_train"].startswith("exit 0\n"), texts["ng_train"][-6000:]
+    (step,) = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
+    assert step["trained"] is True and step["reward_mean"] == 0.5, step
+    assert (train_dir / "checkpoints" / "latest_step").read_text() == "step_000001"
+    assert (train_dir / "checkpoints" / "step_000001" / "trainer_state.json").is_file() and (train_dir / "final" / "model.safetensors").is_file()
+    assert list((train_dir / "tensorboard").glob("events.out.tfevents.*")) and list((train_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+
     texts.update(_files(sorted(out_dir.iterdir())))
     texts.update(_files(sorted((run_dir / "logs").iterdir())))
+    texts.update(_files(sorted(train_dir.rglob("*"))))
+    texts.update(_files(sorted(wandb_home.rglob("*"))))
     assert not (run_dir / "token").exists()
     assert leaks({**canaries, "run_token": token}, texts) == []

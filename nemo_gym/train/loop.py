@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from nemo_gym.client import ClientTimeouts, ServerClient
 from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, load_tasks
-from nemo_gym.config import LoadedConfig
+from nemo_gym.config import LoadedConfig, mask_secrets
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import run_token_for_url
 from nemo_gym.jsonl import replace_atomically, write_jsonl
@@ -236,7 +236,7 @@ class GRPOTrainer:
             policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
             reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
             self.sync = FilesystemWeightSync(self.out / "weights", reload)
-            self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=cfg.model_dump(mode="json"))
+            self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))  # to TensorBoard and W&B
         if cfg.resume:
             self._resume()
 

@@ -2,16 +2,26 @@
 
 Each request is passed to `decide(request)`; it returns None (forward to the upstream and relay the answer)
 or a fault:
+    "refused"         the client's connect is refused (ECONNREFUSED): see below
     "reset"           read the request, then reset the connection (RST) without a byte of answer
     "blackhole"       read the request and never answer (the connection is held until the proxy closes)
     "reset_mid_body"  forward, send the upstream's status line, headers and half its body, then RST
     "500" / "503" / "429"   answer that status (a 429 carries `Retry-After: 0`) without forwarding
 Keep-alive connections are served request after request, as the pooled clients of the servers use them.
+
+A refused connection comes before any byte of the request, so no server can refuse one request and not
+another: the choice has to be made where the request starts. Clients that take `proxy.transport()` (the
+`transport` of `nemo_gym.client.ServerClient`) have each request to the proxy decided there, before it
+connects: "refused" sends it to a port that is bound but never listened on, so the kernel answers the SYN with
+an RST and the client's connect fails with a real ECONNREFUSED (counted in `refused_connects`); any other
+decision travels to the proxy in the `x-injected-fault` header (removed before forwarding), so each attempt
+is decided once. Requests that arrive without the header are decided by the proxy itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import struct
 import threading
@@ -23,8 +33,9 @@ import httpx
 
 __all__ = ["FaultProxy", "ProxiedRequest", "FAULTS"]
 
-FAULTS = ("reset", "blackhole", "reset_mid_body", "500", "503", "429")
-HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+FAULTS = ("refused", "reset", "blackhole", "reset_mid_body", "500", "503", "429")
+FAULT_HEADER = "x-injected-fault"  # the client-side decision for one request ("" = none); never forwarded
+HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host", FAULT_HEADER.encode()}
 
 
 @dataclass(frozen=True)
@@ -42,8 +53,14 @@ class FaultProxy:
         self.upstream_url = upstream_url.rstrip("/")
         self.decide = decide
         self.url = ""
+        self.refused_connects = 0  # connects of `transport()` clients that failed with ECONNREFUSED
+        self._count_lock = threading.Lock()  # the transports run in the threads of several servers
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        # Bound and never listened on: a SYN to it gets an RST, and no other process can take the port meanwhile.
+        self._refusing = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._refusing.bind(("127.0.0.1", 0))
+        self.refusing_port: int = self._refusing.getsockname()[1]
 
     def __enter__(self) -> "FaultProxy":
         self._thread.start()
@@ -55,6 +72,16 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+        self._refusing.close()
+
+    def count_refused_connect(self) -> None:
+        with self._count_lock:
+            self.refused_connects += 1
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """An httpx transport for a client of the proxy (`ServerClient(transport=...)`): its requests to the
+        proxy are decided before they connect (see the module docstring); others pass untouched."""
+        return _DecidingTransport(self)
 
     async def _start(self) -> None:
         self._closing = asyncio.Event()
@@ -76,8 +103,9 @@ class FaultProxy:
         conn = h11.Connection(h11.SERVER)
         try:
             while (request := await _read_request(conn, reader)) is not None:
-                fault = self.decide(request)
-                if fault == "reset":
+                decided = request.headers.get(FAULT_HEADER)
+                fault = (decided or None) if decided is not None else self.decide(request)
+                if fault in ("reset", "refused"):  # "refused" here: a client without `transport()`; reset is the nearest
                     return _reset(writer)
                 if fault == "blackhole":
                     await self._closing.wait()
@@ -103,6 +131,39 @@ class FaultProxy:
         finally:
             self._connections.discard(asyncio.current_task())
         writer.close()
+
+
+class _DecidingTransport(httpx.AsyncHTTPTransport):
+    """The client side of `FaultProxy`: one decision per request to the proxy, made before it connects."""
+
+    def __init__(self, proxy: FaultProxy):
+        super().__init__(limits=httpx.Limits(max_connections=1024, max_keepalive_connections=1024))
+        self.proxy = proxy
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if f"http://{request.url.host}:{request.url.port}" != self.proxy.url:
+            return await super().handle_async_request(request)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        fault = self.proxy.decide(ProxiedRequest(request.method, request.url.raw_path.decode(), headers, request.content))
+        if fault != "refused":
+            request.headers[FAULT_HEADER] = fault or ""
+            return await super().handle_async_request(request)
+        request.url = request.url.copy_with(port=self.proxy.refusing_port)
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectError as exc:
+            if _caused_by_refusal(exc):
+                self.proxy.count_refused_connect()
+            raise
+
+
+def _caused_by_refusal(exc: BaseException | None) -> bool:
+    """Whether an exception chain holds the OS's ECONNREFUSED."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> ProxiedRequest | None:

@@ -1,8 +1,10 @@
 """No fabricated rewards (issue 8, item 2), and the collector's watchdog (item 3).
 
 A seeded fault plan injects faults into about 10 % of calls: the `FaultProxy` between the agent and the
-model (connection reset before the answer, accept-and-never-answer, reset in the middle of the body, 500,
-503, 429), the same proxy in front of the judge the environment calls, and exceptions in the verifier. Each
+model (connection refused, connection reset before the answer, accept-and-never-answer, reset in the middle of
+the body, 500, 503, 429), the same proxy in front of the judge the environment calls, and exceptions in the
+verifier. The agent's and the environment's clients take the proxy's transport, where a refused connection is
+chosen before the call connects (a real ECONNREFUSED; see `fault_proxy`). Each
 faulty call stays faulty for a drawn number of attempts (1 to 8), so some recover within the retry budgets
 and some exhaust them. After the collection: the rewards in the output equal those of a fault-free run for
 the same (task, repeat); the failure records are exactly the pairs whose last call was a fault (the faults
@@ -39,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 NUM_TASKS, REPEATS, FAULT_RATE = 20, 2, 0.10
 AGENT_TIMEOUTS = ClientTimeouts(connect_s=1.0, read_s=1.0, max_retries=1, backoff_s=0.01, backoff_max_s=0.02, retry_after_max_s=0.5)
 COLLECTOR_TIMEOUTS = ClientTimeouts(connect_s=1.0, read_s=60.0, max_retries=1, backoff_s=0.01, backoff_max_s=0.02, retry_after_max_s=0.5)
-FAILURE_CLASS = {"reset": "unavailable", "reset_mid_body": "unavailable", "blackhole": "timeout",
+FAILURE_CLASS = {"refused": "unavailable", "reset": "unavailable", "reset_mid_body": "unavailable", "blackhole": "timeout",
                  "500": "http_error", "503": "http_error", "429": "http_error", "verifier_exception": "http_error"}
 MODEL_RULES = [{"match": "^JUDGE yes", "reply": "[[A=B]]"}, {"match": "even", "reply": "yes"}]
 Pair = tuple[int, int]
@@ -99,17 +101,17 @@ def task_rows() -> list[dict[str, Any]]:
     return [{"responses_create_params": {"input": f"Is {i} {parity[i % 2]}?"}, "expected": "yes" if i % 3 else "no"} for i in range(NUM_TASKS)]
 
 
-def collect_with_faults(tmp_path: Path, plan: FaultPlan, **cfg: Any) -> tuple[Any, Path]:
-    """Serve model, proxy, environment and agent; collect every (task, repeat); returns (summary, output path)."""
+def collect_with_faults(tmp_path: Path, plan: FaultPlan, **cfg: Any) -> tuple[Any, Path, FaultProxy]:
+    """Serve model, proxy, environment and agent; collect every (task, repeat); returns (summary, output path, proxy)."""
     model = load_server_class(REPO / "responses_api_models/scripted_model/app.py")({"rules": MODEL_RULES, "default_reply": "no"}, name="policy_model")
     with serve(model.build_app()) as model_url, FaultProxy(model_url, plan.decide) as proxy:
-        environment = JudgedEnvironment(name="env", client=ServerClient(addresses={"judge": proxy.url}, timeouts=AGENT_TIMEOUTS))
+        environment = JudgedEnvironment(name="env", client=ServerClient(addresses={"judge": proxy.url}, timeouts=AGENT_TIMEOUTS, transport=proxy.transport()))
         environment.plan = plan
         agent_class = load_server_class(REPO / "responses_api_agents/simple_agent/app.py")
         with serve(environment.build_app()) as env_url:
             agent = agent_class({"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"},
                                  "model_timeout_s": 1.0, "max_steps": 2},
-                                name="agent", client=ServerClient(addresses={"policy_model": proxy.url, "env": env_url}, timeouts=AGENT_TIMEOUTS))
+                                name="agent", client=ServerClient(addresses={"policy_model": proxy.url, "env": env_url}, timeouts=AGENT_TIMEOUTS, transport=proxy.transport()))
             with serve(agent.build_app()) as agent_url:
                 (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in task_rows()))
                 config = CollectConfig(agent_name="agent", input_jsonl_fpath=str(tmp_path / "in.jsonl"), output_jsonl_fpath=str(tmp_path / "out.jsonl"),
@@ -119,26 +121,27 @@ def collect_with_faults(tmp_path: Path, plan: FaultPlan, **cfg: Any) -> tuple[An
                     async with ServerClient(addresses={"agent": agent_url}, timeouts=COLLECTOR_TIMEOUTS) as client:
                         return await collect_rollouts(config, client)
 
-                return asyncio.run(main()), tmp_path / "out.jsonl"
+                return asyncio.run(main()), tmp_path / "out.jsonl", proxy
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [2, 5])  # plans that refuse some connections; seed 5 draws every fault kind
 def test_faults_never_change_a_reward_and_exhausted_faults_are_the_failures(tmp_path, seed):
     pairs = {(t, r) for t in range(NUM_TASKS) for r in range(REPEATS)}
     (tmp_path / "clean").mkdir()
     (tmp_path / "faulty").mkdir()
-    _, clean_out = collect_with_faults(tmp_path / "clean", FaultPlan(seed, 0.0))
+    _, clean_out, _ = collect_with_faults(tmp_path / "clean", FaultPlan(seed, 0.0))
     clean, _ = assert_exactly_once(clean_out, pairs, allow_failures=False)
     assert len({r["reward"] for r in clean.values()}) > 1  # rewards vary, so a swapped or zeroed one shows
 
     plan = FaultPlan(seed, FAULT_RATE)
-    summary, out = collect_with_faults(tmp_path / "faulty", plan)
+    summary, out, proxy = collect_with_faults(tmp_path / "faulty", plan)
     rows, failures = assert_exactly_once(out, pairs)
-    injected = sum(1 for events in plan.events.values() for _, _, fault in events if fault)
+    injected = Counter(fault for events in plan.events.values() for _, _, fault in events if fault)
     calls = sum(len(events) for events in plan.events.values())
     exhausted = plan.last_faults()
-    assert 0.04 * calls <= injected <= 0.25 * calls, (injected, calls)
-    assert exhausted and len(exhausted) < injected  # some faults exhausted their budget, others were retried away
+    assert 0.04 * calls <= injected.total() <= 0.25 * calls, (injected, calls)
+    assert injected["refused"] >= 1 and proxy.refused_connects == injected["refused"], (injected, proxy.refused_connects)  # each one a real ECONNREFUSED
+    assert exhausted and len(exhausted) < injected.total()  # some faults exhausted their budget, others were retried away
     assert {pair: row["reward"] for pair, row in rows.items()} == {pair: clean[pair]["reward"] for pair in rows}
     assert set(failures) == set(exhausted)
     assert {pair: f["failure_class"] for pair, f in failures.items()} == {pair: FAILURE_CLASS[fault] for pair, fault in exhausted.items()}
