@@ -8,6 +8,11 @@ None (never raises) when the form it looks for is absent, so a verifier can try 
 
     text = strip_thinking(last_assistant_text(request.response))
     answer = first_answer(text, ("boxed", "answer_tag", "answer_phrase", "last_line"))
+
+Every function runs in time linear in the text: model output is untrusted, and a degenerate reply (a
+megabyte of `\\boxed{`, `<think>` or `<answer>` repeated, never closed) must not stall a verifier. Blocks are
+found by literal searches that stop at the first opening tag left unclosed (no later one can close
+either), not by lazy `.*?` regexes, which try again from every opening tag.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 __all__ = [
     "AnswerForm",
@@ -31,8 +36,9 @@ __all__ = [
 
 AnswerForm = Literal["boxed", "answer_tag", "answer_phrase", "last_line", "full"]
 BOXED = "\\boxed{"
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL | re.IGNORECASE)
+BRACE = re.compile(r"[{}]")
+THINK_OPEN, THINK_CLOSE = re.compile("<think>"), re.compile("</think>")  # literal patterns: searched in linear time
+ANSWER_OPEN, ANSWER_CLOSE = re.compile("<answer>", flags=re.IGNORECASE), re.compile("</answer>", flags=re.IGNORECASE)
 ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", flags=re.IGNORECASE)
 ARTICLES = re.compile(r"\b(?:a|an|the)\b", flags=re.IGNORECASE)
 PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -54,9 +60,22 @@ def last_assistant_text(response: dict[str, Any]) -> str:
     return ""
 
 
+def _blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> Iterator[tuple[int, int, int, int]]:
+    """(start, content start, content end, end) of each closed block `opening ... closing` of `text`, left to
+    right, as `re.finditer(opening + "(.*?)" + closing, DOTALL)` finds them, in linear time."""
+    pos = 0
+    while (head := opening.search(text, pos)) and (tail := closing.search(text, head.end())):
+        yield head.start(), head.end(), tail.start(), tail.end()
+        pos = tail.end()
+
+
 def strip_thinking(text: str) -> str:
     """`text` without its closed `<think>...</think>` blocks."""
-    return THINK_BLOCK.sub("", text)
+    kept, pos = [], 0
+    for start, _, _, end in _blocks(text, THINK_OPEN, THINK_CLOSE):
+        kept.append(text[pos:start])
+        pos = end
+    return "".join(kept) + text[pos:]
 
 
 def last_boxed(text: str, *, skip_unclosed: bool = True, strip: bool = True) -> str | None:
@@ -65,21 +84,26 @@ def last_boxed(text: str, *, skip_unclosed: bool = True, strip: bool = True) -> 
     `skip_unclosed`: when the last box is never closed, try the one before it (else None). `strip`: strip
     the content's outer whitespace.
     """
-    start = text.rfind(BOXED)
+    # A box left open stays open to the end of the text, and so does every box that opens before it and is
+    # still open where it opens: each box is scanned only up to where the next one starts (linear in all).
+    start, limit = text.rfind(BOXED), len(text)
     while start != -1:
         depth, begin = 1, start + len(BOXED)
-        for pos in range(begin, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
+        for brace in BRACE.finditer(text, begin, limit):
+            depth += 1 if brace.group() == "{" else -1
             if depth == 0:
-                return text[begin:pos].strip() if strip else text[begin:pos]
-        start = text.rfind(BOXED, 0, start) if skip_unclosed else -1
+                content = text[begin : brace.start()]
+                return content.strip() if strip else content
+        start, limit = (text.rfind(BOXED, 0, start), start) if skip_unclosed else (-1, start)
     return None
 
 
 def last_answer_tag(text: str) -> str | None:
     """The stripped content of the last `<answer>...</answer>` (any case), or None."""
-    tags = ANSWER_TAG.findall(text)
-    return tags[-1].strip() if tags else None
+    last = None
+    for _, begin, end, _ in _blocks(text, ANSWER_OPEN, ANSWER_CLOSE):
+        last = text[begin:end]
+    return last.strip() if last is not None else None
 
 
 def last_answer_phrase(text: str, *, decoration: str = PHRASE_DECORATION) -> str | None:

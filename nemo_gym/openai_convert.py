@@ -52,7 +52,8 @@ _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_t
 
 
 class ConversionError(ValueError):
-    """A request that cannot be converted (e.g. a non-function tool, an unknown input item type)."""
+    """A request that cannot be converted (e.g. a non-function tool, an unknown input item type, an item or
+    content part of the wrong JSON type)."""
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -78,13 +79,18 @@ def _content_to_chat(content: Any) -> str | list[dict[str, Any]]:
     """Responses message content (string or parts) → chat content (string when all parts are text)."""
     if content is None or isinstance(content, str):
         return content or ""
+    if not isinstance(content, list):
+        raise ConversionError(f"message content must be a string or a list of parts, got {type(content).__name__}")
     parts = []
     for part in content:
+        if not isinstance(part, dict):
+            raise ConversionError(f"a content part must be an object, got {type(part).__name__}")
         kind = part.get("type")
-        if kind in _TEXT_PARTS:
-            parts.append({"type": "text", "text": part.get("text", "")})
-        elif kind == "refusal":
-            parts.append({"type": "text", "text": part.get("refusal", "")})
+        if kind in _TEXT_PARTS or kind == "refusal":
+            text = part.get("refusal" if kind == "refusal" else "text", "")
+            if not isinstance(text, str):
+                raise ConversionError(f"the text of a {kind} part must be a string, got {type(text).__name__}")
+            parts.append({"type": "text", "text": text})
         elif kind == "input_image":
             image = {"url": part.get("image_url") or part.get("file_id")}
             if part.get("detail"):
@@ -171,10 +177,14 @@ def input_items_to_messages(
             messages.append({"role": role, "content": _content_to_chat(item.get("content"))})
             continue
         elif kind == "function_call":
+            if not isinstance(item.get("name"), str):
+                raise ConversionError("a function_call item needs a string `name`")
             call = {"id": item.get("call_id") or item.get("id") or _new_id("call"), "type": "function",
                     "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
             assistant_turn().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
+            if "call_id" not in item:
+                raise ConversionError("a function_call_output item needs a `call_id`")
             turn = None
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_to_text(item.get("output"))})
             continue

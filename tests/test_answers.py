@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -48,6 +49,17 @@ def test_tags_phrases_and_lines() -> None:
     assert last_answer_phrase("answer: **") is None  # nothing left once decoration is stripped
     assert last_line("a\n  b  \n\n") == "b" and last_line(" \n ") is None
     assert strip_thinking("<think>\\boxed{1}</think>x<think>y</think>") == "x"
+
+
+@pytest.mark.parametrize("unit", ["\\boxed{", "<think>", "<answer>", "<ANSWER>", "<think> <answer> \\boxed{ The answer is: "])
+def test_extraction_is_linear_on_a_megabyte_of_unclosed_tags(unit: str) -> None:
+    # A model stuck in a loop. The lazy regexes and the box scanned from every `\boxed{` this replaced took
+    # 6 to 90 s on a tenth of this text (quadratic); linear, it takes a fraction of a second.
+    text = unit * (2**20 // len(unit))
+    start_s = time.monotonic()
+    assert strip_thinking(text) == text  # nothing closed, nothing dropped
+    assert last_boxed(text) is None and last_answer_tag(text) is None
+    assert time.monotonic() - start_s < 5.0
 
 
 @pytest.mark.parametrize(

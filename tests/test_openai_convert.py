@@ -111,6 +111,23 @@ def test_errors_for_unconvertible_requests():
         oc.responses_to_chat({"input": [{"type": "item_reference", "id": "x"}]})
 
 
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"type": "message", "role": "assistant", "content": 42}, "content must be a string or a list"),
+        ({"type": "message", "role": "user", "content": [1, None]}, "content part must be an object"),
+        ({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 42}]}, "must be a string, got int"),
+        ({"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": ["no"]}]}, "must be a string, got list"),
+        ({"type": "function_call", "arguments": "{}", "call_id": "c"}, "needs a string `name`"),
+        ({"type": "function_call_output", "output": "x"}, "needs a `call_id`"),
+    ],
+)
+def test_items_of_the_wrong_json_type_are_conversion_errors(item: dict, message: str):
+    # Model output read back from a rollout is untrusted: a typed error, never a TypeError or KeyError.
+    with pytest.raises(oc.ConversionError, match=message):
+        oc.input_items_to_messages([item])
+
+
 def test_token_info_marks_turns_and_moves_to_messages():
     ids = {"prompt_token_ids": [1, 2], "generation_token_ids": [3, 4], "generation_log_probs": [-0.1, -0.2]}
     items = [

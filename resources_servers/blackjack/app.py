@@ -53,6 +53,8 @@ class BlackjackServer(GymnasiumEnv):
         return StepResult(observation=observation, reward=reward, terminated=episode.terminated, truncated=episode.truncated, info=info)
 
     def score(self, episode: Any, finished: bool) -> VerifyResult:
-        """The hand's reward; an unfinished hand is forfeited (-1)."""
+        """The hand's reward; an unfinished hand is forfeited (-1). A hand that ended without a decision has a
+        `failure_reason`: `no_decision` (forfeited after max_steps turns) or `episode_unfinished`."""
+        failure = "episode_unfinished" if not finished else "no_decision" if episode.outcome == "forfeit" else None
         return VerifyResult(reward=float(episode.total_reward if finished else -1.0), outcome=episode.outcome or "unfinished", turns=episode.turns,
-                            player_total=game.hand_value(episode.player)[0], failure_reason=None if finished else "episode_unfinished")
+                            player_total=game.hand_value(episode.player)[0], failure_reason=failure)

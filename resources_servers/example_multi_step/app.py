@@ -46,8 +46,10 @@ def parse_task(request: VerifyRequest) -> MultiStepTask:
 
 
 def last_submission(response: dict[str, Any]) -> list[int]:
-    """`synonym_values` of the last `extract_synonym_values` call; [] when there is none or it is malformed."""
-    calls = [item for item in response.get("output") or [] if isinstance(item, dict) and item.get("type") == "function_call"]
+    """`synonym_values` of the last `extract_synonym_values` call; [] when there is none or it is malformed
+    (an `output` that is not a list included)."""
+    output = response.get("output")
+    calls = [item for item in output if isinstance(item, dict) and item.get("type") == "function_call"] if isinstance(output, list) else []
     for call in reversed(calls):
         if call.get("name") != "extract_synonym_values":
             continue

@@ -12,8 +12,10 @@ from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResul
 
 
 def function_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `function_call` items of a Responses `Response` dict's `output`, in order (others skipped)."""
-    return [item for item in response.get("output") or [] if isinstance(item, dict) and item.get("type") == "function_call"]
+    """The `function_call` items of a Responses `Response` dict's `output`, in order (others skipped; an
+    `output` that is not a list has none)."""
+    output = response.get("output")
+    return [item for item in output if isinstance(item, dict) and item.get("type") == "function_call"] if isinstance(output, list) else []
 
 
 class ExampleSingleToolCallServer(ResourcesServer):

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nemo_gym.answers import strip_thinking
 from nemo_gym.server import ResourcesServer, ServerConfig, ServerRef, Session, VerifyRequest, VerifyResult
 
 
@@ -38,7 +39,6 @@ def _load_sibling(filename: str) -> Any:
 
 judge = _load_sibling("judge.py")
 group = _load_sibling("group_judge.py")
-THINK_BLOCK = re.compile(r"<think>.*?</think>", flags=re.DOTALL)
 
 
 class JudgeRequest(VerifyRequest):
@@ -139,7 +139,7 @@ class LLMJudgeServer(ResourcesServer):
 
     def extract_answer(self, response: dict[str, Any]) -> str:
         """The answer in the final assistant message (`<think>` blocks dropped, then `answer_regex`); '' if none."""
-        text = THINK_BLOCK.sub("", judge.output_text(response)).strip()
+        text = strip_thinking(judge.output_text(response)).strip()  # linear in the text, however many `<think>` it opens
         if self.config.answer_regex is None or not text:
             return text
         matches = list(re.finditer(self.config.answer_regex, text))

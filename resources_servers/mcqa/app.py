@@ -222,10 +222,12 @@ def regex_letter(text: str, patterns: str | list[str], options: Options | None, 
 
 
 def output_text(response: dict[str, Any]) -> str:
-    """All `output_text` parts of the `message` items of a Response dict, joined (as `Response.output_text`)."""
+    """All `output_text` parts of the `message` items of a Response dict, joined (as `Response.output_text`);
+    items and parts of another shape, and an `output` that is not a list, give no text."""
+    output = response.get("output")
     return "".join(
         part["text"]
-        for item in response.get("output") or []
+        for item in (output if isinstance(output, list) else [])
         if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list)
         for part in item["content"]
         if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)

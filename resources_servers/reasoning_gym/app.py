@@ -20,13 +20,14 @@ import reasoning_gym
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reasoning_gym.factory import DATASETS
-from reasoning_gym.utils import extract_answer
 
-from nemo_gym.answers import last_assistant_text, last_boxed, last_line, strip_thinking
+from nemo_gym.answers import last_answer_tag, last_assistant_text, last_boxed, last_line, strip_thinking
 from nemo_gym.config import did_you_mean
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-ANSWER_IS = re.compile(r"answer is\s*:?\s*([^\n]+?)\s*\.?\s*$", flags=re.IGNORECASE | re.MULTILINE)
+# The rest of the line, trimmed by `stated_answers`: a lazy group before `\s*\.?\s*$` backtracked cubically
+# on a run of spaces (a minute for a few kilobytes of them).
+ANSWER_IS = re.compile(r"answer is\s*:?\s*([^\n]+)", flags=re.IGNORECASE)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -49,6 +50,12 @@ class ReasoningGymTask(BaseModel):
     entry: dict[str, Any] = Field(description="the reasoning_gym entry: question, answer, metadata")
 
 
+def stated_answers(text: str) -> list[str]:
+    """What follows each "answer is" (and an optional colon) to the end of its line, less its trailing
+    whitespace and one final period; linear in the text."""
+    return [rest.rstrip().removesuffix(".").rstrip() or rest[:1] for rest in ANSWER_IS.findall(text)]
+
+
 def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | None, Extraction]:
     """The final answer in an assistant message, and where it was found.
 
@@ -61,10 +68,10 @@ def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | Non
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed, Extraction.BOXED
-    tagged = extract_answer(text, tag_name="answer")
+    tagged = last_answer_tag(text)
     if tagged is not None:
         return tagged, Extraction.ANSWER_TAG
-    stated = ANSWER_IS.findall(text)
+    stated = stated_answers(text)
     if stated:
         in_statement = NUMBER.findall(stated[-1]) if numeric else []
         return (in_statement[-1] if in_statement else stated[-1].strip()), Extraction.ANSWER_IS

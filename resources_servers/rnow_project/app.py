@@ -20,7 +20,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import Field
 
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.openai_convert import input_items, input_items_to_messages
+from nemo_gym.openai_convert import ConversionError, input_items, input_items_to_messages
 from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, ToolArgs, ToolSpec, tool_parameters
 from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.sandboxed import SandboxedRewards
@@ -112,13 +112,30 @@ class RnowProjectServer(ResourcesServer):
         return truncate(text, self.config.max_tool_response_chars)
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
-        """The total of the entry's rewards over the conversation (see the module docstring)."""
+        """The total of the entry's rewards over the conversation (see the module docstring); 0.0 with
+        `failure_reason: malformed_output` (and `output_error`) when `response.output` is not a list of
+        items of chat shape: bad model output, the rewards not run.
+
+        Raises:
+            HTTPException: 422 for unknown reward names or a prompt (`responses_create_params.input`) that
+                does not convert to chat messages.
+        """
         task: RnowTask = request  # type: ignore[assignment]
         unknown = [name for name in task.rewards if name not in self.functions.rewards]
         if unknown:
             raise HTTPException(422, f"unknown rewards {unknown}; rewards.py defines: {', '.join(sorted(self.functions.rewards))}")
-        items = [*input_items(task.responses_create_params), *(task.response.get("output") or [])]
-        messages = input_items_to_messages(items)
+        try:
+            prompt = input_items(task.responses_create_params)
+            input_items_to_messages(prompt)
+        except ConversionError as exc:
+            raise HTTPException(422, f"responses_create_params.input: {exc}") from None
+        output = task.response.get("output") or []
+        try:
+            if not isinstance(output, list):
+                raise ConversionError(f"response.output must be a list of items, got {type(output).__name__}")
+            messages = input_items_to_messages([*prompt, *output])
+        except ConversionError as exc:
+            return VerifyResult(reward=0.0, failure_reason="malformed_output", output_error=str(exc))
         args = RewardArgs(metadata=task.metadata, variables=task.variables)
         specs = [self.functions.rewards[name] for name in task.rewards]
         outcome = await score(specs, args, messages, default_timeout_s=self.config.reward_timeout_s, sandbox=self.sandbox)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from nemo_gym.module_loading import import_sibling
+from nemo_gym.openai_convert import ConversionError
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
 vf_adapter = import_sibling(__file__, "vf_adapter.py")
@@ -45,6 +46,11 @@ class VerifiersEnvServer(ResourcesServer):
         self.env = vf_adapter.load_env(config.env_id, config.env_args, config.python_path)
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
+        """The rubric's reward; 0.0 with `failure_reason: malformed_output` (and `output_error` saying what is
+        wrong) when `response.output` has an item or content part of the wrong JSON type."""
         row = request.model_dump()
-        reward, metrics = await vf_adapter.score(self.env, row, request.response)
+        try:
+            reward, metrics = await vf_adapter.score(self.env, row, request.response)
+        except ConversionError as exc:  # raised by completion_of, before the rubric runs
+            return VerifyResult(reward=0.0, failure_reason="malformed_output", output_error=str(exc))
         return VerifyResult(reward=reward, reward_components=metrics or None)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nemo_gym.errors import ConfigError
-from nemo_gym.openai_convert import input_items_to_messages
+from nemo_gym.openai_convert import ConversionError, input_items_to_messages
 
 __all__ = [
     "module_for",
@@ -186,8 +186,15 @@ def task_rows(env: Any, split: Split, limit: int | None = None) -> list[dict[str
 
 def completion_of(response: Mapping[str, Any], message_type: str = "chat") -> list[dict[str, Any]] | str:
     """The rollout's completion as verifiers sees it: the chat messages after the prompt (assistant answers,
-    tool calls and results), or their text for `message_type="completion"`. Reasoning items are dropped."""
-    messages = input_items_to_messages(response.get("output") or [])
+    tool calls and results), or their text for `message_type="completion"`. Reasoning items are dropped.
+
+    Raises:
+        ConversionError: `response.output` is not a list of items of chat shape (model output is untrusted).
+    """
+    output = response.get("output") or []
+    if not isinstance(output, list):
+        raise ConversionError(f"response.output must be a list of items, got {type(output).__name__}")
+    messages = input_items_to_messages(output)
     if message_type == "completion":
         return "".join(m.get("content") or "" for m in messages if m.get("role") == "assistant" and isinstance(m.get("content"), str))
     for message in messages:
@@ -200,6 +207,7 @@ async def score(env: Any, row: Mapping[str, Any], response: Mapping[str, Any]) -
     """(reward, metrics per reward function) of one rollout, by the environment's rubric.
 
     Raises:
+        ConversionError: `response.output` is malformed (`completion_of`), before the rubric runs.
         whatever the rubric raises (verifiers' own Rubric turns a failing reward function into 0.0).
     """
     prompt = row["responses_create_params"].get("input", [])

@@ -141,12 +141,22 @@ def test_verify_replays_without_a_session_and_forfeits_unfinished_hands(client):
     assert won["reward"] == 1.0 and won["replayed"] is True and won["turns"] == 2
     unfinished = client.post("/verify", json={**body, "response": answer("no idea")}).json()
     assert unfinished["reward"] == -1.0 and unfinished["failure_reason"] == "episode_unfinished"
+    forfeited = client.post("/verify", json={**body, "response": answer(*["no idea"] * 10)}).json()  # max_steps invalid replies
+    assert forfeited["reward"] == -1.0 and forfeited["outcome"] == "forfeit" and forfeited["failure_reason"] == "no_decision"
+    assert won["failure_reason"] is None
 
 
-@pytest.mark.parametrize("output", [[], [None, 3], [{"type": "message", "role": "assistant", "content": {"text": "stand"}}]])
+@pytest.mark.parametrize(
+    "output",
+    [[], [None, 3], "stand", 5, [{"type": "message", "role": "assistant", "content": {"text": "stand"}}],
+     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 21}]}]],
+)
 def test_bad_model_output_is_an_unfinished_hand(client, output):
+    # No valid action was ever read: the hand is scored as forfeited (-1), and the answer says why.
     verified = client.post("/verify", json={"responses_create_params": {"input": []}, "seed": 3, "response": {"output": output}})
-    assert verified.status_code == 200 and verified.json()["reward"] == -1.0
+    assert verified.status_code == 200, verified.text
+    result = verified.json()
+    assert result["reward"] == -1.0 and result["outcome"] == "unfinished" and result["failure_reason"] == "episode_unfinished"
 
 
 def test_missing_or_malformed_seed_is_422(client):
