@@ -19,13 +19,25 @@ verifier instead of being silently dropped.
 from __future__ import annotations
 
 import json
-import re
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["tools_system_prompt", "render_tool_messages", "parse_tool_calls", "format_tool_call", "forced_call_schema", "parse_forced_call"]
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _tool_call_blocks(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, stripped content) of each `<tool_call>...</tool_call>` of `text`, the last one possibly left
+    open to the end of the text. Literal searches, linear in the text: model output is untrusted (a lazy regex
+    with `\\s*` on both sides of the content is quadratic on a long run of whitespace)."""
+    position = 0
+    while (start := text.find(_OPEN, position)) != -1:
+        close = text.find(_CLOSE, start + len(_OPEN))
+        end = len(text) if close == -1 else close + len(_CLOSE)
+        yield start, end, text[start + len(_OPEN) : len(text) if close == -1 else close].strip()
+        position = end
 
 
 def tools_system_prompt(tools: list[dict[str, Any]]) -> str:
@@ -99,12 +111,12 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     calls: list[dict[str, Any]] = []
     kept: list[str] = []
     position = 0
-    for match in _TOOL_CALL.finditer(text):
-        call = _parse_call(match.group(1))
+    for start, end, content in _tool_call_blocks(text):
+        call = _parse_call(content)
         if call is None:
             continue
-        kept.append(text[position : match.start()])
-        position = match.end()
+        kept.append(text[position:start])
+        position = end
         calls.append(call)
     kept.append(text[position:])
     content = "".join(kept).strip()

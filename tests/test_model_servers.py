@@ -200,6 +200,14 @@ def test_parse_tool_calls_malformed_and_unclosed():
     assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"a": 1}
 
 
+def test_parse_tool_calls_is_linear_on_degenerate_output():
+    # the former lazy regex `<tool_call>\s*(.*?)\s*(?:</tool_call>|$)` took 4.7 s on 20 KB of whitespace (quadratic)
+    started = time.monotonic()
+    text = "<tool_call>" + " " * 1_000_000 + "x" + "<tool_call>" * 100_000
+    assert tool_calls.parse_tool_calls(text) == (text.strip(), [])
+    assert time.monotonic() - started < 2.0
+
+
 def test_render_tool_messages_round_trips_through_parse():
     chat_tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]}}]
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
