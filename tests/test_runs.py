@@ -152,7 +152,7 @@ from nemo_gym.train.config import EngineConfig, LoggingOptions, TrainerConfig  #
 from nemo_gym.train.loop import GRPOTrainer  # noqa: E402
 from nemo_gym.train.stopping import STOP_REQUEST_FILE, run_stoppable  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
-from test_train_loop import PROMPT, TARGET_IDS, rollout_row, sample_group  # noqa: E402
+from test_train_loop import PROMPT, sampled_rollouts  # noqa: E402
 
 
 def trainer_config(tmp_path: Path, **overrides) -> TrainerConfig:
@@ -178,12 +178,7 @@ class LocalTrainer(GRPOTrainer):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(30)  # waiting for rollouts: the handler interrupts this
             raise AssertionError("the stop did not abandon the rollouts")
-        generator = torch.Generator().manual_seed(self.step)
-        rows = []
-        for task in range(len(tasks)):
-            generations, log_probs = sample_group(self.engine.module, num_repeats, 4, generator)
-            rows += [rollout_row(task, i, PROMPT, g, lp, sum(t < TARGET_IDS for t in g) / 4) for i, (g, lp) in enumerate(zip(generations, log_probs))]
-        return rows
+        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.step)
 
     def log(self, metrics):
         super().log(metrics)

@@ -65,6 +65,17 @@ def sample_group(model, num: int, length: int, generator: torch.Generator) -> tu
     return ids[:, len(PROMPT) :].tolist(), torch.cat(log_probs, dim=1).tolist()
 
 
+def sampled_rollouts(model, num_tasks: int, num_repeats: int, step: int) -> list[dict]:
+    """Rollout rows of `num_tasks` tasks x `num_repeats` generations of 4 tokens sampled from `model` (seeded by
+    `step`), rewarded with the share of tokens below TARGET_IDS: what a test trainer's `collect` returns."""
+    generator = torch.Generator().manual_seed(step)
+    rows = []
+    for task in range(num_tasks):
+        generations, log_probs = sample_group(model, num_repeats, 4, generator)
+        rows += [rollout_row(task, i, PROMPT, g, lp, sum(t < TARGET_IDS for t in g) / 4) for i, (g, lp) in enumerate(zip(generations, log_probs))]
+    return rows
+
+
 def test_tiny_model_learns_a_trivial_reward(tmp_path):
     from nemo_gym.train.engine import PolicyEngine
 

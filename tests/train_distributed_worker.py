@@ -64,15 +64,10 @@ class LocalTrainer(GRPOTrainer):
 
     def collect(self, tasks, num_repeats, name, overrides=None):
         from nemo_gym.train import distributed
-        from test_train_loop import PROMPT, TARGET_IDS, rollout_row, sample_group
+        from test_train_loop import sampled_rollouts
 
         (self.out / f"collect_rank{distributed.rank()}_{name}").touch()
-        generator = torch.Generator().manual_seed(self.step)
-        rows = []
-        for task in range(len(tasks)):
-            generations, log_probs = sample_group(self.engine.module, num_repeats, 4, generator)
-            rows += [rollout_row(task, i, PROMPT, g, lp, sum(t < TARGET_IDS for t in g) / 4) for i, (g, lp) in enumerate(zip(generations, log_probs))]
-        return rows
+        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.step)
 
 
 def write_tasks(model_dir: str | Path) -> None:
