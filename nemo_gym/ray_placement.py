@@ -49,6 +49,7 @@ from nemo_gym.server import ServerConfig
 __all__ = ["RayPlacement", "ServerActor", "RayServers", "placement_of"]
 
 RAY_NAMESPACE = "nemo_gym"
+TAIL_GRACE_S = 10.0  # how long an actor whose server died waits for ng_run to fetch its last log lines, seconds
 
 
 class RayPlacement(BaseModel):
@@ -122,6 +123,7 @@ class ServerActor:
                 [str(python), "-m", "nemo_gym.serve"], cwd=self.instance.implementation_dir, env=env, stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
+        self.server_exited, self.tail_reported = False, threading.Event()
         threading.Thread(target=self._exit_with_server, daemon=True).start()
 
     def _ensure_venv(self) -> Path:
@@ -138,15 +140,20 @@ class ServerActor:
             return
         with self.log_path.open("a") as log:
             log.write(f"\n[nemo_gym] server process {self.process.pid} exited with code {code} on node {self.node_ip}; restarting the actor\n")
+        self.server_exited = True
+        self.tail_reported.wait(TAIL_GRACE_S)  # ng_run polls about every second: let it read why before the actor goes
         os._exit(1)
 
     def report(self, lines: int) -> dict[str, Any]:
         """`{pid, node_ip, node_id, log, restarted, tail}`: this replica, and the last `lines` lines of its log."""
         import ray
 
+        exited = self.server_exited  # read before the log: then the tail holds everything the server wrote
         with self.log_path.open(errors="replace") as handle:
             tail = "".join(deque(handle, maxlen=lines)).rstrip()
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        if exited:
+            self.tail_reported.set()
         return {"pid": self.process.pid, "node_ip": self.node_ip, "node_id": self.node_id, "log": str(self.log_path), "restarted": restarted, "tail": tail}
 
     def stop(self, grace_s: float) -> int | None:
