@@ -86,12 +86,12 @@ def replace_atomically(path: str | Path, data: bytes) -> None:
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
     """Write `rows` to `path` atomically (a temporary file, fsync, then rename): readers never see half a file."""
-    replace_atomically(Path(path), b"".join(dumps_line(row) for row in rows))
+    replace_atomically(path, b"".join(dumps_line(row) for row in rows))
 
 
 def write_json(path: str | Path, value: Any) -> None:
     """Write `value` as indented JSON to `path` atomically."""
-    replace_atomically(Path(path), orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    replace_atomically(path, orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
 
 
 class JsonlAppender:
