@@ -41,13 +41,12 @@ from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.head import live_runs, run_token_for_url, runs_dir
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ModelServer
-from ng_process import BIN, REPO, NgRun
+from ng_process import BIN, REPO, NgRun, clean_env
 
 pytestmark = pytest.mark.integration
 
 DATA = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
 PROMPT_IDS, TOOL_CALL_IDS, TOOL_OUTPUT_IDS, REPLY_IDS = [1, 2, 3], [20, 21], [40], [30, 31]  # below the tiny model's 512
-LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # a one-rank engine of this process sets them
 
 
 def canary(name: str) -> str:
@@ -191,7 +190,7 @@ def _train(args: list[str], head: str, out: Path, model: Path, environment: dict
         "+trainer.sync_weights=false", "+trainer.logging.console=true", "+trainer.logging.tensorboard=true",
         "+trainer.logging.wandb.enabled=true", "+trainer.logging.wandb.mode=offline",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV} | environment | {"OMP_NUM_THREADS": "1"}
+    env = clean_env() | environment
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
     return f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
 

@@ -10,7 +10,6 @@ real ng_run with the scripted policy, through the self-relaunch, and stops it wi
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,17 +22,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 from nemo_gym.train import distributed  # noqa: E402
+from ng_process import LAUNCHER_ENV, clean_env  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from train_distributed_worker import CASES, LOOP_STEPS, run_case, run_loop, write_tasks  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "train_distributed_worker.py"
-LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def clean_env() -> dict[str, str]:
-    """This process's environment without the variables its own one-rank engines set (set_single_process_env)."""
-    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV} | {"OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(autouse=True)
