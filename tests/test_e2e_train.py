@@ -7,7 +7,9 @@ One `ng_run` of configs/train/quickstart_grpo.yaml's servers; two `ng_train` pro
    is logged with its time split; a trained step's rollouts were sampled by vLLM with the weights the
    trainer holds (|Δ log-prob| small, the TIS ratio ~1) and its weights were pushed back (`time_sync_s`);
 2. `+trainer.resume=true` with num_steps 3: continues at step 3 from the step-2 checkpoint, exactly the
-   batch the uninterrupted run would have taken (the tasks file of step 3 equals the sampler's choice).
+   batch the uninterrupted run would have taken (the tasks file of step 3 equals the sampler's choice);
+3. the final model folder is the policy of a fresh `ng_run` (`+policy_model...vllm_model.model=<final>`): rollouts
+   collected through it carry log-probs equal to those the trainer computes from that folder (< 1e-3).
 The tasks are reasoning_gym spell_backward (partial credit per letter), so a group's rewards almost always
 vary and a step has something to train on.
 Run: `.venv/bin/python -m pytest tests/test_e2e_train.py -m e2e -q -s`.
@@ -77,3 +79,32 @@ def test_ng_train_runs_evaluates_syncs_and_resumes(tmp_path):
     assert (out / "checkpoints/latest_step").read_text().strip() == "step_000003"
     assert (out / "final/model.safetensors").is_file() and (out / "final/config.json").is_file()
     assert any((out / "tensorboard").iterdir())
+    assert_final_model_is_servable(out / "final", tasks, tmp_path)
+
+
+def assert_final_model_is_servable(final: Path, tasks: Path, tmp_path: Path) -> None:
+    """A fresh ng_run serves `final` as its policy; the served log-probs are the trainer's on that folder."""
+    from nemo_gym.train.batch import collate, rollout_to_sequence
+    from nemo_gym.train.config import EngineConfig, LossOptions
+    from nemo_gym.train.engine import PolicyEngine
+
+    rollouts = tmp_path / "final_rollouts.jsonl"
+    served = f"++policy_model.responses_api_models.vllm_model.model={final}"
+    with NgRun(CONFIG, served, timeout_s=1500) as run:
+        head_url = run.wait_ready()
+        collect = subprocess.run(
+            [str(Path(sys.executable).parent / "ng_collect_rollouts"), f"+head_server_url={head_url}", f"+input_jsonl_fpath={tasks}",
+             f"+output_jsonl_fpath={rollouts}", "+agent_name=reasoning_gym_simple_agent", "+limit=2", "+num_repeats=1",
+             "+responses_create_params={temperature: 1.0, max_output_tokens: 24}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
+    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    assert len(rows) == 2
+    assert all(row["response"]["model"] == str(final) for row in rows), "the fresh ng_run did not serve the final folder"
+    engine = PolicyEngine(EngineConfig(model_path=str(final), dtype="float32", micro_batch_size=1), LossOptions())
+    for row in rows:
+        batch = collate([rollout_to_sequence(row)], [0.0])
+        mask = batch.loss_mask[0].bool()
+        diff = (engine.logprobs(batch)[0][mask] - batch.rollout_logprobs[0][mask]).abs().max()
+        assert float(diff) < 1e-3, f"served log-probs differ from final/'s by {float(diff):.2e}"
