@@ -87,9 +87,11 @@ COMMANDS: dict[str, Command] = {
         Command("download_dataset_from_gitlab", "download a dataset version from the GitLab generic package registry (checksum verified)", _options("nemo_gym.datasets.gitlab", "DownloadFromGitlabOptions"), True),
         Command("delete_dataset_from_gitlab", "delete a dataset (all versions) from GitLab, after a confirmation (+yes=true skips it)", _options("nemo_gym.datasets.gitlab", "DeleteFromGitlabOptions"), True),
         Command("gitlab_to_hf_dataset", "move a dataset from GitLab to the Hugging Face Hub (upload, then delete from GitLab)", _options("nemo_gym.datasets.hf", "GitlabToHfOptions"), True),
-        Command("login", "save a token for hf, gitlab or wandb in $NEMO_GYM_HOME/credentials.json (mode 0600)", _options("nemo_gym.datasets.login", "LoginOptions"), True),
-        Command("logout", "forget saved tokens (+service=hf|gitlab|wandb, default all)", _options("nemo_gym.datasets.login", "LogoutOptions"), True),
-        Command("runs", "background runs: list, logs <id> [+follow=true], stop <id> [+save_model=true], delete <id>", _options("nemo_gym.runs", "RunsOptions"), True, ("verb", "id")),
+        Command("login", "save a token for hf, gitlab or wandb (+service=) or a run server (+server=URL) in $NEMO_GYM_HOME/credentials.json (mode 0600)", _options("nemo_gym.datasets.login", "LoginOptions"), True),
+        Command("logout", "forget saved tokens (+service=hf|gitlab|wandb, +server=URL; default all)", _options("nemo_gym.datasets.login", "LogoutOptions"), True),
+        Command("runs", "background runs (the run server's when logged in): list, logs <id> [+follow=true], stop <id> [+save_model=true], delete <id>, download <id> +output=DIR", _options("nemo_gym.runs", "RunsOptions"), True, ("verb", "id")),
+        Command("serve", "the team run server: an authenticated API in front of Ray Jobs (+admin=... manages organizations, users, tokens)", _options("nemo_gym.team.server", "ServeOptions"), True, ("admin",)),
+        Command("orgs", "list your organizations on the run server, or switch the active one: ng_orgs <ORG>", _options("nemo_gym.team.client", "OrgsOptions"), True, ("org",)),
         Command("export", "write a merged HF model folder (LoRA merged, lm_head explicit) from a run, output_dir or checkpoint: ng_export <source> +output=DIR", _options("nemo_gym.export", "ExportOptions"), True, ("source",)),
         Command("eval", "pass@k (unbiased), pass^k and mean reward per environment, from n samples per task or existing rollouts", _options("nemo_gym.evaluation", "EvalConfig"), True),
     ]
@@ -178,6 +180,11 @@ def _run(command: Command, argv: list[str]) -> int:
         from nemo_gym.rnow.project import expand_rnow_args
         from nemo_gym.runs import BACKGROUND_FLAG, pop_flag, train_in_background
 
+        argv, remote = pop_flag(argv, "remote")
+        if remote:  # ng_train +remote=true: submit this folder as a run of the logged-in run server
+            from nemo_gym.team.client import submit_remote
+
+            return submit_remote("train", argv)
         status = 0
         for argv in expand_rnow_args(argv, mode="train"):  # +rnow_project=DIR: one run per model.path (else argv as is)
             argv, background = pop_flag(argv, BACKGROUND_FLAG)
@@ -196,6 +203,15 @@ def _run(command: Command, argv: list[str]) -> int:
         from nemo_gym.prepare_data import prepare_main
 
         return prepare_main(load_config(argv, resolve=False))  # datasets need no secrets or ${...} values
+    if command.name == "collect_rollouts":
+        from nemo_gym.runs import pop_flag
+
+        argv, remote = pop_flag(argv, "remote")
+        if remote:  # ng_collect_rollouts +remote=true: a collection run on the run server
+            from nemo_gym.team.client import submit_remote
+
+            _strict_options(command, argv)
+            return submit_remote("collect", argv)
     options = _strict_options(command, argv)
     if command.name == "collect_rollouts":
         from nemo_gym.collect import collect_main
@@ -223,6 +239,14 @@ def _run(command: Command, argv: list[str]) -> int:
         from nemo_gym.runs import runs_main
 
         return runs_main(options)
+    if command.name == "serve":
+        from nemo_gym.team.server import serve_main
+
+        return serve_main(options)
+    if command.name == "orgs":
+        from nemo_gym.team.client import orgs_main
+
+        return orgs_main(options)
     if command.name == "export":
         from nemo_gym.export import export_main
 
@@ -330,6 +354,8 @@ ng_logout = _entry("logout")
 ng_viewer = _entry("viewer")
 ng_eval = _entry("eval")
 ng_runs = _entry("runs")
+ng_serve = _entry("serve")
+ng_orgs = _entry("orgs")
 ng_export = _entry("export")
 
 

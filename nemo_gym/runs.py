@@ -5,6 +5,10 @@
   ng_runs stop <id> [+save_model=true]      SIGTERM to the run's process group (the trainer finishes or abandons
                                             the current step; with save_model it writes output_dir/final first)
   ng_runs delete <id> [+force=true] [+delete_outputs=true]
+  ng_runs download <id> +output=DIR         copy the run's final/ model folder to DIR
+
+When logged in to a run server (`ng_login +server=URL`), the verbs act on the server's runs of the active
+organization (nemo_gym.team.client); `+local=true` keeps them on this machine, `+remote=true` insists on the server.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class RunsOptions(BaseModel):
     """Parameters of `ng_runs` (verb and run id may be given as positional arguments: `ng_runs stop <id>`)."""
 
     model_config = ConfigDict(extra="forbid")
-    verb: Literal["list", "logs", "stop", "delete"] = Field("list", description="list, logs, stop or delete")
+    verb: Literal["list", "logs", "stop", "delete", "download"] = Field("list", description="list, logs, stop, delete or download")
     id: str | None = Field(None, description="run id (from ng_runs list; a unique prefix is enough); needed by logs, stop and delete")
     json_output: bool = Field(False, alias="json", description="list: print JSON instead of a table")
     follow: bool = Field(False, description="logs: keep printing new output until the run ends")
@@ -40,6 +44,9 @@ class RunsOptions(BaseModel):
     timeout_s: float = Field(300.0, gt=0, description="stop / delete +force: seconds to wait for the run to end")
     force: bool = Field(False, description="stop: SIGKILL the process group at once (nothing saved); delete: stop a running run first")
     delete_outputs: bool = Field(False, description="delete: also remove the run's output_dir")
+    output: str | None = Field(None, description="download: the folder to write the run's final/ model into (new or empty)")
+    remote: bool | None = Field(None, description="act on the run server's runs (default: when logged in with ng_login +server=...)")
+    local: bool = Field(False, description="act on this machine's background runs even when logged in to a run server")
 
 
 # -- ng_train +background=true ------------------------------------------------------------------------------------
@@ -232,6 +239,20 @@ def _delete(record: RunRecord, options: RunsOptions) -> int:
     return 0
 
 
+def _download(record: RunRecord, options: RunsOptions) -> int:
+    final = Path(record.output_dir or ".") / "final"
+    if not options.output:
+        raise ConfigError(f"ng_runs download needs +output=DIR: ng_runs download {record.id} +output=DIR")
+    if not record.output_dir or not final.is_dir():
+        raise ConfigError(f"run {record.id} has no final/ model in {record.output_dir or '-'} (stop it with +save_model=true, or let it finish)")
+    output = Path(options.output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ConfigError(f"+output={output} exists and is not an empty folder; choose a new folder")
+    shutil.copytree(final, output, dirs_exist_ok=True)
+    print(f"ng_runs: model of run {record.id} in {output}")
+    return 0
+
+
 def runs_main(options: RunsOptions) -> int:
     """`ng_runs`: dispatch on the verb; returns the exit status.
 
@@ -239,6 +260,10 @@ def runs_main(options: RunsOptions) -> int:
         ConfigError: a verb that needs an id got none, an unknown or ambiguous id, deleting a running run
             without +force=true.
     """
+    from nemo_gym.team.client import remote_runs_main, wants_remote
+
+    if wants_remote(options.remote, options.local):
+        return remote_runs_main(options)
     if options.verb == "list":
         return _list(options)
     if not options.id:
@@ -248,4 +273,6 @@ def runs_main(options: RunsOptions) -> int:
         return _logs(record, options)
     if options.verb == "stop":
         return _stop(record, options)
+    if options.verb == "download":
+        return _download(record, options)
     return _delete(record, options)

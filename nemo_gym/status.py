@@ -81,6 +81,7 @@ def status_main(head_server_url: str | None = None, *, as_json: bool = False) ->
             print(f"  {name:<36} {s['server_type'] or '-':<22} {s['port'] or '-':>6} {s['pid'] or '-':>8} {uptime:>9}  {s['health']}")
     if not as_json:
         _print_background_runs()
+        _print_team_status()
     healthy = all(s["health"] == "ok" for run in runs for s in run["servers"])
     return 0 if healthy else 1
 
@@ -90,3 +91,10 @@ def _print_background_runs() -> None:
     from nemo_gym.runs import print_training_runs
 
     print_training_runs()
+
+
+def _print_team_status() -> None:
+    """The run server this user is logged in to (ng_login +server=...): user, active organization, active runs."""
+    from nemo_gym.team.client import print_team_status
+
+    print_team_status()

@@ -22,18 +22,18 @@ NODE_IP = "127.0.0.2"
 OBJECT_STORE_BYTES = 80 * 1024 * 1024  # the tests move no big objects; keep /dev/shm use small
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
 class RayNode:
     """One `ray start --block` process (its own process group: raylet and its workers)."""
 
-    def __init__(self, args: list[str], log_path: Path):
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
         self.log_path = log_path
         self.log = log_path.open("ab")
         command = [str(RAY), "start", "--block", "--disable-usage-stats", f"--node-ip-address={NODE_IP}", f"--object-store-memory={OBJECT_STORE_BYTES}", *args]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env(), start_new_session=True)
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True)
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group, as when its machine dies."""
@@ -58,16 +58,22 @@ class LocalRayCluster:
         tmp_path: where the node logs go.
         port: the head's GCS port (a free one).
         head_cpus: CPUs the head node offers; head_resources: its custom resources.
+        dashboard_port: start the head's dashboard (the Ray Jobs API) on NODE_IP at this port (default: no dashboard).
+        env: extra environment of every node and of the driver that counts nodes (e.g. RAY_AUTH_MODE=token and
+            RAY_AUTH_TOKEN_PATH for a cluster with token authentication).
     """
 
-    def __init__(self, tmp_path: Path, port: int, *, head_cpus: int = 2, head_resources: dict[str, float] | None = None):
+    def __init__(self, tmp_path: Path, port: int, *, head_cpus: int = 2, head_resources: dict[str, float] | None = None,
+                 dashboard_port: int | None = None, env: dict[str, str] | None = None):  # fmt: skip
         self.tmp_path = tmp_path
         self.address = f"{NODE_IP}:{port}"
+        self.env = dict(env or {})
         self.temp_dir = Path("/tmp") / f"ray_ng_{os.getpid()}_{port}"  # short: Ray's unix socket paths have a length limit
-        args = ["--head", f"--port={port}", f"--num-cpus={head_cpus}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"]
+        dashboard = ["--include-dashboard=false"] if dashboard_port is None else ["--include-dashboard=true", f"--dashboard-host={NODE_IP}", f"--dashboard-port={dashboard_port}"]
+        args = ["--head", f"--port={port}", f"--num-cpus={head_cpus}", *dashboard, f"--temp-dir={self.temp_dir}"]
         if head_resources:
             args.append(f"--resources={json.dumps(head_resources)}")
-        self.head = RayNode(args, tmp_path / "ray_head.log")
+        self.head = RayNode(args, tmp_path / "ray_head.log", self.env)
         self.workers: list[RayNode] = []
         self.wait_nodes(1)
 
@@ -75,7 +81,7 @@ class LocalRayCluster:
         args = [f"--address={self.address}", f"--num-cpus={cpus}"]
         if resources:
             args.append(f"--resources={json.dumps(resources)}")
-        node = RayNode(args, self.tmp_path / f"ray_worker_{len(self.workers)}.log")
+        node = RayNode(args, self.tmp_path / f"ray_worker_{len(self.workers)}.log", self.env)
         self.workers.append(node)
         self.wait_nodes(1 + len(self.workers))
         return node
@@ -83,7 +89,7 @@ class LocalRayCluster:
     def alive_nodes(self) -> int:
         """How many nodes the cluster sees alive (asked by a short-lived driver)."""
         code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(self.env), timeout=120)
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0
 
     def wait_nodes(self, count: int, timeout_s: float = 180.0) -> None:

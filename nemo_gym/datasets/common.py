@@ -30,6 +30,7 @@ __all__ = [
     "setting",
     "token_for",
     "credentials_path",
+    "load_login",
     "save_login",
     "remove_login",
     "sha256_file",
@@ -106,12 +107,18 @@ def token_for(service: str, explicit: str | None = None) -> str | None:
     return str(value) if value is not None else None
 
 
-def save_login(service: str, token: str, url: str | None = None) -> Path:
-    """Store `token` (and `url`) of `service` in the login file, written atomically with mode 0600."""
+def load_login(service: str) -> dict[str, str]:
+    """The saved entry of `service` in the login file (`{"token", "url", ...}`), {} when there is none."""
+    entry = _logins().get(service)
+    return entry if isinstance(entry, dict) else {}
+
+
+def save_login(service: str, token: str, url: str | None = None, **extra: str) -> Path:
+    """Store `token` (and `url`, and `extra` fields) of `service` in the login file, written atomically with mode 0600."""
     path = credentials_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     logins = _logins()
-    logins[service] = {"token": token, **({"url": url} if url else {})}
+    logins[service] = {"token": token, **({"url": url} if url else {}), **extra}
     _write_private(path, json.dumps(logins, indent=2) + "\n")
     return path
 

@@ -1,0 +1,430 @@
+"""`ng_serve`: a team's run server. An HTTP API (FastAPI) in front of a Ray cluster's job submission.
+
+  ng_serve [+ray_address=HOST:PORT] [+host=127.0.0.1] [+port=8280] [+data_dir=...]   serve (until Ctrl-C)
+  ng_serve +admin=create_org +org=ORG            ng_serve +admin=create_user +user=NAME +org=ORG
+  ng_serve +admin=add_member +user=NAME +org=ORG ng_serve +admin=create_token +user=NAME [+expires_in_days=30]
+  ng_serve +admin=revoke_token +token_id=ID      ng_serve +admin=list
+
+API (every route but `GET /health` needs `Authorization: Bearer <token>`; a missing, unknown, expired or revoked
+token gets 401 `{"detail": "unauthorized"}`, the same body whatever the reason):
+
+  GET    /v1/me                                  {user, orgs}
+  POST   /v1/orgs/{org}/uploads                  body: a .tar.gz of the project folder -> {upload_id}
+  POST   /v1/orgs/{org}/runs                     {kind: train|collect, args: [...], upload_id} -> run (201)
+  GET    /v1/orgs/{org}/runs                     [run, ...] newest first
+  GET    /v1/orgs/{org}/runs/{id}                run: {id, org, user, kind, args, status, message, created, ...}
+  GET    /v1/orgs/{org}/runs/{id}/logs?follow=   text/plain; with follow=true streamed until the run ends
+  POST   /v1/orgs/{org}/runs/{id}/stop           {save_model} -> run (the stop is asynchronous: poll the run)
+  DELETE /v1/orgs/{org}/runs/{id}?force=         204 (a running run needs force=true)
+  GET    /v1/orgs/{org}/runs/{id}/model          the run's final/ folder as a tar stream (once it has ended)
+  GET    /v1/orgs/{org}/models                   the organization's stored models
+
+Once a training run has ended, the server copies its final/ folder (if it left one) from the run's node into its
+storage (checked every `harvest_interval_s`; a download of a run not yet copied fetches it at once).
+
+Organizations are namespaces: an organization the user is not a member of, and a run, upload or model of another
+organization, answer 404 `{"detail": "not found"}` exactly as one that does not exist. Storage: `<data_dir>/`
+(0700) holds `serve.db` (0600, nemo_gym.team.store), `ray_auth_token` (0600, a local head's Ray token) and
+`orgs/<org>/{uploads,models}/` (models: `<run id>.tar`, the final/ folder fetched from the run's node).
+
+What the isolation covers: the API. A run's code executes on the cluster's nodes as the user who started Ray, like
+any Ray job, so organizations that must not trust each other's code need separate clusters (and servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tarfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.background import new_run_id
+from nemo_gym.config import MASK, is_secret_key
+from nemo_gym.errors import ConfigError, NemoGymError
+from nemo_gym.models import nemo_gym_home
+from nemo_gym.team.backend import TERMINAL, RayBackend, ray_status_to_run_status
+from nemo_gym.team.job import RUN_ID_PATTERN
+from nemo_gym.team.store import Run, Store, User
+
+__all__ = ["ServeOptions", "SubmitRequest", "StopRequest", "build_app", "serve_main", "admin_main"]
+
+log = logging.getLogger("nemo_gym.serve")
+DEFAULT_PORT = 8280
+UPLOAD_ID_BYTES = 12
+
+
+class ServeOptions(BaseModel):
+    """Parameters of `ng_serve` (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=False)
+    admin: Literal["create_org", "create_user", "add_member", "create_token", "revoke_token", "list"] | None = Field(
+        None, description="an admin action on the server's database instead of serving (the server may be running)")
+    org: str | None = Field(None, description="admin: the organization")
+    user: str | None = Field(None, description="admin: the user")
+    expires_in_days: float | None = Field(None, gt=0, description="create_token: lifetime in days (default: no expiry)")
+    token_id: str | None = Field(None, description="revoke_token: the token's id (from +admin=list)")
+    data_dir: str | None = Field(None, description="database, Ray token and storage (default: $NEMO_GYM_HOME/serve)")
+    host: str = Field("127.0.0.1", description="address to bind; anything but loopback exposes the API (use a TLS proxy)")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port to bind (0: a free one, printed at start)")
+    ray_address: str | None = Field(None, description="an existing Ray cluster's GCS address HOST:PORT (default: start a local head on 127.0.0.1)")
+    dashboard_port: int = Field(0, ge=0, le=65535, description="local head: port of Ray's dashboard / job API on 127.0.0.1 (0: a free one)")
+    num_cpus: int | None = Field(None, ge=0, description="local head: CPUs offered to runs (default: all)")
+    python: str = Field(sys.executable, description="the Python that runs a run's entrypoint on the nodes (nemo_gym installed there)")
+    entrypoint_num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each run")
+    stop_wait_s: int = Field(600, gt=0, description="seconds a stopped run gets to save its model before Ray kills it")
+    harvest_interval_s: float = Field(10.0, ge=0, description="how often ended training runs' final/ models are copied into storage (0: only on download)")
+    max_upload_mb: float = Field(500.0, gt=0, description="largest project upload, compressed and unpacked (Ray's working_dir limit is 500 MiB)")
+
+
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["train", "collect"] = Field(description="train: ng_train; collect: ng_collect_rollouts")
+    args: list[str] = Field(default_factory=list, max_length=500, description="the command's +key=value arguments")
+    upload_id: str = Field(description="the project folder uploaded with POST /v1/orgs/{org}/uploads (the job's working directory)")
+
+
+class StopRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    save_model: bool = Field(False, description="the trainer writes final/ before it exits")
+
+
+def _not_found() -> HTTPException:
+    return HTTPException(status_code=404, detail="not found")
+
+
+def data_dir_of(options: ServeOptions) -> Path:
+    path = Path(options.data_dir).expanduser() if options.data_dir else nemo_gym_home() / "serve"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_upload_bytes: int, harvest_interval_s: float = 10.0) -> FastAPI:
+    """The run server's app. `backend` is a started RayBackend (tests pass a fake with the same methods);
+    `harvest_interval_s` (0: never) is how often ended training runs' models are copied into storage."""
+    harvested: set[str] = set()  # runs whose model was fetched or found missing (each fetched once)
+
+    def model_path(run: Run) -> Path:
+        return storage_dir / run.org_id / "models" / f"{run.id}.tar"
+
+    def store_model(run: Run, job: Any | None) -> bool:
+        """Copy the ended run's final/ from its node into storage; whether there is one now."""
+        path = model_path(run)
+        if not path.is_file() and run.id not in harvested:
+            data = backend.fetch_final(run.id, getattr(job, "driver_node_id", None))
+            if data is not None:
+                _write_private_file(_private_dir(path.parent), path, data)
+            harvested.add(run.id)
+        return path.is_file()
+
+    def harvest() -> None:
+        jobs = backend.jobs()
+        for run in store.all_runs():
+            job = jobs.get(run.submission_id)
+            if run.kind == "train" and job is not None and ray_status_to_run_status(job.status) in TERMINAL:
+                try:
+                    store_model(run, job)
+                except NemoGymError as exc:
+                    log.warning("run %s: model not copied: %s", run.id, exc)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(harvest_interval_s)
+                try:
+                    await run_in_threadpool(harvest)
+                except Exception:  # noqa: BLE001  (Ray unreachable for a moment: try again next time)
+                    log.exception("model harvest failed")
+
+        task = asyncio.create_task(loop()) if harvest_interval_s > 0 else None
+        yield
+        if task is not None:
+            task.cancel()
+
+    app = FastAPI(title="nemo_gym run server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+
+    def user_of(request: Request) -> User:
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header[:7].lower() == "bearer " else None
+        user = store.authenticate(token)
+        if user is None:
+            raise HTTPException(status_code=401, detail="unauthorized", headers={"WWW-Authenticate": "Bearer"})
+        return user
+
+    def member(org: str, user: User = Depends(user_of)) -> tuple[str, User]:
+        if org not in user.orgs:
+            raise _not_found()
+        return org, user
+
+    def run_of(org_user: tuple[str, User], run_id: str) -> Run:
+        run = store.get_run(org_user[0], run_id) if RUN_ID_PATTERN.match(run_id) else None
+        if run is None:
+            raise _not_found()
+        return run
+
+    def describe(run: Run, job: Any | None) -> dict[str, Any]:
+        model = model_path(run)
+        return {
+            "id": run.id, "org": run.org_id, "user": run.user_id, "kind": run.kind, "args": mask_secret_args(run.args),
+            "status": ray_status_to_run_status(job.status) if job is not None else "unknown",
+            "message": getattr(job, "message", None), "created": run.created_at,
+            "started_at": _seconds(getattr(job, "start_time", None)), "ended_at": _seconds(getattr(job, "end_time", None)),
+            "returncode": getattr(job, "driver_exit_code", None), "stop_requested": run.stop_requested,
+            "save_model": run.save_model, "model_stored": model.is_file(),
+        }  # fmt: skip
+
+    @app.exception_handler(NemoGymError)
+    async def _nemo_gym_error(request: Request, exc: NemoGymError) -> JSONResponse:
+        return JSONResponse(status_code=502, content={"detail": str(exc)})
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/me")
+    def me(user: User = Depends(user_of)) -> dict[str, Any]:
+        return {"user": user.id, "orgs": list(user.orgs)}
+
+    @app.post("/v1/orgs/{org}/uploads", status_code=201)
+    async def upload(request: Request, org_user: tuple[str, User] = Depends(member)) -> dict[str, str]:
+        upload_id = secrets.token_hex(UPLOAD_ID_BYTES)
+        uploads = _private_dir(storage_dir / org_user[0] / "uploads")
+        archive = uploads / f"{upload_id}.tar.gz"
+        received = 0
+        with archive.open("wb") as handle:
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > max_upload_bytes:
+                    handle.close()
+                    archive.unlink(missing_ok=True)
+                    raise HTTPException(status_code=413, detail=f"upload larger than {max_upload_bytes / 2**20:.0f} MiB (ng_serve +max_upload_mb)")
+                handle.write(chunk)
+        try:
+            await run_in_threadpool(_unpack, archive, uploads / upload_id, max_upload_bytes)
+        except (tarfile.TarError, ValueError, OSError) as exc:
+            shutil.rmtree(uploads / upload_id, ignore_errors=True)
+            raise HTTPException(status_code=400, detail=f"the upload is not a usable .tar.gz: {exc}") from exc
+        finally:
+            archive.unlink(missing_ok=True)
+        return {"upload_id": upload_id}
+
+    @app.post("/v1/orgs/{org}/runs", status_code=201)
+    def submit(body: SubmitRequest, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
+        org, user = org_user
+        working_dir = storage_dir / org / "uploads" / body.upload_id
+        if not body.upload_id.isalnum() or not working_dir.is_dir():
+            raise _not_found()
+        run_id = new_run_id(body.kind)
+        try:
+            submission_id = backend.submit(run_id, body.kind, body.args, working_dir, {"org": org, "user": user.id, "run": run_id})
+        finally:
+            shutil.rmtree(working_dir, ignore_errors=True)  # Ray has packed and uploaded it
+        run = store.add_run(run_id, org, user.id, body.kind, body.args, submission_id)
+        return describe(run, backend.job(submission_id))
+
+    @app.get("/v1/orgs/{org}/runs")
+    def list_runs(org_user: tuple[str, User] = Depends(member)) -> list[dict[str, Any]]:
+        jobs = backend.jobs()
+        return [describe(run, jobs.get(run.submission_id)) for run in store.list_runs(org_user[0])]
+
+    @app.get("/v1/orgs/{org}/runs/{run_id}")
+    def get_run(run_id: str, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
+        run = run_of(org_user, run_id)
+        return describe(run, backend.job(run.submission_id))
+
+    @app.get("/v1/orgs/{org}/runs/{run_id}/logs")
+    async def logs(run_id: str, follow: bool = False, org_user: tuple[str, User] = Depends(member)) -> Response:
+        run = await run_in_threadpool(run_of, org_user, run_id)
+        if not follow:
+            return Response(await run_in_threadpool(backend.logs, run.submission_id), media_type="text/plain; charset=utf-8")
+
+        async def chunks():
+            async for chunk in backend.tail(run.submission_id):
+                yield chunk.encode()
+
+        return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+
+    @app.post("/v1/orgs/{org}/runs/{run_id}/stop")
+    def stop(run_id: str, body: StopRequest, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
+        run = run_of(org_user, run_id)
+        job = backend.job(run.submission_id)
+        if job is None or ray_status_to_run_status(job.status) in TERMINAL:
+            return describe(run, job)
+        store.mark_stop(run.org_id, run.id, body.save_model)
+        backend.request_stop(run.id, run.submission_id, getattr(job, "driver_node_id", None), body.save_model)
+        return describe(store.get_run(run.org_id, run.id) or run, backend.job(run.submission_id))
+
+    @app.delete("/v1/orgs/{org}/runs/{run_id}", status_code=204)
+    def delete(run_id: str, force: bool = False, org_user: tuple[str, User] = Depends(member)) -> Response:
+        run = run_of(org_user, run_id)
+        job = backend.job(run.submission_id)
+        if job is not None and ray_status_to_run_status(job.status) not in TERMINAL:
+            if not force:
+                raise HTTPException(status_code=409, detail=f"run {run.id} is running; stop it first or delete with force=true")
+            backend.request_stop(run.id, run.submission_id, getattr(job, "driver_node_id", None), False)
+            job = _wait_terminal(backend, run.submission_id, timeout_s=60.0) or job
+        backend.delete(run.id, run.submission_id, getattr(job, "driver_node_id", None) if job is not None else None)
+        model_path(run).unlink(missing_ok=True)
+        store.delete_run(run.org_id, run.id)
+        return Response(status_code=204)
+
+    @app.get("/v1/orgs/{org}/runs/{run_id}/model")
+    def model(run_id: str, org_user: tuple[str, User] = Depends(member)) -> FileResponse:
+        run = run_of(org_user, run_id)
+        stored = model_path(run)
+        if not stored.is_file():
+            job = backend.job(run.submission_id)
+            status = ray_status_to_run_status(job.status) if job is not None else "unknown"
+            if status not in TERMINAL:
+                raise HTTPException(status_code=409, detail=f"run {run.id} is {status}: its model is ready once it ends (stop it with save_model=true)")
+            if not store_model(run, job):
+                raise HTTPException(status_code=404, detail=f"run {run.id} left no final model (stopped without save_model, or not a training run)")
+        return FileResponse(stored, media_type="application/x-tar", filename=f"{run.id}.tar")
+
+    @app.get("/v1/orgs/{org}/models")
+    def models(org_user: tuple[str, User] = Depends(member)) -> list[dict[str, Any]]:
+        folder = storage_dir / org_user[0] / "models"
+        found = sorted(folder.glob("*.tar"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() else []
+        return [{"run_id": p.stem, "size_bytes": p.stat().st_size, "stored_at": p.stat().st_mtime} for p in found]
+
+    return app
+
+
+def mask_secret_args(argv: list[str]) -> list[str]:
+    """`argv` with the value of every `+key=value` whose key names a secret (`+policy_api_key=...`) as '****': the
+    run list is shown to the whole organization."""
+    masked = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        masked.append(f"{key}={MASK}" if sep and value and is_secret_key(key.lstrip("+").rsplit(".", 1)[-1]) else arg)
+    return masked
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return milliseconds / 1000.0 if milliseconds else None
+
+
+def _wait_terminal(backend: RayBackend, submission_id: str, timeout_s: float) -> Any | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = backend.job(submission_id)
+        if job is None or ray_status_to_run_status(job.status) in TERMINAL:
+            return job
+        time.sleep(0.5)
+    return None
+
+
+def _unpack(archive: Path, target: Path, max_bytes: int) -> None:
+    """Extract a .tar.gz into `target` with tarfile's `data` filter (no absolute paths, no `..`, no links out,
+    no device files).
+
+    Raises:
+        ValueError: the unpacked size exceeds `max_bytes`; tarfile.TarError: not a tar archive.
+    """
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()
+        if sum(m.size for m in members) > max_bytes:
+            raise ValueError(f"unpacked size over {max_bytes / 2**20:.0f} MiB")
+        target.mkdir(mode=0o700)
+        tar.extractall(target, members=members, filter="data")
+
+
+def _write_private_file(folder: Path, path: Path, data: bytes) -> None:
+    tmp = folder / f".{path.name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+# -- ng_serve --------------------------------------------------------------------------------------------------
+def admin_main(options: ServeOptions) -> int:
+    """`ng_serve +admin=...`: change or show the database; a new token is printed once, here.
+
+    Raises:
+        ConfigError: a missing parameter, a bad name, an unknown user, organization or token id.
+    """
+    store = Store(data_dir_of(options) / "serve.db")
+
+    def need(name: str) -> str:
+        value = getattr(options, name)
+        if not value:
+            raise ConfigError(f"ng_serve +admin={options.admin} needs +{name}=...")
+        return value
+
+    if options.admin == "create_org":
+        store.create_org(need("org"))
+        print(f"organization {options.org} created")
+    elif options.admin == "create_user":
+        store.create_user(need("user"), [need("org")])
+        print(f"user {options.user} created, member of {options.org}; give them a token: ng_serve +admin=create_token +user={options.user}")
+    elif options.admin == "add_member":
+        store.add_member(need("user"), need("org"))
+        print(f"user {options.user} is a member of {options.org}")
+    elif options.admin == "create_token":
+        lifetime_s = options.expires_in_days * 86400.0 if options.expires_in_days else None
+        token, facts = store.create_token(need("user"), lifetime_s)
+        expiry = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(facts.expires_at)) if facts.expires_at else "never"
+        print(f"token {facts.id} for {facts.user_id} (expires: {expiry}); shown this once, it is stored hashed:", file=sys.stderr)
+        print(token)
+    elif options.admin == "revoke_token":
+        store.revoke_token(need("token_id"))
+        print(f"token {options.token_id} revoked")
+    else:
+        import json
+
+        print(json.dumps(store.describe(), indent=2))
+    return 0
+
+
+def serve_main(options: ServeOptions) -> int:
+    """`ng_serve`: start (or connect to) Ray, then serve the API until Ctrl-C or SIGTERM. Returns the exit status.
+
+    Raises:
+        ConfigError: the port is taken, Ray cannot be started or reached.
+    """
+    if options.admin:
+        return admin_main(options)
+    import uvicorn
+
+    from nemo_gym.limits import UVICORN_LIMITS
+    from nemo_gym.serve import bind_socket
+
+    data_dir = data_dir_of(options)
+    store = Store(data_dir / "serve.db")
+    sock = bind_socket(options.host, options.port, "ng_serve")
+    backend = RayBackend(data_dir, ray_address=options.ray_address, dashboard_port=options.dashboard_port, num_cpus=options.num_cpus,
+                         python=options.python, entrypoint_num_cpus=options.entrypoint_num_cpus, stop_wait_s=options.stop_wait_s)  # fmt: skip
+    backend.start()
+    try:
+        app = build_app(store, backend, _private_dir(data_dir / "orgs"), max_upload_bytes=int(options.max_upload_mb * 2**20),
+                        harvest_interval_s=options.harvest_interval_s)
+        host, port = sock.getsockname()[:2]
+        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        print(f"ng_serve: listening on {url} (Ray Jobs at {backend.dashboard_url}, token auth {os.environ.get('RAY_AUTH_MODE', 'as the cluster has it')}; data in {data_dir})", flush=True)
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            print(f"ng_serve: WARNING: {host} is reachable from other machines and this server speaks plain HTTP: put a TLS proxy in front so tokens do not cross the network in clear", file=sys.stderr, flush=True)
+        config = uvicorn.Config(app, log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), timeout_keep_alive=60, **UVICORN_LIMITS)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        backend.shutdown()
+    return 0
