@@ -20,6 +20,7 @@ status 0, else `failed` (a non-zero exit status, or the process died without wri
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import secrets
@@ -36,6 +37,7 @@ import psutil
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_json
 from nemo_gym.models import nemo_gym_home
+from nemo_gym.paths import PathEscapeError, check_name, resolve_inside
 from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV, STOP_REQUEST_FILE
 
 __all__ = [
@@ -86,7 +88,8 @@ class RunRecord:
 
     @property
     def dir(self) -> Path:
-        return background_runs_dir() / self.id
+        """`$NEMO_GYM_HOME/train_runs/<id>`. Raises PathEscapeError when the (file-supplied) id is not a plain name."""
+        return resolve_inside(background_runs_dir(), check_name(self.id, what="run id"), what="run id")
 
     def save(self) -> None:
         write_json(self.dir / RECORD_FILE, dataclasses.asdict(self))
@@ -141,9 +144,13 @@ def load_record(run_id: str) -> RunRecord:
         ConfigError: no such run, or the prefix matches several.
     """
     runs_dir = background_runs_dir()
-    if "/" not in run_id and (runs_dir / run_id / RECORD_FILE).is_file():
+    try:
+        check_name(run_id, what="run id")
+    except PathEscapeError as exc:
+        raise ConfigError(f"{exc} (ng_runs list shows the ids)") from None
+    if (runs_dir / run_id / RECORD_FILE).is_file():
         return _read_record(runs_dir / run_id)
-    matches = [p for p in runs_dir.glob(f"{run_id}*/{RECORD_FILE}")] if run_id and "/" not in run_id else []
+    matches = [p for p in runs_dir.glob(f"{glob.escape(run_id)}*/{RECORD_FILE}")]
     if len(matches) == 1:
         return _read_record(matches[0].parent)
     if matches:
@@ -163,7 +170,11 @@ def list_records() -> list[RunRecord]:
 
 
 def _read_record(run_dir: Path) -> RunRecord:
-    return RunRecord(**json.loads((run_dir / RECORD_FILE).read_text()))
+    """The record in `run_dir`. Raises ValueError (a PathEscapeError) when its id is not the folder's name."""
+    record = RunRecord(**json.loads((run_dir / RECORD_FILE).read_text()))
+    if record.id != run_dir.name:  # a hand-edited id such as "../x" would make `dir` (and ng_runs delete) leave train_runs/
+        raise PathEscapeError(f"{run_dir / RECORD_FILE}: id {record.id!r} is not the name of its folder {run_dir.name!r}")
+    return record
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -66,6 +66,23 @@ class ServerInstance:
         return str(self.fields.get("entrypoint", "app.py"))
 
     @property
+    def entrypoint_path(self) -> Path:
+        """The entrypoint file, which must lie inside `implementation_dir` (symlinks resolved).
+
+        Raises:
+            ConfigError: `entrypoint` (or the implementation name) leads outside its folder, e.g. `../other/app.py`.
+        """
+        from nemo_gym.paths import PathEscapeError, resolve_inside
+
+        where = f"{self.name}.{self.server_type}.{self.implementation}"
+        try:
+            if self.implementation_dir == REPO_ROOT / self.server_type / self.implementation:  # a folder of this repository
+                resolve_inside(REPO_ROOT / self.server_type, self.implementation, what=f"'{where}': implementation name")
+            return resolve_inside(self.implementation_dir, self.entrypoint, what=f"'{where}.entrypoint'")
+        except PathEscapeError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @property
     def num_replicas(self) -> int:
         """How many processes `ng_run` starts for this instance (field `num_replicas`, default 1).
 
@@ -250,7 +267,7 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
             if not instance.implementation_dir.is_dir():
                 existing = [p.name for p in (REPO_ROOT / server_type).iterdir() if p.is_dir()] if (REPO_ROOT / server_type).is_dir() else []
                 raise ConfigError(f"{where}.{implementation}': no folder {server_type}/{implementation}{did_you_mean(str(implementation), existing)}")
-            if not (instance.implementation_dir / instance.entrypoint).is_file():
+            if not instance.entrypoint_path.is_file():  # inside its folder, else ConfigError
                 raise ConfigError(f"{where}.{implementation}.entrypoint': file {server_type}/{implementation}/{instance.entrypoint} does not exist")
         instance.num_replicas  # noqa: B018 (validates the field: a bad value is a config error before anything starts)
         instances.append(instance)

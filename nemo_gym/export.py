@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.paths import check_name, resolve_inside
 
 __all__ = ["ExportOptions", "ExportSource", "resolve_source", "export_model", "export_main"]
 
@@ -66,8 +67,8 @@ def _latest_checkpoint(checkpoints: Path) -> ExportSource | None:
     latest = checkpoints / LATEST_FILE
     if not latest.is_file():
         return None
-    tag = latest.read_text().strip()
-    return ExportSource("deepspeed", checkpoints / tag, checkpoints, tag)
+    tag = check_name(latest.read_text().strip(), what=f"{latest}: checkpoint tag")  # a file's content: one folder name
+    return ExportSource("deepspeed", resolve_inside(checkpoints, tag, what=f"{latest}: checkpoint tag"), checkpoints, tag)
 
 
 def resolve_source(source: str) -> ExportSource:

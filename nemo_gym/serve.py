@@ -77,7 +77,7 @@ def build_server(instance: ServerInstance, client: ServerClient | None = None) -
     Raises:
         ConfigError: a field the server does not accept (with a suggestion) or a bad value, naming the YAML key.
     """
-    cls = load_server_class(instance.implementation_dir / instance.entrypoint)
+    cls = load_server_class(instance.entrypoint_path)
     prefix = f"{instance.name}.{instance.server_type}.{instance.implementation}"
     try:
         config = cls.Config.model_validate(instance.fields)

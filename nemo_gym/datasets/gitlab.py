@@ -32,6 +32,7 @@ from nemo_gym.datasets.common import (
     sha256_file,
     token_for,
 )
+from nemo_gym.paths import check_name, resolve_inside
 
 __all__ = [
     "GitlabRegistry",
@@ -110,7 +111,12 @@ class GitlabRegistry:
         return redact(str(exc), [self.token])
 
     def packages(self, dataset_name: str) -> list[Any]:
-        """The generic packages named exactly `dataset_name` (one per version), oldest first."""
+        """The generic packages named exactly `dataset_name` (one per version), oldest first.
+
+        Raises:
+            PathEscapeError: `dataset_name` is not one plain name (it becomes part of the registry's URL paths).
+        """
+        check_name(dataset_name, what="dataset_name")
         with self._errors(f"listing the versions of {dataset_name!r}"):
             found = self.project.packages.list(package_name=dataset_name, package_type="generic", get_all=True)
         return sorted((p for p in found if p.name == dataset_name), key=lambda p: p.id)
@@ -177,7 +183,7 @@ class GitlabRegistry:
         name, expected = self.resolve_file(dataset_name, version, artifact_fpath)
 
         def fetch(tmp_dir: Path) -> Path:
-            target = tmp_dir / Path(name).name
+            target = resolve_inside(tmp_dir, Path(name).name, what=f"file name {name!r} from {self.where}")  # the registry's name: no '..'
             with target.open("wb") as fh, self._errors(f"downloading {name} of {dataset_name!r} {version}"):
                 self.project.generic_packages.download(dataset_name, version, name, streamed=True, action=fh.write, chunk_size=1 << 20)
             return target
@@ -259,4 +265,5 @@ def download_to_dir(registry: GitlabRegistry, dataset_name: str, version: str | 
     """Download a version (default: the latest) into `directory`, keeping the registry's file name."""
     version = version or registry.latest_version(dataset_name)
     name, _ = registry.resolve_file(dataset_name, version, artifact_fpath)
-    return registry.download(dataset_name, version, directory / Path(name).name, name)
+    target = resolve_inside(directory, Path(name).name, what=f"file name {name!r} from {registry.where}")
+    return registry.download(dataset_name, version, target, name)

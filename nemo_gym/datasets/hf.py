@@ -39,6 +39,7 @@ from nemo_gym.datasets.common import (
     token_for,
 )
 from nemo_gym.datasets.gitlab import GitlabRegistry, download_to_dir
+from nemo_gym.paths import resolve_inside
 
 __all__ = [
     "HubDatasets",
@@ -192,6 +193,7 @@ class HubDatasets:
             raise RegistryError(f"{repo_id} at {self.host} has no file {artifact_fpath!r}; check artifact_fpath")
 
         def fetch(tmp_dir: Path) -> Path:
+            resolve_inside(tmp_dir, artifact_fpath, what="artifact_fpath")  # the file lands at tmp_dir/artifact_fpath: no '..'
             with self._errors(f"downloading {artifact_fpath} of {repo_id}"):
                 return Path(hf_hub_download(repo_id, artifact_fpath, repo_type="dataset", local_dir=tmp_dir, token=self.token or False, endpoint=self.endpoint))
 

@@ -21,6 +21,9 @@ DeepSpeed's all-reduce, which also gives the global pre-clip norm; otherwise Dee
 On-policy simplification: one optimizer step per batch, so the "old" policy of the PPO ratio is the current
 one, detached (ratio 1 in value, gradient of the log-prob); the vLLM/trainer mismatch is corrected by the
 truncated importance-sampling weight on `rollout_logprobs` inside `policy_loss`.
+
+Checkpoints are loaded without unpickling code (`nemo_gym.train.safe_checkpoint`); a checkpoint tag must name a
+folder inside the checkpoint folder (`nemo_gym.paths.resolve_inside`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from typing import Any
 import torch
 
 from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
-from nemo_gym.train import distributed
+from nemo_gym.paths import resolve_inside
+from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import EngineConfig, LossOptions
 
@@ -127,7 +131,12 @@ class PolicyEngine:
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self._deepspeed_config()
         )
+        from nemo_gym.train import safe_checkpoint
+
+        safe_checkpoint.install(self.engine)  # checkpoint loads refuse pickled code
         self.step = 0
+        if crash_points.armed("optimizer_step"):  # test hook (nemo_gym.train.crash_points): nothing otherwise
+            optimizer.register_step_post_hook(lambda *_: crash_points.reached("optimizer_step", self.step + 1))
 
     def _deepspeed_config(self) -> dict[str, Any]:
         return {
@@ -193,6 +202,7 @@ class PolicyEngine:
         for micro, weight in self._rank_micro_batches(batch):
             loss, metrics = self._micro_loss(micro, num_tokens=num_tokens, num_sequences=len(batch))
             self.engine.backward(loss * (world * weight), scale_wrt_gas=False)  # DeepSpeed averages over ranks
+            crash_points.reached("backward", self.step + 1)  # a test hook; nothing unless NEMO_GYM_CRASH_AT is set
             if weight:
                 per_micro.append((micro.num_generated_tokens / num_tokens, metrics))
         learning_rate = self.scheduler.get_last_lr()[0]
@@ -297,6 +307,7 @@ class PolicyEngine:
     def save_checkpoint(self, checkpoint_dir: str | Path, tag: str) -> None:
         """Model, optimizer, LR scheduler and the engine's step under `checkpoint_dir/tag` (DeepSpeed layout).
         A collective: every rank calls it; DeepSpeed writes each file from the rank that owns it."""
+        self.engine.checkpoint_engine.crash_step = self.step  # for the test hook `checkpoint_file` (crash_points)
         self.engine.save_checkpoint(str(checkpoint_dir), tag=tag, client_state={"nemo_gym_step": self.step})
 
     def load_checkpoint(self, checkpoint_dir: str | Path, tag: str) -> None:
@@ -304,7 +315,10 @@ class PolicyEngine:
 
         Raises:
             FileNotFoundError: no checkpoint `tag` under `checkpoint_dir`.
+            nemo_gym.paths.PathEscapeError: `tag` names a folder outside `checkpoint_dir`.
+            nemo_gym.train.safe_checkpoint.UnsafeCheckpointError: a checkpoint file holds pickled code.
         """
+        resolve_inside(checkpoint_dir, tag, what=f"checkpoint tag (in {checkpoint_dir})")
         path, client_state = self.engine.load_checkpoint(str(checkpoint_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
         if path is None:
             raise FileNotFoundError(f"no checkpoint {tag!r} in {checkpoint_dir}")

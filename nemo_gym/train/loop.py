@@ -43,8 +43,9 @@ from nemo_gym.config import LoadedConfig, mask_secrets
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import run_token_for_url
 from nemo_gym.jsonl import replace_atomically, write_jsonl
+from nemo_gym.paths import check_name
 from nemo_gym.rl import compute_advantages, zero_variance_groups
-from nemo_gym.train import distributed
+from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig
 from nemo_gym.train.reporting import MetricsReporter
@@ -387,6 +388,7 @@ class GRPOTrainer:
         engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
         state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine}
         replace_atomically(folder / tag / "trainer_state.json", json.dumps(state).encode())
+        crash_points.reached("checkpoint_state", self.step)  # a test hook; nothing unless NEMO_GYM_CRASH_AT is set
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
         replace_atomically(folder / "latest_step", tag.encode())  # last, and whole: a resume never finds a partial checkpoint
 
@@ -395,7 +397,7 @@ class GRPOTrainer:
         if not (folder / "latest_step").is_file():
             print(f"ng_train: +trainer.resume=true but no checkpoint in {folder}; starting at step 0", file=sys.stderr)
             return
-        tag = (folder / "latest_step").read_text().strip()
+        tag = check_name((folder / "latest_step").read_text().strip(), what=f"{folder / 'latest_step'}: checkpoint tag")
         self.engine.load_checkpoint(folder, tag)
         self.step = json.loads((folder / tag / "trainer_state.json").read_text())["step"]
         rng = torch.load(folder / tag / "rng_state.pt", weights_only=True)  # tensors, ints and tuples only: no pickled code runs
