@@ -73,6 +73,7 @@ COMMANDS: dict[str, Command] = {
         Command("status", "list running servers with ports, PIDs, uptime and health", lambda: StatusOptions, True),
         Command("dump_config", "print the resolved config with secrets masked", lambda: DumpConfigOptions, False),
         Command("init_resources_server", "scaffold a working resources server folder (app, config, data, tests, README)", _options("nemo_gym.authoring", "InitOptions"), True),
+        Command("init", "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows them)", _options("nemo_gym.project_templates", "ProjectInitOptions"), True),
         Command("test", "run a server's tests (and verifier cases, data checks) in its own environment", _options("nemo_gym.testing", "TestOptions"), True),
         Command("test_all", "ng_test every server folder, a few at a time, with a summary table", _options("nemo_gym.testing", "TestAllOptions"), True),
         Command("dev_test", "run the core tests with coverage and print the coverage figure", _options("nemo_gym.testing", "DevTestOptions"), True),
@@ -255,6 +256,10 @@ def _run(command: Command, argv: list[str]) -> int:
         from nemo_gym.authoring import init_main
 
         return init_main(options)
+    if command.name == "init":
+        from nemo_gym.project_templates import init_main as init_project_main
+
+        return init_project_main(options)
     if command.name == "viewer":
         from nemo_gym.viewer.app import viewer_main
 
@@ -338,6 +343,7 @@ ng_dump_config = _entry("dump_config")
 ng_help = _entry("help")
 ng_version = _entry("version")
 ng_init_resources_server = _entry("init_resources_server")
+ng_init = _entry("init")
 ng_test = _entry("test")
 ng_test_all = _entry("test_all")
 ng_dev_test = _entry("dev_test")

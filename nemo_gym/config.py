@@ -37,6 +37,7 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+IMPLEMENTATION_DIR_KEY = "implementation_dir"  # a server's own folder outside this repository (see ServerInstance)
 SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
 MASK = "****"
 
@@ -59,6 +60,12 @@ class ServerInstance:
 
     @property
     def implementation_dir(self) -> Path:
+        """The folder of the server's code: the field `implementation_dir` when set (a project of the user's, e.g.
+        made by `ng_init`; made absolute when its YAML is loaded), else `<server_type>/<implementation>` of this
+        repository."""
+        own = self.fields.get(IMPLEMENTATION_DIR_KEY)
+        if own:
+            return Path(own).expanduser().resolve()
         return REPO_ROOT / self.server_type / self.implementation
 
     @property
@@ -169,6 +176,7 @@ def _load_config_paths(paths: Any, cited_from: str, base_dir: Path, seen: tuple[
         if path in seen:
             raise ConfigError(f"{cited_from}: config_paths cycle: {' -> '.join(map(str, seen + (path,)))}")
         cfg = _read_yaml(path, cited_from)
+        _anchor_implementation_dirs(cfg, path.parent)
         nested = cfg.pop("config_paths", None)
         if nested:
             merged = OmegaConf.merge(merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins))
@@ -176,6 +184,22 @@ def _load_config_paths(paths: Any, cited_from: str, base_dir: Path, seen: tuple[
             origins[str(key)] = str(path)
         merged = OmegaConf.merge(merged, cfg)
     return merged
+
+
+def _anchor_implementation_dirs(cfg: DictConfig, base_dir: Path) -> None:
+    """Make each server instance's relative `implementation_dir` absolute, relative to `base_dir` (the folder of
+    the YAML file that sets it), so a project's config works from any working directory. Nothing is resolved:
+    `${...}` values are left as they are."""
+    for name, value in OmegaConf.to_container(cfg, resolve=False).items():
+        if not (isinstance(value, dict) and len(value) == 1):
+            continue
+        server_type, inner = next(iter(value.items()))
+        if not (isinstance(inner, dict) and len(inner) == 1):
+            continue
+        implementation, fields = next(iter(inner.items()))
+        raw = fields.get(IMPLEMENTATION_DIR_KEY) if isinstance(fields, dict) else None
+        if isinstance(raw, str) and "${" not in raw and not Path(raw).expanduser().is_absolute():
+            cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str((base_dir / Path(raw).expanduser()).resolve())
 
 
 def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | None = None, resolve: bool = True) -> LoadedConfig:
@@ -207,6 +231,7 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
         merged = OmegaConf.merge(merged, env_cfg)
     for key, _ in overrides:
         origins[key.split(".")[0]] = "<command line>"
+    _anchor_implementation_dirs(cli, cwd)  # a relative implementation_dir on the command line: from the working directory
     merged = OmegaConf.merge(merged, cli)
     loaded = LoadedConfig(values={}, origins=origins)
     _check_missing(merged, loaded)
@@ -263,12 +288,10 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
         if server_type not in SERVER_TYPES:
             raise ConfigError(f"{where}: unknown server type {server_type!r}{did_you_mean(server_type, SERVER_TYPES)}; use one of {', '.join(SERVER_TYPES)}")
         instance = ServerInstance(name, server_type, str(implementation), dict(fields), loaded.origin(name))
+        if instance.fields.get(IMPLEMENTATION_DIR_KEY):  # absolute from here on (a command-line value: from the working directory)
+            instance.fields[IMPLEMENTATION_DIR_KEY] = str(instance.implementation_dir)
         if check_dirs:
-            if not instance.implementation_dir.is_dir():
-                existing = [p.name for p in (REPO_ROOT / server_type).iterdir() if p.is_dir()] if (REPO_ROOT / server_type).is_dir() else []
-                raise ConfigError(f"{where}.{implementation}': no folder {server_type}/{implementation}{did_you_mean(str(implementation), existing)}")
-            if not instance.entrypoint_path.is_file():  # inside its folder, else ConfigError
-                raise ConfigError(f"{where}.{implementation}.entrypoint': file {server_type}/{implementation}/{instance.entrypoint} does not exist")
+            _check_implementation_dir(instance)
         instance.num_replicas  # noqa: B018 (validates the field: a bad value is a config error before anything starts)
         instances.append(instance)
     names = {i.name: i for i in instances}
@@ -284,6 +307,27 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
             if target.server_type != ref["type"]:
                 raise ConfigError(f"{where}: {ref['name']!r} is a {target.server_type} server, not {ref['type']}")
     return instances
+
+
+def _check_implementation_dir(instance: ServerInstance) -> None:
+    """Raises ConfigError, naming the YAML file and key, when the instance's folder or its entrypoint file is missing."""
+    folder, impl = instance.implementation_dir, instance.implementation
+    key = f"{instance.source}: key '{instance.name}.{instance.server_type}.{impl}"
+    if instance.fields.get(IMPLEMENTATION_DIR_KEY):  # the user's own folder (e.g. a project made by ng_init)
+        if not folder.is_dir():
+            raise ConfigError(f"{key}.{IMPLEMENTATION_DIR_KEY}': folder {folder} does not exist (a relative path is relative to the YAML file that sets it)")
+        shown = str(folder)
+    else:
+        if not folder.is_dir():
+            parent = REPO_ROOT / instance.server_type
+            existing = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+            raise ConfigError(
+                f"{key}': no folder {instance.server_type}/{impl}{did_you_mean(impl, existing)}; "
+                f"for a server folder outside this repository set {IMPLEMENTATION_DIR_KEY}: <folder>"
+            )
+        shown = f"{instance.server_type}/{impl}"
+    if not instance.entrypoint_path.is_file():  # inside its folder, else ConfigError
+        raise ConfigError(f"{key}.entrypoint': file {shown}/{instance.entrypoint} does not exist")
 
 
 def _references(value: Any, path: str = "") -> Iterator[tuple[str, dict[str, str]]]:

@@ -59,6 +59,7 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     entrypoint: str = Field("app.py", description="file of the implementation folder that defines the server class")
+    implementation_dir: str | None = Field(None, description="the server's folder when it is not <type>/<implementation> of this repository (e.g. a project made by ng_init); relative to the YAML file that sets it")
     num_replicas: int = Field(1, ge=1, description="processes ng_run starts for this instance; clients balance calls over them, a rollout's calls stay on one")
     # placement on a Ray cluster (`ng_run +ray_address=...`; nemo_gym.ray_placement), per replica
     num_cpus: float = Field(1.0, ge=0, description="with +ray_address: CPUs Ray reserves for each replica")

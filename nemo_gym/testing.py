@@ -133,13 +133,16 @@ def server_folders(types: list[str] | tuple[str, ...] = SERVER_TYPES) -> list[Pa
 
 
 def server_folder(entrypoint: str) -> Path:
-    """The folder of `<type>/<name>`.
+    """The folder of `<type>/<name>` of this repository, else a server folder of the user's (a path from the
+    working directory, e.g. `.` in a project made by `ng_init`).
 
     Raises:
         ConfigError: not a server folder (with a suggestion among the existing ones).
     """
-    rel = entrypoint.strip().rstrip("/")
+    rel = entrypoint.strip().rstrip("/") or "."
     folder = (REPO_ROOT / rel).resolve()
+    if not (folder / "app.py").is_file() and (Path.cwd() / rel / "app.py").is_file():
+        folder = (Path.cwd() / rel).resolve()
     if not (folder / "app.py").is_file():
         known = [str(p.relative_to(REPO_ROOT)) for p in server_folders()]
         raise ConfigError(f"+entrypoint={entrypoint}: no server folder there (<type>/<name> with an app.py){did_you_mean(rel, known)}")
