@@ -94,6 +94,8 @@ COMMANDS: dict[str, Command] = {
         Command("serve", "the team run server: an authenticated API in front of Ray Jobs (+admin=... manages organizations, users, tokens)", _options("nemo_gym.team.server", "ServeOptions"), True, ("admin",)),
         Command("orgs", "list your organizations on the run server, or switch the active one: ng_orgs <ORG>", _options("nemo_gym.team.client", "OrgsOptions"), True, ("org",)),
         Command("export", "write a merged HF model folder (LoRA merged, lm_head explicit) from a run, output_dir or checkpoint: ng_export <source> +output=DIR", _options("nemo_gym.export", "ExportOptions"), True, ("source",)),
+        Command("try", "smoke-test rollouts: N rollouts of chosen entries of an rnow project or task JSONL with any model, printed and saved as JSON", _options("nemo_gym.try_rollouts", "TryOptions"), False),
+        Command("models", "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run server's (+json=true)", _options("nemo_gym.model_list", "ModelsOptions"), True),
         Command("eval", "pass@k (unbiased), pass^k and mean reward per environment, from n samples per task or existing rollouts", _options("nemo_gym.evaluation", "EvalConfig"), True),
     ]
 }
@@ -213,7 +215,15 @@ def _run(command: Command, argv: list[str]) -> int:
 
             _strict_options(command, argv)
             return submit_remote("collect", argv)
+    if command.name == "try":
+        from nemo_gym.try_rollouts import try_main
+
+        return try_main(argv)
     options = _strict_options(command, argv)
+    if command.name == "models":
+        from nemo_gym.model_list import models_main
+
+        return models_main(options)
     if command.name == "collect_rollouts":
         from nemo_gym.collect import collect_main
 
@@ -363,6 +373,8 @@ ng_runs = _entry("runs")
 ng_serve = _entry("serve")
 ng_orgs = _entry("orgs")
 ng_export = _entry("export")
+ng_try = _entry("try")
+ng_models = _entry("models")
 
 
 def ng() -> None:

@@ -67,6 +67,7 @@ __all__ = [
     "OutputPaths",
     "collect_main",
     "collect_rollouts",
+    "run_rollout",
     "load_tasks",
     "input_fingerprint",
     "TASK_INDEX_KEY",
@@ -351,8 +352,10 @@ def _is_reward(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-async def _run_one(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """POST one dispatched row to its agent's `/run`: `(output row, None)` or `(None, failure record)`."""
+async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
+    `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
+    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
     try:
         answer = await client.post(row[AGENT_REF_KEY]["name"], "/run", row)
     except ServerError as exc:
@@ -424,7 +427,7 @@ async def _dispatch(
         for row in rows:  # one shared iterator: next() never interleaves in asyncio
             pair = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY])
             watchdog.started(pair)
-            result = await _run_one(client, row)
+            result = await run_rollout(client, row)
             watchdog.finished(pair)
             on_done(*result)
 

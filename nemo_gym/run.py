@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections import deque
@@ -40,10 +41,11 @@ from nemo_gym.config import LoadedConfig, ServerInstance, server_instances
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.limits import UVICORN_LIMITS
+from nemo_gym.processes import die_with_parent
 from nemo_gym.serve import REPLICA_ENV, bind_socket
 from nemo_gym.venvs import ensure_venv
 
-__all__ = ["RunOptions", "HeadServerOptions", "run_main", "tail"]
+__all__ = ["RunOptions", "HeadServerOptions", "NgRunProcess", "run_main", "tail"]
 
 
 class HeadServerOptions(BaseModel):
@@ -351,3 +353,89 @@ def run_main(loaded: LoadedConfig) -> int:
     options = RunOptions.model_validate(loaded.values)
     run = Run(loaded, options)
     return asyncio.run(run.main())
+
+
+READY_LINE = "servers ready in"  # in ng_run's line once every server answers /health (see Run.print_ready)
+
+
+class NgRunProcess:
+    """The servers of a config for a command that needs them a while (ng_train, ng_try): `ng_run argv` started
+    as a child process, or, with `head_server_url`, a running ng_run attached to (nothing started, nothing stopped).
+
+    The child runs in its own session (Ctrl-C in the terminal reaches the caller only, which stops the child
+    with `stop()`), gets SIGTERM from Linux when the caller dies (so its servers never outlive it) and writes
+    its output to `log_path`. Its head server listens on a free loopback port chosen here.
+
+    Args:
+        argv: ng_run's arguments (`+config_paths=[...]`, overrides).
+        head_server_url: attach to this head server instead of starting anything.
+        log_path: ng_run's output file.
+        startup_timeout_s: seconds to wait for every server's /health (vLLM may build its engine first).
+        caller: the command's name, for the messages (`ng_train`).
+        poll_s: seconds between two looks at the log while waiting.
+
+    Raises:
+        ServerStartError: ng_run exited during start-up (its last log lines are in the message) or was not ready
+            in time; the child is stopped first. A KeyboardInterrupt while waiting also stops it.
+    """
+
+    def __init__(self, argv: list[str], head_server_url: str | None, log_path: Path, startup_timeout_s: float = 1800.0, *,
+                 caller: str, poll_s: float = 0.5):  # fmt: skip
+        self.process: subprocess.Popen | None = None
+        self.caller = caller
+        if head_server_url:
+            self.head_url = head_server_url.rstrip("/")
+            return
+        from nemo_gym.vllm_engine import free_port
+
+        port = free_port()
+        self.head_url = f"http://127.0.0.1:{port}"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_start = log_path.stat().st_size if log_path.is_file() else 0  # an earlier run's lines (a resumed ng_train) do not count
+        command = [sys.executable, "-c", "import sys; from nemo_gym.cli import main; sys.exit(main('run'))", *argv, f"++head_server.port={port}"]
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+        print(f"{caller}: started ng_run (pid {self.process.pid}, head {self.head_url}, log {log_path}); waiting for its servers...", flush=True)
+        try:
+            self._wait_ready(startup_timeout_s, log_path, log_start, poll_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout_s: float, log_path: Path, log_start: int, poll_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerStartError(f"ng_run exited with code {self.process.returncode}; last lines of {log_path}:\n{tail(log_path, 30)}")
+            with log_path.open("rb") as log:
+                log.seek(log_start)
+                if READY_LINE.encode() in log.read():
+                    return
+            time.sleep(poll_s)
+        raise ServerStartError(f"ng_run's servers were not ready within {timeout_s:.0f} s; see {log_path}")
+
+    def server_url(self, name: str) -> str:
+        """Base URL of the run's server instance `name` (asked of the head server).
+
+        Raises:
+            ServerError: the head server does not know `name`.
+        """
+        from nemo_gym.client import ServerClient
+
+        async def lookup() -> str:
+            async with ServerClient(self.head_url) as client:
+                return await client.server_url(name)
+
+        return asyncio.run(lookup())
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Stop the started ng_run (SIGINT: it stops its servers; SIGKILL of its process group after `grace_s`).
+        Nothing for an attached run or one that has exited."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
