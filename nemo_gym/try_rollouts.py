@@ -30,7 +30,9 @@ Exit status: 0 every rollout finished, 1 one failed, 130 interrupted (the finish
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
+import io
 import os
 import random
 import secrets
@@ -233,9 +235,11 @@ def _rnow_source(options: TryOptions, rest: list[str]) -> TrySource:
         extra_paths, extra = model_arguments(options.model, model_name=options.model_name, values=user.values if user else {}, origin=origin, rnow=True)
         paths, overrides = paths + extra_paths, overrides + extra
     argv = [f"+rnow_project={options.rnow_project}", *overrides] + ([f"+config_paths=[{','.join(paths)}]"] if paths else [])
-    [run_argv] = expand_rnow_args(argv, mode="run")
+    with contextlib.redirect_stdout(io.StringIO()):  # its hint names ng_run and ng_collect_rollouts; ours follows
+        [run_argv] = expand_rnow_args(argv, mode="run")
     [(_, translated)] = parse_overrides([run_argv[0]])  # `+config_paths=[<out>/config.yaml, ...]`, tasks beside it
     root = Path(options.rnow_project).expanduser().resolve()
+    print(f"ng_try: rnow project {root} -> {translated[0]} (the project's servers, as ng_run +rnow_project runs them)", flush=True)
     return TrySource(name=Path(translated[0]).parent.name, tasks_path=Path(translated[0]).parent / "train_tasks.jsonl",
                      run_argv=None if options.head_server_url else run_argv, description={"rnow_project": str(root)},
                      where_key="rnow_line", where_file=_rnow_train_file(root, rest))  # fmt: skip

@@ -79,6 +79,26 @@ def test_model_arguments_for_each_kind_of_model(tmp_path):
         model_arguments("gpt-9", **args)
 
 
+def test_a_config_source_becomes_ng_runs_arguments(tmp_path, monkeypatch, capsys):
+    from nemo_gym.cli import main
+    from nemo_gym.config import load_config, server_instances
+    from nemo_gym.try_rollouts import _config_source
+
+    monkeypatch.chdir(REPO)
+    options, rest = split_arguments([f"+config_paths=[{MCQA_YAML}]", f"+input_jsonl_fpath={MCQA_DATA}", "+model=embedded:smollm2", "+mcqa.resources_servers.mcqa.grading_mode=null"])
+    source = _config_source(options, rest)
+    assert source.run_argv == [f"+config_paths=[{MCQA_YAML},{VLLM_MODEL_YAML}]", "+mcqa.resources_servers.mcqa.grading_mode=null",
+                               "++policy_model.responses_api_models.vllm_model.model=embedded:smollm2"]  # fmt: skip
+    instances = {i.name: i for i in server_instances(load_config(source.run_argv))}  # what ng_run will start
+    assert instances["policy_model"].implementation == "vllm_model" and instances["policy_model"].fields["model"] == "embedded:smollm2"
+    assert source.tasks_path == MCQA_DATA and source.description["input_jsonl_fpath"] == str(MCQA_DATA)
+    with pytest.raises(ConfigError, match="the config defines no model server: pass \\+model="):
+        _config_source(*split_arguments([f"+config_paths=[{MCQA_YAML}]", f"+input_jsonl_fpath={MCQA_DATA}"]))
+    assert main("try", [f"+input_jsonl_fpath={MCQA_DATA}"]) == 2 and "needs the servers: +config_paths=" in capsys.readouterr().err
+    assert main("try", ["+rnow_project=x", f"+input_jsonl_fpath={MCQA_DATA}"]) == 2 and "not both" in capsys.readouterr().err
+    assert main("try", ["--help"]) == 0 and "+num_rollouts: int = 1" in capsys.readouterr().out
+
+
 # -- real runs -------------------------------------------------------------------------------------------------
 def wait_for(path: Path, pattern: str, process: subprocess.Popen, timeout_s: float = 120) -> str:
     deadline = time.monotonic() + timeout_s
@@ -127,7 +147,8 @@ def test_rnow_project_with_an_endpoint_model_a_failing_reward_and_ctrl_c(tmp_pat
 
     out, log = tmp_path / "try.json", tmp_path / "stdout.txt"
     with serve(app) as url, log.open("w") as stdout:
-        process = subprocess.Popen([NG_TRY, f"+rnow_project={project}", f"+model={url}/v1", "+entries=[0,10,11]", "+num_rollouts=2", f"+output={out}"],
+        process = subprocess.Popen([NG_TRY, f"+rnow_project={project}", f"+model={url}/v1", "+entries=[0,10,11]", "+num_rollouts=2", f"+output={out}",
+                                    "+stop_grace_s=2"],  # ng_run's: its openai_model has entry 11's calls in flight
                                    cwd=tmp_path, stdout=stdout, stderr=subprocess.STDOUT, env=WIDE, start_new_session=True)  # fmt: skip
         try:
             text = wait_for(log, r"(?s)(rollout [12]/2.*){4}", process)  # 2 finished + 2 failed; entry 11's are held
