@@ -263,6 +263,21 @@ def test_micro_batches_with_global_counts_equal_one_big_batch(normalization):
         assert abs((local[0] + local[1]).item() / 2 - big_no_tis.item()) > 1e-3
 
 
+def test_per_token_advantages_equal_broadcast_ones_when_constant_per_row():
+    """[batch, seq] advantages (on-policy distillation) that are constant along each row give the [batch] loss."""
+    logprobs = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, -1.1]], requires_grad=True)
+    old = torch.tensor([[-1.2, -2.0, -0.4], [-0.3, -0.9, -1.1]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    for loss_type in ("importance_sampling", "ppo"):
+        config = LossConfig(loss_type=loss_type, tis_cap=None)
+        per_row, _ = policy_loss(logprobs, old, torch.tensor([1.0, -0.5]), mask, config)
+        per_token, _ = policy_loss(logprobs, old, torch.tensor([[1.0] * 3, [-0.5] * 3]), mask, config)
+        assert per_token.item() == pytest.approx(per_row.item())
+    # importance_sampling, token mean over 2 tokens: A = [[2, -1]], ratios exp(0) = 1 → -(1·2 + 1·(-1)) / 2 = -0.5
+    loss, _ = policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[2.0, -1.0]]), torch.ones(1, 2), LossConfig(loss_type="importance_sampling", tis_cap=None))
+    assert loss.item() == pytest.approx(-0.5)
+
+
 def test_policy_loss_input_errors():
     lp = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="kl_coef"):
@@ -270,7 +285,9 @@ def test_policy_loss_input_errors():
     with pytest.raises(ValueError, match="entropy_coef"):
         policy_loss(lp, lp, torch.zeros(2), torch.ones(2, 3), LossConfig(entropy_coef=0.1))
     with pytest.raises(ValueError, match="advantages"):
-        policy_loss(lp, lp, torch.zeros(2, 3), torch.ones(2, 3), LossConfig())
+        policy_loss(lp, lp, torch.zeros(3), torch.ones(2, 3), LossConfig())
+    with pytest.raises(ValueError, match="advantages"):
+        policy_loss(lp, lp, torch.zeros(2, 4), torch.ones(2, 3), LossConfig())
     with pytest.raises(ValueError, match="mask"):
         policy_loss(lp, lp, torch.zeros(2), torch.ones(2, 4), LossConfig())
     with pytest.raises(ValueError):

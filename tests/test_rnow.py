@@ -275,8 +275,8 @@ def test_prompt_longer_than_the_context_window(tmp_path):
     [
         ({"data.batchsize": 2}, [], "unknown key 'data.batchsize' (did you mean 'batch_size'?)"),
         ({"algorithm.adv_estimator": "gae"}, [], "'gae' is not supported: it needs a value model (critic)"),
-        ({}, [("algorithm", "sft")], "+algorithm=sft (supervised fine-tuning) is not supported yet"),
-        ({}, [("dataset_type", "sft")], "'sft' is not supported yet"),
+        ({}, [("algorithm", "dpo")], "key 'algorithm': +algorithm=dpo is not a training mode; use +algorithm=sft"),
+        ({}, [("dataset_type", "distill")], "'distill' is not supported in rnow projects: use rl or sft"),
         ({}, [("data.group_size", 1)], "key 'data.group_size': GRPO compares"),
         ({"model.path": "Qwen/Qwen3-8B"}, [], "key 'model.path': 'Qwen/Qwen3-8B' is neither an embedded model"),
         ({"rollout.mcp_url": "http://x"}, [], "MCP tool servers are not supported"),
@@ -320,6 +320,47 @@ def test_expand_writes_a_loadable_config_and_one_run_per_model(tmp_path, monkeyp
     loaded = load_config(run, cwd=REPO)
     assert "scripted_model" in loaded.values["policy_model"]["responses_api_models"]  # the user's policy, no vllm_model
     assert expand_rnow_args(["+config_paths=[a.yaml]"], mode="run") == [["+config_paths=[a.yaml]"]]
+
+
+# -- SFT entries -------------------------------------------------------------------------------------------
+CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 1}'}}
+SFT_GOOD = {"messages": [*user("What is 1 + 1?"), {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "2"}, {"role": "assistant", "content": "$answer"}],
+            "variables": {"answer": "It is 2."}, "tools": ["add"]}  # fmt: skip
+
+
+def test_sft_entries_are_checked_with_their_lines(tmp_path):
+    bad_json = {"messages": [*user("x"), {"role": "assistant", "content": None, "tool_calls": [{**CALL, "function": {"name": "add", "arguments": "{a: 1"}}]}]}
+    entries = [SFT_GOOD, {"messages": user("no answer")}, bad_json, {"messages": [*user("x"), {"role": "assistant", "content": "y"}], "tools": ["ad"]}]
+    root = make_project(tmp_path / "p", entries)
+    with pytest.raises(ConfigError) as raised:
+        load_project(root, [("algorithm", "sft")])
+    message = str(raised.value)
+    assert "has 3 problem(s)" in message
+    assert "train.jsonl:2: messages: an SFT entry ends with the assistant turn to learn, but the last message is a user message" in message
+    assert "train.jsonl:3: messages[1].tool_calls[0].function.arguments: not valid JSON" in message
+    assert "train.jsonl:4: unknown tool 'ad' (did you mean 'add'?)" in message
+    with pytest.raises(ConfigError, match="train.jsonl:1: messages: the last message is an assistant turn.*train them with \\+algorithm=sft"):
+        load_project(make_project(tmp_path / "q", [SFT_GOOD]))  # an RL project refuses SFT entries, and says how to train them
+
+
+def test_sft_project_translates_to_an_sft_trainer(tmp_path, monkeypatch, capsys):
+    from nemo_gym.train.supervised import row_conversation
+
+    monkeypatch.chdir(tmp_path)
+    root = make_project(tmp_path / "p", [SFT_GOOD] * 3, config={"data.group_size": 1})  # group_size is not read for SFT
+    [run] = expand_rnow_args([f"+rnow_project={root}", "+algorithm=sft", "+data.batch_size=2", "+trainer.num_epochs=2"], mode="train")
+    trainer = TrainerConfig.model_validate(load_config(run).values["trainer"])
+    assert (trainer.algorithm, trainer.batch_size, trainer.supervised.num_epochs, trainer.supervised.max_seq_len) == ("sft", 2, 2, 2048)
+    assert trainer.engine.lora is not None and trainer.engine.lora.rank == 8
+    rows = [json.loads(line) for line in Path(trainer.input_jsonl_fpath).read_text().splitlines()]
+    assert len(rows) == 3 and Path(trainer.input_jsonl_fpath).name == "train_sft.jsonl"
+    messages, tools = row_conversation(rows[0])
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": 1}'  # the JSON string, unchanged
+    assert messages[3]["content"] == "It is 2." and [t["function"]["name"] for t in tools] == ["add"]
+    assert "3 SFT conversations" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="nothing to serve"):
+        expand_rnow_args([f"+rnow_project={root}", "+dataset_type=sft"], mode="run")
 
 
 # -- a real ng_run over the sample project -----------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Shapes: `[batch, seq]` tensors are aligned on the generated positions of `batch` rollouts; `mask` is 1 on the
 tokens the policy generated and that count (0 on prompt, tool output and padding). `advantages` is `[batch]`,
-one per rollout (see `nemo_gym.rl.advantages`), broadcast over its tokens.
+one per rollout (see `nemo_gym.rl.advantages`), broadcast over its tokens, or `[batch, seq]`, one per token
+(on-policy distillation, `nemo_gym.train.distill`).
 
 Per-token objective (`LossConfig.loss_type`), with r = exp(logprobs - old_logprobs) and A the advantage:
     ppo                  -min(r A, clip(r, 1-ε_low, 1+ε_high) A)      PPO-clip with DAPO's clip-higher
@@ -162,7 +163,7 @@ def policy_loss(
         logprobs: [batch, seq] trainer log-probs of the generated tokens (requires grad).
         old_logprobs: [batch, seq] trainer log-probs at sampling time (no grad; equal to `logprobs.detach()` for
             a single on-policy step, where every ratio is 1).
-        advantages: [batch] one advantage per rollout.
+        advantages: [batch] one advantage per rollout, or [batch, seq] one per token.
         mask: [batch, seq] 1 for generated tokens that count, 0 for prompt, tool output and padding.
         config: the loss.
         rollout_logprobs: [batch, seq] vLLM's log-probs of the same tokens, for the TIS weight; None = no TIS.
@@ -190,7 +191,8 @@ def policy_loss(
     _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_logprobs, ref_logprobs, entropy, config)
     mask = mask.to(logprobs.dtype)
     old_logprobs = old_logprobs.detach()
-    adv = advantages.detach().to(logprobs.dtype).unsqueeze(1)  # [batch, 1]
+    adv = advantages.detach().to(logprobs.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # [batch, 1], or [batch, seq] per-token advantages
     log_ratio = torch.clamp(logprobs - old_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     lengths = mask.sum(dim=1)  # [batch]
 
@@ -328,8 +330,8 @@ def _check_inputs(
     for name, tensor in named.items():
         if tensor is not None and tensor.shape != logprobs.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, logprobs {tuple(logprobs.shape)}")
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(f"advantages must be [batch] = [{logprobs.shape[0]}], got {tuple(advantages.shape)}")
+    if advantages.shape != logprobs.shape[:1] and advantages.shape != logprobs.shape:
+        raise ValueError(f"advantages must be [batch] = [{logprobs.shape[0]}] or [batch, seq] = {list(logprobs.shape)}, got {tuple(advantages.shape)}")
     if config.kl_coef != 0.0 and ref_logprobs is None:
         raise ValueError("kl_coef != 0 needs ref_logprobs")
     if config.entropy_coef != 0.0 and entropy is None:

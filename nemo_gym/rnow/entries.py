@@ -1,8 +1,10 @@
 """`train.jsonl` entries of a ReinforceNow project: reading and checking them, each problem with its line.
 
 An entry: `messages` (required; `system` only first, at least one `user`, the first other message a `user`
-one; an RL entry ends with a `user` or `tool` message, which the policy answers), `rewards` (names of
-`@reward` functions, required for RL), `metadata` and `variables` (objects, given to rewards as
+one; an RL entry ends with a `user` or `tool` message, which the policy answers; an SFT entry, for
+`dataset_type: sft` or `+algorithm=sft`, ends with the `assistant` turn to learn, and its assistant `tool_calls`
+carry `arguments` as a JSON string, as in OpenAI's chat format), `rewards` (names of `@reward` functions,
+required for RL, not read for SFT), `metadata` and `variables` (objects, given to rewards as
 `args.metadata` / `args.variables`; `$name` in message texts is replaced by the variable's value),
 `tools` (names of `@tool` functions; all of them when absent), `docker` (required by `sandbox=True`
 rewards and tools), `docker_env` (needs `docker`). Other keys are kept and ignored, as rnow does.
@@ -59,7 +61,7 @@ def substituted_messages(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _message_problems(messages: Any) -> list[str]:
+def _message_problems(messages: Any, sft: bool = False) -> list[str]:
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list of {role, content} objects"]
     problems = []
@@ -79,9 +81,40 @@ def _message_problems(messages: Any) -> list[str]:
     first = 1 if roles[0] == "system" else 0
     if roles[first] != "user":
         problems.append(f"messages[{first}]: the first message after the optional system message must be a user message, got {roles[first]}")
-    if roles[-1] == "assistant":
+    if sft:
+        if roles[-1] != "assistant":
+            problems.append(f"messages: an SFT entry ends with the assistant turn to learn, but the last message is a {roles[-1]} message")
+        problems += _tool_call_problems(messages)
+    elif roles[-1] == "assistant":
         problems.append("messages: the last message is an assistant turn: an RL entry ends with a user (or tool) message that the policy answers "
-                        "(entries that end with the answer are SFT data: +algorithm=sft is not supported yet)")
+                        "(entries that end with the answer are SFT data: train them with +algorithm=sft)")
+    return problems
+
+
+def _tool_call_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Assistant `tool_calls` of SFT entries: `{"type": "function", "function": {"name", "arguments": "<JSON object>"}}`."""
+    problems = []
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if message["role"] != "assistant" or not isinstance(calls, list):
+            problems.append(f"messages[{index}]: 'tool_calls' must be a list on an assistant message")
+            continue
+        for number, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            where = f"messages[{index}].tool_calls[{number}]"
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                problems.append(f"{where}: needs a 'function' object with a string 'name'")
+            elif isinstance(arguments, str):
+                try:
+                    if not isinstance(json.loads(arguments), dict):
+                        problems.append(f"{where}.function.arguments: the JSON string must hold an object")
+                except ValueError as exc:
+                    problems.append(f"{where}.function.arguments: not valid JSON ({exc})")
+            elif not isinstance(arguments, dict):
+                problems.append(f"{where}.function.arguments: must be a JSON string (or an object)")
     return problems
 
 
@@ -97,10 +130,14 @@ def _names_problems(entry: dict[str, Any], key: str, known: dict[str, Any], sour
     ]  # fmt: skip
 
 
-def entry_problems(entry: dict[str, Any], functions: ProjectFunctions) -> list[str]:
-    """What is wrong with one RL entry (empty when nothing): message order and roles, unknown reward or tool
-    names (with a suggestion), sandbox functions without `docker`, bad metadata/variables types."""
-    problems = _message_problems(entry.get("messages"))
+def entry_problems(entry: dict[str, Any], functions: ProjectFunctions, sft: bool = False) -> list[str]:
+    """What is wrong with one entry (empty when nothing): message order and roles, unknown reward or tool
+    names (with a suggestion), sandbox functions without `docker`, bad metadata/variables types; for SFT
+    (`sft`), the final assistant turn and the tool calls' JSON arguments, and no reward needed."""
+    problems = _message_problems(entry.get("messages"), sft)
+    if sft:
+        problems += _names_problems(entry, "tools", functions.tools, "tools.py", required=False)
+        return problems
     problems += _names_problems(entry, "rewards", functions.rewards, "rewards.py", required=True)
     problems += _names_problems(entry, "tools", functions.tools, "tools.py", required=False)
     for key in ("metadata", "variables", "docker_env"):

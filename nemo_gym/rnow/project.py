@@ -24,8 +24,14 @@ user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm
 | `rollout.reasoning_mode` | `reasoning: {effort}` of every row's responses_create_params (`disabled`: none) |
 | `rollout.tool_timeout`, `max_tool_response`, `rollout_timeout` | simple_agent `tool_timeout_s`; rnow_project `max_tool_response_chars` (characters, where rnow counts tokens); `trainer.request_timeout_s` |
 
-Not supported (clear errors): `dataset_type` other than `rl` and `+algorithm=sft` (the trainer has no SFT
-yet), `teacher`, `rollout.mcp_url`. Ignored with a warning: `evals`, `trainer.max_billing`, `data.val_split`.
+SFT projects (`dataset_type: sft`, or `+algorithm=sft` on the command line): every entry ends with the assistant
+turn to learn (tool calls with JSON-string arguments; `rewards` not needed); ng_train then trains with
+`trainer.algorithm: sft` (nemo_gym.train.supervised) on `<out>/train_sft.jsonl` (one `{messages, tools}` row per
+entry, `$variables` substituted), `trainer.num_epochs` → `trainer.supervised.num_epochs`; no server is started.
+ng_run has nothing to serve for an SFT project and says so.
+
+Not supported (clear errors): `dataset_type` `distill` and `midtrain` (use ng_train's `on_distill` and
+`pretrain` algorithms with an ordinary config), `teacher`, `rollout.mcp_url`. Ignored with a warning: `evals`, `trainer.max_billing`, `data.val_split`.
 """
 
 from __future__ import annotations
@@ -149,16 +155,22 @@ def parse_config(values: dict[str, Any], source: str = "config.yml") -> RnowConf
     Raises:
         ConfigError: unknown keys (with a suggestion), bad values, unsupported features; each names the key.
     """
-    if values.get("algorithm") == "sft":
-        raise ConfigError(f"{source}: key 'algorithm': +algorithm=sft (supervised fine-tuning) is not supported yet: ng_train trains with RL (GRPO) only")
+    if isinstance(values.get("algorithm"), str):  # `+algorithm=sft`: the command line's choice of the training mode
+        choice = values.pop("algorithm")
+        if choice != "sft":
+            raise ConfigError(f"{source}: key 'algorithm': +algorithm={choice} is not a training mode; use +algorithm=sft, or set algorithm.adv_estimator for RL")
+        values["dataset_type"] = "sft"
     _check_keys(values, RnowConfig, "", source)
     try:
         config = RnowConfig.model_validate(values)
     except ValidationError as exc:
         problems = [f"key '{'.'.join(map(str, e['loc']))}': {e['msg']}" + ("" if e["type"] == "missing" else f" (got {e.get('input')!r})") for e in exc.errors()]
         raise ConfigError(f"{source}: {'; '.join(problems)}") from exc
-    if config.dataset_type != "rl":
-        raise ConfigError(f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported yet: only rl (ng_train has no SFT or distillation trainer yet)")
+    if config.dataset_type not in ("rl", "sft"):
+        raise ConfigError(
+            f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported in rnow projects: use rl or sft (for distillation and "
+            "continued pre-training write an ng_train config with trainer.algorithm on_distill or pretrain)"
+        )
     if config.teacher is not None:
         raise ConfigError(f"{source}: key 'teacher': distillation is not supported yet; remove the section")
     if config.rollout.mcp_url:
@@ -180,6 +192,11 @@ class Project:
     models: list[str]  # resolved: embedded:<name> or a local folder
     context_window_set: bool = False  # rollout.max_context_window given in config.yml or an override
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def sft(self) -> bool:
+        """Whether the entries are SFT data (dataset_type sft, or +algorithm=sft)."""
+        return self.config.dataset_type == "sft"
 
     @property
     def slug(self) -> str:
@@ -221,13 +238,13 @@ def _entry_problems(project: Project) -> list[str]:
     counters = {model: PromptCounter(model) for model in project.models}
     window = project.config.rollout.max_context_window
     for line, entry in project.entries:
-        found = entry_problems(entry, project.functions)
+        found = entry_problems(entry, project.functions, sft=project.sft)
         if not found:
             messages, tools = substituted_messages(entry), [project.functions.tools[n].schema for n in entry_tool_names(entry, project.functions)]
             for model, counter in counters.items():
                 tokens = counter.count(messages, tools)
                 if tokens > window:
-                    found.append(f"the prompt is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}")
+                    found.append(f"the {'conversation' if project.sft else 'prompt'} is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}")
         problems += [f"{train_file}:{line}: {problem}" for problem in found]
     return problems
 
@@ -251,7 +268,7 @@ def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = Non
     entries, problems = read_entries(train_path)
     project = Project(root, config, entries, functions, models, "max_context_window" in (values.get("rollout") or {}))
     problems += _entry_problems(project)
-    if config.data.group_size < 2:
+    if config.data.group_size < 2 and not project.sft:
         problems.insert(0, "config.yml: key 'data.group_size': GRPO compares the rollouts of an entry: use at least 2")
     if problems:
         shown = problems[:MAX_PROBLEMS_SHOWN] + ([f"... and {len(problems) - MAX_PROBLEMS_SHOWN} more"] if len(problems) > MAX_PROBLEMS_SHOWN else [])
@@ -291,6 +308,18 @@ def task_rows(project: Project) -> list[dict[str, Any]]:
     return rows
 
 
+def sft_rows(project: Project) -> list[dict[str, Any]]:
+    """One chat row per SFT entry: `messages` (variables substituted; tool calls as they are), `tools` (schemas)."""
+    rows = []
+    for line, entry in project.entries:
+        row: dict[str, Any] = {"messages": substituted_messages(entry), "rnow_line": line}
+        tools = entry_tool_names(entry, project.functions)
+        if tools:
+            row["tools"] = [project.functions.tools[name].schema for name in tools]
+        rows.append(row)
+    return rows
+
+
 def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) -> dict[str, Any]:
     config = project.config
     steps_per_epoch = math.ceil(len(project.entries) / config.data.batch_size)
@@ -312,6 +341,10 @@ def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) ->
     }
     if config.rollout.rollout_timeout:
         trainer["request_timeout_s"] = config.rollout.rollout_timeout
+    if project.sft:  # no rollouts: the entries are the data
+        for key in ("agent_name", "group_size", "advantage_estimator", "loss", "request_timeout_s"):
+            trainer.pop(key, None)
+        trainer.update(algorithm="sft", supervised={"num_epochs": config.trainer.num_epochs, "max_seq_len": config.rollout.max_context_window})
     try:
         TrainerConfig.model_validate(trainer)
     except ValidationError as exc:
@@ -339,13 +372,13 @@ def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str
         config["policy_model"] = {"responses_api_models": {"vllm_model": policy}}
     if output_dir is not None:
         config["trainer"] = _trainer(project, model, output_dir, tasks_path)
-    return Translation(model, config, task_rows(project))
+    return Translation(model, config, sft_rows(project) if project.sft else task_rows(project))
 
 
-def write_translation(translation: Translation, out_dir: Path, project: Project, command: str) -> Path:
-    """Write `config.yaml` and `train_tasks.jsonl` into `out_dir`; returns the config's path."""
+def write_translation(translation: Translation, out_dir: Path, project: Project, command: str, rows_name: str = "train_tasks.jsonl") -> Path:
+    """Write `config.yaml` and the rows (`train_tasks.jsonl`, or `train_sft.jsonl` for SFT) into `out_dir`; returns the config's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out_dir / "train_tasks.jsonl", translation.rows)
+    write_jsonl(out_dir / rows_name, translation.rows)
     path = out_dir / "config.yaml"
     header = (f'# {command} "+config_paths=[{path}]"\n'
               f"# Written from the rnow project {project.root} (model {translation.model}); rewritten on each run: edit the project.\n")  # fmt: skip
@@ -391,6 +424,8 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
         return [argv]
     project = load_project(project_dir, overrides)
     command = "ng_run" if mode == "run" else "ng_train"
+    if mode == "run" and project.sft:
+        raise ConfigError(f"rnow project {project.root} is SFT data (dataset_type sft / +algorithm=sft): there is nothing to serve; train it with ng_train +{RNOW_FLAG}={project_dir} +algorithm=sft")
     if mode == "run" and len(project.models) > 1:
         raise ConfigError(f"config.yml: key 'model.path' lists {len(project.models)} models: ng_run serves one policy; pick one with +model.path=<model>")
     own_policy = _defines_policy(user_paths)
@@ -404,10 +439,14 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
             out_dir = (Path(output_dir) / "rnow_project").resolve()
         else:
             output_dir, out_dir = None, Path(f"results/rnow/{project.slug}").resolve()
-        translation = translate(project, model, tasks_path=out_dir / "train_tasks.jsonl", output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
-        path = write_translation(translation, out_dir, project, command)
-        print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
-              f"ng_collect_rollouts +agent_name={AGENT_NAME} +input_jsonl_fpath={out_dir / 'train_tasks.jsonl'} +output_jsonl_fpath=rollouts.jsonl)", flush=True)  # fmt: skip
+        tasks_path = out_dir / ("train_sft.jsonl" if project.sft else "train_tasks.jsonl")
+        translation = translate(project, model, tasks_path=tasks_path, output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
+        path = write_translation(translation, out_dir, project, command, tasks_path.name)
+        if project.sft:
+            print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} SFT conversations in {tasks_path})", flush=True)
+        else:
+            print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
+                  f"ng_collect_rollouts +agent_name={AGENT_NAME} +input_jsonl_fpath={tasks_path} +output_jsonl_fpath=rollouts.jsonl)", flush=True)  # fmt: skip
         extra = [a for a in rest if not (mode == "train" and suffix and a.lstrip("+").startswith("trainer.output_dir="))]
         runs.append([f"+config_paths=[{','.join([str(path), *user_paths])}]", *extra])
     for warning in project.warnings:

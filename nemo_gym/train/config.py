@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions", "TrainerConfig", "TrainOptions"]
+__all__ = [
+    "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
+    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm",
+]  # fmt: skip
+
+ALGORITHMS = ("grpo", "sft", "pretrain", "on_distill")
 
 
 class LoraOptions(BaseModel):
@@ -39,7 +44,7 @@ class EngineConfig(BaseModel):
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts: logits are divided by it so log-probs match the sampler's")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory, ~30% slower)")
     lora: LoraOptions | None = Field(None, description="train LoRA adapters instead of all weights (null: full fine-tuning)")
-    seed: int = Field(0, description="seed of torch (init of LoRA, local sampling)")
+    seed: int = Field(0, description="seed of torch and of Python's random (init of LoRA, local sampling)")
 
 
 class LossOptions(BaseModel):
@@ -106,11 +111,48 @@ class LoggingOptions(BaseModel):
     wandb: WandbOptions = Field(default_factory=WandbOptions, description="Weights & Biases run (off by default)")
 
 
+class SupervisedOptions(BaseModel):
+    """Data of the supervised modes (`algorithm: sft | pretrain`; see nemo_gym.train.supervised)."""
+
+    model_config = ConfigDict(extra="forbid")
+    num_epochs: int | None = Field(None, ge=1, description="passes over the data: num_steps becomes num_epochs × ceil(rows / batch_size); null: num_steps")
+    max_seq_len: int = Field(2048, ge=2, description="tokens per sequence: sft cuts longer conversations (assistant tokens past it are not trained); pretrain packs blocks of exactly this length")
+    min_reward: float | None = Field(None, description="sft on rollouts (off-policy distillation): keep rows with reward >= this; rows without a reward are an error when set")
+    text_field: str = Field("text", description="pretrain: the JSONL field holding a document's text (.txt files: the whole file is one document)")
+    render_tools_in_prompt: bool = Field(
+        True, description="sft: write tools, tool calls and tool results as Hermes-format text, as vllm_model serves them (its default); false: pass `tools` and the calls to the model's chat template"
+    )
+
+
+class TeacherOptions(BaseModel):
+    """The teacher of `algorithm: on_distill`: a model server that returns the log-probs of given token ids."""
+
+    model_config = ConfigDict(extra="forbid")
+    instance: str | None = Field(None, description="a vllm_model instance of this config (its POST /score_token_ids route)")
+    base_url: str | None = Field(None, description="or: a running vLLM OpenAI server, e.g. http://127.0.0.1:8000 (its /v1/completions with prompt_logprobs)")
+    model: str | None = Field(None, description="model name sent to base_url (default: the first of its GET /v1/models)")
+    api_key_env: str | None = Field(None, description="environment variable holding base_url's API key (the key itself never enters the config)")
+    timeout_s: float = Field(300.0, gt=0, description="deadline of one scoring request, seconds")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TeacherOptions":
+        if (self.instance is None) == (self.base_url is None):
+            raise ValueError("set exactly one of teacher.instance (a vllm_model instance of the config) and teacher.base_url (a vLLM server)")
+        return self
+
+
 class TrainerConfig(BaseModel):
     """The `trainer:` section of an ng_train config."""
 
     model_config = ConfigDict(extra="forbid")
-    input_jsonl_fpath: str = Field(description="training tasks: a task JSONL or a profiled JSONL (ng_profile)")
+    algorithm: Literal["grpo", "sft", "pretrain", "on_distill"] = Field(
+        "grpo",
+        description="grpo: RL on rewards; sft: supervised fine-tuning on chat rows or collected rollouts (off-policy distillation); "
+        "pretrain: continued pre-training on plain text; on_distill: on-policy distillation, per-token advantage -(log π_student - log π_teacher)",
+    )
+    input_jsonl_fpath: str = Field(
+        description="grpo / on_distill: training tasks (a task JSONL or ng_profile output); sft: chat rows or ng_collect_rollouts output; pretrain: a JSONL with a text field, or a .txt file"
+    )
     filter: TaskFilter = Field(default_factory=TaskFilter, description="filters on a profiled JSONL's pass_rate / std_reward")
     agent_name: str | None = Field(None, description="agent instance for rows without an agent_ref")
     output_dir: str = Field("results/train", description="metrics.jsonl, checkpoints/, weights/ (synced HF folders) and final/ go here")
@@ -125,6 +167,8 @@ class TrainerConfig(BaseModel):
         1, ge=1, description="training processes (data parallel, DeepSpeed); > 1: ng_train relaunches itself under torch's launcher. Under torchrun / the deepspeed launcher their WORLD_SIZE is used instead"
     )
     loss: LossOptions = Field(default_factory=LossOptions, description="policy-gradient loss")
+    supervised: SupervisedOptions = Field(default_factory=SupervisedOptions, description="sft / pretrain: epochs, sequence length, reward filter")
+    teacher: TeacherOptions | None = Field(None, description="on_distill: the teacher model server (instance or base_url)")
     eval: EvalOptions = Field(default_factory=EvalOptions, description="evaluation on a validation set")
     logging: LoggingOptions = Field(default_factory=LoggingOptions, description="console, TensorBoard and W&B reporting of the per-step metrics")
     checkpoint_interval: int = Field(0, ge=0, description="checkpoint every this many steps (0: only at the end)")
@@ -142,5 +186,17 @@ class TrainOptions(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     config_paths: list[str] = Field(default_factory=list, description="YAML files: the trainer section and the server instances (as for ng_run)")
-    trainer: TrainerConfig = Field(description="the GRPO trainer")
+    trainer: TrainerConfig = Field(description="the trainer: GRPO, SFT, continued pre-training or on-policy distillation (trainer.algorithm)")
     background: bool = Field(False, description="start the training detached and print its run id (then: ng_runs list / logs / stop / delete)")
+
+
+def check_algorithm(cfg: TrainerConfig) -> list[str]:
+    """Problems of the combination of `algorithm` and the other keys (as `trainer.<key>: ...`); empty when none."""
+    problems = []
+    if cfg.algorithm == "on_distill" and cfg.teacher is None:
+        problems.append("trainer.teacher: algorithm on_distill needs a teacher: +trainer.teacher.instance=<vllm_model instance> or +trainer.teacher.base_url=<vLLM URL>")
+    if cfg.algorithm != "on_distill" and cfg.teacher is not None:
+        problems.append(f"trainer.teacher: only algorithm on_distill uses a teacher (algorithm is {cfg.algorithm}); for off-policy distillation collect the teacher's rollouts and use algorithm sft")
+    if cfg.algorithm == "on_distill" and cfg.loss.kl_coef > 0:
+        problems.append("trainer.loss.kl_coef: on_distill's advantage is already a KL (to the teacher); set kl_coef to 0")
+    return problems

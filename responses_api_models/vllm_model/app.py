@@ -15,6 +15,10 @@ Every call (`/v1/responses` is converted to chat first, `nemo_gym.openai_convert
 4. `<tool_call>` blocks of the text → tool calls; the ids and log-probs go on the assistant message (chat)
    or the last output item (Responses): `prompt_token_ids`, `generation_token_ids`, `generation_log_probs`.
 
+Teacher scoring (`POST /score_token_ids {"token_ids"}` → `{"logprobs"}`, `nemo_gym.teacher_scoring`): the log-prob
+of every token given the ones before it, from vLLM's `prompt_logprobs` on the ids; on-policy distillation
+(`trainer.algorithm: on_distill`) asks the teacher's vllm_model for them.
+
 Weight sync (`POST /reload_weights {"model_dir"}`, used by `nemo_gym.train.weight_sync`): vLLM runs with
 `VLLM_SERVER_DEV_MODE=1`, so its `/collective_rpc` route can call the workers' `reload_weights(weights_path=...)`,
 which loads the folder's safetensors into the running model in place; then `/reset_prefix_cache` drops the
@@ -37,7 +41,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field, SecretStr
 
 from nemo_gym import models as embedded
-from nemo_gym import openai_convert, tool_calls
+from nemo_gym import openai_convert, teacher_scoring, tool_calls
 from nemo_gym.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
 from nemo_gym.server import ModelServer, ServerConfig
 from nemo_gym.vllm_engine import CPU_PACKAGE, VLLMProcess, ensure_engine_venv, resolve_vllm_package, splice_prompt
@@ -154,6 +158,25 @@ class VLLMModel(ModelServer):
             """`{"model_dir": absolute HF folder}` → `{"model_dir", "seconds"}`; 422 for a folder vLLM cannot load."""
             model_dir = _checked_model_dir(request.model_dir)
             return {"model_dir": str(model_dir), "seconds": await self.reload_weights(model_dir)}
+
+        @app.post(teacher_scoring.SCORE_ROUTE)
+        async def score_token_ids(request: ScoreRequest) -> dict[str, Any]:
+            """`{"token_ids": [n]}` → `{"logprobs": [n]}`: the model's log-prob of each token given the ones before
+            it (entry 0 is null); the teacher side of on-policy distillation (nemo_gym.teacher_scoring)."""
+            return {"logprobs": await self.score_token_ids(request.token_ids)}
+
+    async def score_token_ids(self, token_ids: list[int]) -> list[float | None]:
+        """Log-probs of `token_ids` under the served weights (vLLM prompt_logprobs, one forward pass).
+
+        Raises:
+            HTTPException: 400 when vLLM rejects the ids (e.g. longer than max_model_len), 502 when its answer has
+                no usable prompt_logprobs.
+        """
+        answer = await self._post_or_get("POST", "/v1/completions", json=teacher_scoring.prompt_logprobs_request(self.served_name, token_ids))
+        try:
+            return teacher_scoring.parse_prompt_logprobs(answer, token_ids)
+        except ValueError as exc:
+            raise HTTPException(502, f"vLLM's prompt_logprobs: {exc}") from exc
 
     async def reload_weights(self, model_dir: Path) -> float:
         """Load the weights of an HF folder (same architecture) into the running vLLM; returns the seconds taken.
@@ -295,6 +318,10 @@ class VLLMModel(ModelServer):
         if answer.status_code >= 500:
             raise ServerHTTPError(f"vLLM {path} answered {answer.status_code}: {answer.text[:2000]}", status_code=answer.status_code, body=answer.text, server="vllm", path=path)
         return answer.json()
+
+
+class ScoreRequest(BaseModel):
+    token_ids: list[int] = Field(min_length=2, description="a whole sequence's token ids (prompt + generation)")
 
 
 class ReloadRequest(BaseModel):
