@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -40,11 +37,13 @@ from pydantic import ValidationError
 from nemo_gym.client import ClientTimeouts, ServerClient
 from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, load_tasks
 from nemo_gym.config import LoadedConfig, mask_secrets
-from nemo_gym.errors import ConfigError, ServerStartError
+from nemo_gym.errors import ConfigError
 from nemo_gym.head import run_token_for_url
 from nemo_gym.jsonl import replace_atomically, write_jsonl
+from nemo_gym.paths import check_name
 from nemo_gym.rl import compute_advantages, zero_variance_groups
-from nemo_gym.train import distributed
+from nemo_gym.run import NgRunProcess
+from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm
 from nemo_gym.train.reporting import MetricsReporter
@@ -137,57 +136,6 @@ def _stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
     return {f"{prefix}_mean": tensor.mean().item(), f"{prefix}_std": tensor.std(unbiased=False).item(), f"{prefix}_min": tensor.min().item(), f"{prefix}_max": tensor.max().item()}
 
 
-# -- servers ---------------------------------------------------------------------------------------------------
-class GymServers:
-    """The config's servers: attached (head_server_url) or started here as an `ng_run` subprocess."""
-
-    def __init__(self, argv: list[str], head_server_url: str | None, log_path: Path, startup_timeout_s: float = 1800.0):
-        self.process: subprocess.Popen | None = None
-        if head_server_url:
-            self.head_url = head_server_url.rstrip("/")
-            return
-        from nemo_gym.vllm_engine import free_port
-
-        port = free_port()
-        self.head_url = f"http://127.0.0.1:{port}"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-c", "import sys; from nemo_gym.cli import main; sys.exit(main('run'))", *argv, f"++head_server.port={port}"]
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        print(f"ng_train: started ng_run (pid {self.process.pid}, head {self.head_url}, log {log_path}); waiting for its servers...", flush=True)
-        self._wait_ready(startup_timeout_s, log_path)
-
-    def _wait_ready(self, timeout_s: float, log_path: Path) -> None:
-        from nemo_gym.run import tail
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ServerStartError(f"ng_run exited with code {self.process.returncode}; last lines of {log_path}:\n{tail(log_path, 30)}")
-            if "servers ready in" in log_path.read_text(errors="replace"):  # ng_run's line once every /health is ok
-                return
-            time.sleep(2.0)
-        self.stop()
-        raise ServerStartError(f"ng_run's servers were not ready within {timeout_s:.0f} s; see {log_path}")
-
-    def policy_url(self, instance: str) -> str:
-        async def lookup() -> str:
-            async with ServerClient(self.head_url) as client:
-                return await client.server_url(instance)
-
-        return asyncio.run(lookup())
-
-    def stop(self, grace_s: float = 30.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
 # -- the trainer -----------------------------------------------------------------------------------------------
 class GRPOTrainer:
     """setup → train → save_checkpoint → cleanup (see the module docstring)."""
@@ -199,7 +147,7 @@ class GRPOTrainer:
         self.step = 0
         self.stop = StopSignal()  # SIGTERM / SIGINT (ng_runs stop, Ctrl-C): see nemo_gym.train.stopping
         self.is_main = distributed.is_main()  # rank 0: the gym's client and the writer of output_dir
-        self.servers: GymServers | None = None
+        self.servers: NgRunProcess | None = None
         self.reporter: MetricsReporter | None = None
 
     def lead(self, work: Callable[[], T]) -> T:
@@ -232,10 +180,10 @@ class GRPOTrainer:
             self.tasks = filter_tasks(self._load(cfg.input_jsonl_fpath, None), cfg.filter)
             self.sampler = TaskSampler(len(self.tasks), cfg.batch_size, cfg.seed)
             self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
-            self.servers = GymServers(self.argv, cfg.head_server_url, self.out / "ng_run.log")
+            self.servers = NgRunProcess(self.argv, cfg.head_server_url, self.out / "ng_run.log", caller="ng_train")
         self.engine = self.make_engine()
         if self.is_main:
-            policy_url = self.servers.policy_url(cfg.policy_instance) if cfg.sync_weights else None
+            policy_url = self.servers.server_url(cfg.policy_instance) if cfg.sync_weights else None
             reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
             self.sync = FilesystemWeightSync(self.out / "weights", reload)
             self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))  # to TensorBoard and W&B
@@ -395,6 +343,7 @@ class GRPOTrainer:
         engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
         state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine}
         replace_atomically(folder / tag / "trainer_state.json", json.dumps(state).encode())
+        crash_points.reached("checkpoint_state", self.step)  # a test hook; nothing unless NEMO_GYM_CRASH_AT is set
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
         replace_atomically(folder / "latest_step", tag.encode())  # last, and whole: a resume never finds a partial checkpoint
 
@@ -403,7 +352,7 @@ class GRPOTrainer:
         if not (folder / "latest_step").is_file():
             print(f"ng_train: +trainer.resume=true but no checkpoint in {folder}; starting at step 0", file=sys.stderr)
             return
-        tag = (folder / "latest_step").read_text().strip()
+        tag = check_name((folder / "latest_step").read_text().strip(), what=f"{folder / 'latest_step'}: checkpoint tag")
         self.engine.load_checkpoint(folder, tag)
         self.step = json.loads((folder / tag / "trainer_state.json").read_text())["step"]
         rng = torch.load(folder / tag / "rng_state.pt", weights_only=True)  # tensors, ints and tuples only: no pickled code runs
