@@ -57,7 +57,7 @@ from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, expand_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
 from nemo_gym.train.prime_toml import resolve_model
 
-__all__ = ["TryOptions", "TrySource", "choose_entries", "model_arguments", "sampling_seed", "try_main"]
+__all__ = ["TryOptions", "TrySource", "split_arguments", "choose_entries", "model_arguments", "sampling_seed", "try_main"]
 
 OPENAI_MODEL_YAML = "responses_api_models/openai_model/configs/openai_model.yaml"
 VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
