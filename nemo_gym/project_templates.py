@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nemo_gym.config import did_you_mean
 from nemo_gym.errors import ConfigError
 
-__all__ = ["PROJECT_TEMPLATES_DIR", "TemplateInfo", "ProjectInitOptions", "list_templates", "find_template", "init_project", "init_main"]
+__all__ = ["PROJECT_TEMPLATES_DIR", "TemplateInfo", "ProjectInitOptions", "list_templates", "find_template", "check_project_name", "init_project", "format_template_list", "init_main"]
 
 PROJECT_TEMPLATES_DIR = Path(__file__).resolve().parent / "templates" / "projects"
 TEMPLATE_SPEC = "template.yaml"

@@ -15,11 +15,13 @@ import glob
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -187,11 +189,35 @@ def test_a_missing_implementation_dir_is_a_config_error(tmp_path: Path) -> None:
 
 
 # -- every RL template as a project --------------------------------------------------------------------
+@dataclass
+class Projects:
+    """Every RL template made into a project under one temporary folder, and the projects' own tests, started
+    in the background as soon as the projects exist (they run while the other checks of this file do)."""
+
+    folders: dict[str, Path]
+    own_tests: subprocess.Popen[str]
+    own_tests_log: Path
+
+
 @pytest.fixture(scope="module")
-def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every RL template made into a project, under one temporary folder."""
+def all_projects(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Projects]:
     root = tmp_path_factory.mktemp("projects")
-    return {template: init_project(template, project_name(template), root) for template in RL_TEMPLATES}
+    folders = {template: init_project(template, project_name(template), root) for template in RL_TEMPLATES}
+    log = root.parent / f"{root.name}_own_tests.log"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *[str(p / "tests") for p in folders.values()]]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=root, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        yield Projects(folders, process, log)
+    finally:
+        if process.poll() is None:  # not waited for (e.g. -k selected other tests): stop it and its children
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def projects(all_projects: Projects) -> dict[str, Path]:
+    return all_projects.folders
 
 
 @pytest.mark.parametrize("template", RL_TEMPLATES)
@@ -227,13 +253,12 @@ def test_project_passes_the_conformance_check(projects: dict[str, Path], templat
     test_resources_server_conformance(projects[template])
 
 
-def test_projects_own_tests_pass(projects: dict[str, Path]) -> None:
+def test_projects_own_tests_pass(all_projects: Projects) -> None:
     """Each project's tests/ (what its README says to run), all in one pytest process, from the projects' folder."""
-    root = next(iter(projects.values())).parent
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *[str(p / "tests") for p in projects.values()]]
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    summary = done.stdout.strip().splitlines()[-1]
+    code = all_projects.own_tests.wait(timeout=600)
+    output = all_projects.own_tests_log.read_text()
+    assert code == 0, output[-6000:]
+    summary = output.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary) and "failed" not in summary and ("skipped" not in summary or not CHROMIUM.is_file()), summary
 
 
@@ -340,9 +365,10 @@ def test_every_template_runs_under_ng_run_and_collects_the_expected_rewards(proj
 
 
 @pytest.mark.e2e
-def test_every_template_collects_with_smollm2(projects: dict[str, Path]) -> None:
+def test_every_template_collects_with_smollm2(tmp_path: Path) -> None:
     """Every RL project's config.yaml under one ng_run (one vLLM-CPU SmolLM2 serves them all); from each project
     folder, its README's ng_collect_rollouts command on its first two example rows."""
+    projects = {template: init_project(template, project_name(template), tmp_path) for template in RL_TEMPLATES}
     configs = [str(project / "config.yaml") for project in projects.values()]
     with NgRun(f"+config_paths=[{','.join(configs)}]", timeout_s=1800) as run:
         head = run.wait_ready()
