@@ -7,6 +7,11 @@ transient failures (`nemo_gym.errors.is_transient`: connection errors, timeouts,
 deterministic inner failure class). So one call lasts at most `ClientTimeouts.worst_case_s()` (plus one connect
 deadline per other replica of the instance, for a call that a refused connection moves to another replica; see
 `ServerClient` and `nemo_gym.replicas`). Failures raise the typed errors of `nemo_gym.errors`; nothing hangs forever.
+
+The HTTP client underneath is aiohttp: a rollout makes several calls between the same few servers, at
+hundreds in flight, and aiohttp's connection pool hands out a kept-alive connection in constant time (httpx's
+pool, used here before, scanned every pooled connection on each request: ~40 % of an agent's CPU at
+concurrency 256; see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import datetime
 import email.utils
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import orjson
 
@@ -32,6 +40,10 @@ __all__ = ["ClientTimeouts", "ServerClient", "SESSION_HEADER", "SESSION_COOKIE",
 SESSION_HEADER = "X-Session-Id"
 SESSION_COOKIE = "nemo_gym_session_id"
 HEAD_URL_ENV = "NEMO_GYM_HEAD_URL"
+# Idle kept-alive connections are closed after this many seconds: well below the servers' own keep-alive
+# (60 s, nemo_gym.serve), so the client, not the server, closes an idle connection and a request never
+# goes out on a connection the server is closing.
+KEEPALIVE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -73,8 +85,8 @@ class ServerClient:
         run_token: the run's token (see `nemo_gym.auth`), sent on every request; default: this process's
             own (a server of the run), else the one `ng_run` wrote for the run at `head_url`.
         replica_cooldown_s: how long a replica that refused a connection gets no calls without a key, seconds.
-        transport: the httpx transport under every call (default: httpx's own, pooled to `max_connections`; a
-            given one brings its own pool). The seam where tests route or fault individual calls.
+        middlewares: aiohttp client middlewares (`async def m(request, handler) -> response`) every request
+            passes through before it connects: the seam where tests route or fault individual calls.
     """
 
     def __init__(
@@ -86,7 +98,7 @@ class ServerClient:
         max_connections: int = 1024,
         run_token: str | None = None,
         replica_cooldown_s: float = DEFAULT_COOLDOWN_S,
-        transport: httpx.AsyncBaseTransport | None = None,
+        middlewares: Iterable[aiohttp.ClientMiddlewareType] = (),
     ):
         self.head_url = (head_url or os.environ.get(HEAD_URL_ENV) or "").rstrip("/") or None
         token = run_token or run_token_for_url(self.head_url)
@@ -97,17 +109,29 @@ class ServerClient:
             for name, urls in (addresses or {}).items()
         }
         self._refreshing = asyncio.Lock()
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeouts.read_s, connect=timeouts.connect_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            trust_env=False,
-            headers={TOKEN_HEADER: token} if token else None,
-            transport=transport,
-        )
+        self._headers = {TOKEN_HEADER: token} if token else {}
+        self._max_connections = max_connections
+        self._middlewares = tuple(middlewares)
+        self._http: aiohttp.ClientSession | None = None
         self.retries_used = 0
 
+    def _session(self) -> aiohttp.ClientSession:
+        """The aiohttp session, made on first use: it belongs to the event loop that runs the calls (a client is
+        often built before that loop starts), and one closed by `aclose` is made again."""
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),  # the total deadline: `_attempt`
+                headers=self._headers,
+                cookie_jar=aiohttp.DummyCookieJar(),  # never share cookies between rollouts: a call's jar is its own
+                trust_env=False,
+                middlewares=self._middlewares,
+            )
+        return self._http
+
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
 
     async def __aenter__(self) -> "ServerClient":
         return self
@@ -175,9 +199,10 @@ class ServerClient:
                 pool.update({})
                 return
             try:
-                answer = await self._http.get(f"{self.head_url}/servers", timeout=self.timeouts.connect_s)
-                servers = answer.raise_for_status().json()
-            except (httpx.HTTPError, ValueError):
+                async with asyncio.timeout(self.timeouts.connect_s), self._session().get(f"{self.head_url}/servers") as answer:
+                    answer.raise_for_status()
+                    servers = orjson.loads(await answer.read())
+            except (aiohttp.ClientError, TimeoutError, ValueError):
                 pool.update({})
                 return
             self._take_addresses(servers)
@@ -268,7 +293,6 @@ class ServerClient:
         all_headers = {"content-type": "application/json", **(headers or {})} if content is not None else dict(headers or {})
         if cookies:
             all_headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
-        timeout = httpx.Timeout(timeout_s, connect=self.timeouts.connect_s) if timeout_s else httpx.USE_CLIENT_DEFAULT
         deadline_s = self.timeouts.connect_s + (timeout_s or self.timeouts.read_s)
         attempt = 0
         tried: set[int] = set()
@@ -278,7 +302,7 @@ class ServerClient:
             replica.calls += 1
             replica.in_flight += 1
             try:
-                outcome, wait_s = await self._attempt(method, url, content, all_headers, cookies, timeout, deadline_s, server, httpx.URL(url).path)
+                outcome, wait_s = await self._attempt(method, url, content, all_headers, cookies, deadline_s, server, path or urlsplit(url).path)
             finally:
                 replica.in_flight -= 1
             if isinstance(outcome, _Answer):
@@ -301,30 +325,32 @@ class ServerClient:
             await asyncio.sleep(wait_s if wait_s is not None else min(self.timeouts.backoff_s * 2 ** (attempt - 1), self.timeouts.backoff_max_s))
 
     async def _attempt(self, method: str, url: str, content: bytes | None, headers: dict[str, str], cookies: httpx.Cookies | None,
-                       timeout: Any, deadline_s: float, server: str | None, path: str) -> tuple[Any, float | None]:
+                       deadline_s: float, server: str | None, path: str) -> tuple[Any, float | None]:
         """One attempt: `(_Answer(value), None)` on success, else `(the typed error, Retry-After seconds or None)`.
+        `deadline_s` bounds the whole attempt, from connecting to the last byte of the answer.
 
         Raises:
             ServerBadAnswerError: a success status with a body that is not JSON.
         """
         try:
-            async with asyncio.timeout(deadline_s):
-                answer = await self._http.request(method, url, content=content, headers=headers, timeout=timeout)
-        except (httpx.TimeoutException, TimeoutError) as exc:
+            async with asyncio.timeout(deadline_s), self._session().request(method, url, data=content, headers=headers) as answer:
+                body = await answer.read()
+        except TimeoutError as exc:  # also aiohttp's connect and read timeouts (subclasses)
             return ServerTimeoutError(f"{method} {url} timed out after {deadline_s:g} s ({type(exc).__name__})", server=server, path=path), None
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:  # refused, reset, closed mid-answer, malformed answer
             return ServerUnavailableError(f"{method} {url} failed: {type(exc).__name__}: {exc}", server=server, path=path), None
-        self._http.cookies.clear()  # never share cookies between rollouts through the pool's jar
-        if cookies is not None:
-            cookies.extract_cookies(answer)
-        if answer.status_code < 400:
+        if cookies is not None and "set-cookie" in answer.headers:
+            set_cookies = [("set-cookie", value) for value in answer.headers.getall("set-cookie")]
+            cookies.extract_cookies(httpx.Response(answer.status, headers=set_cookies, request=httpx.Request(method, url)))
+        if answer.status < 400:
             try:
-                return _Answer(orjson.loads(answer.content) if answer.content else None), None
+                return _Answer(orjson.loads(body) if body else None), None
             except orjson.JSONDecodeError as exc:
-                raise ServerBadAnswerError(f"{method} {url} answered {answer.status_code} with a body that is not JSON ({exc}): {answer.text[:200]!r}", server=server, path=path) from None
-        error = ServerHTTPError(f"{method} {url} answered {answer.status_code}: {answer.text[:2000]}", status_code=answer.status_code,
-                                body=answer.text, server=server, path=path)
-        return error, retry_after_s(answer) if answer.status_code == 429 else None
+                text = body[:200].decode("utf-8", "replace")
+                raise ServerBadAnswerError(f"{method} {url} answered {answer.status} with a body that is not JSON ({exc}): {text!r}", server=server, path=path) from None
+        text = body.decode("utf-8", "replace")
+        error = ServerHTTPError(f"{method} {url} answered {answer.status}: {text[:2000]}", status_code=answer.status, body=text, server=server, path=path)
+        return error, retry_after_s(answer.headers) if answer.status == 429 else None
 
 
 @dataclass(frozen=True)
@@ -334,9 +360,10 @@ class _Answer:
     value: Any
 
 
-def retry_after_s(answer: httpx.Response) -> float | None:
-    """The answer's `Retry-After` in seconds (delay-seconds or an HTTP date; RFC 9110 §10.2.3), else None."""
-    value = answer.headers.get("retry-after", "").strip()
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """An answer's `Retry-After` in seconds (delay-seconds or an HTTP date; RFC 9110 §10.2.3), else None.
+    `headers`: the answer's headers, a case-insensitive mapping."""
+    value = headers.get("retry-after", "").strip()
     if not value:
         return None
     try:

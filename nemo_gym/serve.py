@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import uvicorn
+import uvloop
 from pydantic import ValidationError
 
 from nemo_gym.auth import take_run_token_from_env
@@ -153,7 +154,8 @@ def main() -> None:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2 if "cannot bind" not in str(exc) else 3)
-    asyncio.run(_serve(server, sock, instance, head_url, run_token, int(os.environ.get(REPLICA_ENV, "0"))))
+    # uvloop: libuv's event loop, less CPU per request than asyncio's own (uvicorn would pick it when it made the loop)
+    uvloop.run(_serve(server, sock, instance, head_url, run_token, int(os.environ.get(REPLICA_ENV, "0"))))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import openai
 from fastapi import HTTPException
 from pydantic import Field, SecretStr
@@ -51,7 +52,10 @@ class OpenAIModel(ModelServer):
             api_key=cfg.openai_api_key.get_secret_value(),
             timeout=openai.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s),
             max_retries=cfg.max_retries,
-            http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [guard_hook(allow_private=cfg.allow_private_addresses, allowed=cfg.allowed_addresses)]}),
+            # openai's aiohttp backend: its connection pool costs the same per request however many connections
+            # are open (the default httpx pool scans them all on every request: most of this server's CPU at
+            # hundreds of rollouts in flight; benchmarks/README.md)
+            http_client=openai.DefaultAioHttpClient(event_hooks={"request": [guard_hook(allow_private=cfg.allow_private_addresses, allowed=cfg.allowed_addresses)]}),
         )
 
     async def startup(self) -> None:
@@ -90,6 +94,8 @@ class OpenAIModel(ModelServer):
         try:
             return await self.openai.post(path, body=body, cast_to=object)
         except openai.APITimeoutError as exc:
+            if _connection_failed(exc):
+                raise ServerUnavailableError(f"{self.config.openai_base_url}{path} unreachable: {exc.__cause__ or exc}", server=self.name, path=path) from exc
             raise ServerTimeoutError(f"{self.config.openai_base_url}{path} did not answer within {self.config.timeout_s} s", server=self.name, path=path) from exc
         except openai.APIConnectionError as exc:
             raise ServerUnavailableError(f"{self.config.openai_base_url}{path} unreachable: {exc}", server=self.name, path=path) from exc
@@ -98,6 +104,17 @@ class OpenAIModel(ModelServer):
             if 400 <= exc.status_code < 500:
                 raise HTTPException(exc.status_code, f"endpoint rejected {path}: {text}") from exc
             raise ServerHTTPError(f"{path} answered {exc.status_code}: {text}", status_code=exc.status_code, body=text, server=self.name, path=path) from exc
+
+
+def _connection_failed(exc: BaseException) -> bool:
+    """Whether an `APITimeoutError` is really a failed connect (refused, unreachable) and not a timeout: openai's
+    aiohttp backend maps every `aiohttp.ClientConnectionError` to a connect *timeout* (its exception map lists
+    the broader class first), so the aiohttp error in the chain decides."""
+    while exc is not None:
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return not isinstance(exc, TimeoutError)
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _redact(text: str, secret: str) -> str:

@@ -10,9 +10,9 @@ or a fault:
 Keep-alive connections are served request after request, as the pooled clients of the servers use them.
 
 A refused connection comes before any byte of the request, so no server can refuse one request and not
-another: the choice has to be made where the request starts. Clients that take `proxy.transport()` (the
-`transport` of `nemo_gym.client.ServerClient`) have each request to the proxy decided there, before it
-connects: "refused" sends it to a port that is bound but never listened on, so the kernel answers the SYN with
+another: the choice has to be made where the request starts. Clients that take `proxy.middleware()` (in the
+`middlewares` of `nemo_gym.client.ServerClient`, an aiohttp client middleware) have each request to the proxy
+decided there, before it connects: "refused" sends it to a port that is bound but never listened on, so the kernel answers the SYN with
 an RST and the client's connect fails with a real ECONNREFUSED (counted in `refused_connects`); any other
 decision travels to the proxy in the `x-injected-fault` header (removed before forwarding), so each attempt
 is decided once. Requests that arrive without the header are decided by the proxy itself.
@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aiohttp
 import h11
 import httpx
 
@@ -53,8 +54,8 @@ class FaultProxy:
         self.upstream_url = upstream_url.rstrip("/")
         self.decide = decide
         self.url = ""
-        self.refused_connects = 0  # connects of `transport()` clients that failed with ECONNREFUSED
-        self._count_lock = threading.Lock()  # the transports run in the threads of several servers
+        self.refused_connects = 0  # connects of `middleware()` clients that failed with ECONNREFUSED
+        self._count_lock = threading.Lock()  # the middlewares run in the threads of several servers
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         # Bound and never listened on: a SYN to it gets an RST, and no other process can take the port meanwhile.
@@ -78,10 +79,28 @@ class FaultProxy:
         with self._count_lock:
             self.refused_connects += 1
 
-    def transport(self) -> httpx.AsyncBaseTransport:
-        """An httpx transport for a client of the proxy (`ServerClient(transport=...)`): its requests to the
-        proxy are decided before they connect (see the module docstring); others pass untouched."""
-        return _DecidingTransport(self)
+    def middleware(self) -> aiohttp.ClientMiddlewareType:
+        """An aiohttp client middleware for a client of the proxy (`ServerClient(middlewares=[...])`): its
+        requests to the proxy are decided before they connect (see the module docstring); others pass untouched."""
+
+        async def decide_before_connect(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+            if f"http://{request.url.host}:{request.url.port}" != self.url:
+                return await handler(request)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            body = await request.body.as_bytes() if request.body else b""
+            fault = self.decide(ProxiedRequest(request.method, request.url.raw_path_qs, headers, body))
+            if fault != "refused":
+                request.headers[FAULT_HEADER] = fault or ""
+                return await handler(request)
+            request.url = request.url.with_port(self.refusing_port)
+            try:
+                return await handler(request)
+            except aiohttp.ClientConnectorError as exc:
+                if _caused_by_refusal(exc.os_error):
+                    self.count_refused_connect()
+                raise
+
+        return decide_before_connect
 
     async def _start(self) -> None:
         self._closing = asyncio.Event()
@@ -105,7 +124,7 @@ class FaultProxy:
             while (request := await _read_request(conn, reader)) is not None:
                 decided = request.headers.get(FAULT_HEADER)
                 fault = (decided or None) if decided is not None else self.decide(request)
-                if fault in ("reset", "refused"):  # "refused" here: a client without `transport()`; reset is the nearest
+                if fault in ("reset", "refused"):  # "refused" here: a client without `middleware()`; reset is the nearest
                     return _reset(writer)
                 if fault == "blackhole":
                     await self._closing.wait()
@@ -131,30 +150,6 @@ class FaultProxy:
         finally:
             self._connections.discard(asyncio.current_task())
         writer.close()
-
-
-class _DecidingTransport(httpx.AsyncHTTPTransport):
-    """The client side of `FaultProxy`: one decision per request to the proxy, made before it connects."""
-
-    def __init__(self, proxy: FaultProxy):
-        super().__init__(limits=httpx.Limits(max_connections=1024, max_keepalive_connections=1024))
-        self.proxy = proxy
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if f"http://{request.url.host}:{request.url.port}" != self.proxy.url:
-            return await super().handle_async_request(request)
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        fault = self.proxy.decide(ProxiedRequest(request.method, request.url.raw_path.decode(), headers, request.content))
-        if fault != "refused":
-            request.headers[FAULT_HEADER] = fault or ""
-            return await super().handle_async_request(request)
-        request.url = request.url.copy_with(port=self.proxy.refusing_port)
-        try:
-            return await super().handle_async_request(request)
-        except httpx.ConnectError as exc:
-            if _caused_by_refusal(exc):
-                self.proxy.count_refused_connect()
-            raise
 
 
 def _caused_by_refusal(exc: BaseException | None) -> bool:

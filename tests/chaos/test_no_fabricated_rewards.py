@@ -3,7 +3,7 @@
 A seeded fault plan injects faults into about 10 % of calls: the `FaultProxy` between the agent and the
 model (connection refused, connection reset before the answer, accept-and-never-answer, reset in the middle of
 the body, 500, 503, 429), the same proxy in front of the judge the environment calls, and exceptions in the
-verifier. The agent's and the environment's clients take the proxy's transport, where a refused connection is
+verifier. The agent's and the environment's clients take the proxy's client middleware, where a refused connection is
 chosen before the call connects (a real ECONNREFUSED; see `fault_proxy`). Each
 faulty call stays faulty for a drawn number of attempts (1 to 8), so some recover within the retry budgets
 and some exhaust them. After the collection: the rewards in the output equal those of a fault-free run for
@@ -105,13 +105,13 @@ def collect_with_faults(tmp_path: Path, plan: FaultPlan, **cfg: Any) -> tuple[An
     """Serve model, proxy, environment and agent; collect every (task, repeat); returns (summary, output path, proxy)."""
     model = load_server_class(REPO / "responses_api_models/scripted_model/app.py")({"rules": MODEL_RULES, "default_reply": "no"}, name="policy_model")
     with serve(model.build_app()) as model_url, FaultProxy(model_url, plan.decide) as proxy:
-        environment = JudgedEnvironment(name="env", client=ServerClient(addresses={"judge": proxy.url}, timeouts=AGENT_TIMEOUTS, transport=proxy.transport()))
+        environment = JudgedEnvironment(name="env", client=ServerClient(addresses={"judge": proxy.url}, timeouts=AGENT_TIMEOUTS, middlewares=[proxy.middleware()]))
         environment.plan = plan
         agent_class = load_server_class(REPO / "responses_api_agents/simple_agent/app.py")
         with serve(environment.build_app()) as env_url:
             agent = agent_class({"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"},
                                  "model_timeout_s": 1.0, "max_steps": 2},
-                                name="agent", client=ServerClient(addresses={"policy_model": proxy.url, "env": env_url}, timeouts=AGENT_TIMEOUTS, transport=proxy.transport()))
+                                name="agent", client=ServerClient(addresses={"policy_model": proxy.url, "env": env_url}, timeouts=AGENT_TIMEOUTS, middlewares=[proxy.middleware()]))
             with serve(agent.build_app()) as agent_url:
                 (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in task_rows()))
                 config = CollectConfig(agent_name="agent", input_jsonl_fpath=str(tmp_path / "in.jsonl"), output_jsonl_fpath=str(tmp_path / "out.jsonl"),
