@@ -69,7 +69,7 @@ COMMANDS: dict[str, Command] = {
         Command("collect_rollouts", "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)", _options("nemo_gym.collect", "CollectConfig"), True),
         Command("profile", "per-task reward statistics (mean, std, min, max, pass rate) from rollouts", _options("nemo_gym.profile", "ProfileConfig"), True),
         Command("group_verify", "score collected rollouts again, one group per task, with a resources server's /verify_group (e.g. llm_judge)", _options("nemo_gym.group_verify", "GroupVerifyOptions"), True),
-        Command("train", "GRPO: train the policy on rollouts from the config's environments (DeepSpeed, weight sync to vllm_model); `@config.toml` reads a Prime-style TOML, +init=true prints one", _options("nemo_gym.train.config", "TrainOptions"), False),
+        Command("train", "train the policy (DeepSpeed): GRPO on rollouts from the config's environments with weight sync to vllm_model, or trainer.algorithm=sft | pretrain | on_distill; `@config.toml` reads a Prime-style TOML, +init=true prints one", _options("nemo_gym.train.config", "TrainOptions"), False),
         Command("status", "list running servers with ports, PIDs, uptime and health", lambda: StatusOptions, True),
         Command("dump_config", "print the resolved config with secrets masked", lambda: DumpConfigOptions, False),
         Command("init_resources_server", "scaffold a working resources server folder (app, config, data, tests, README)", _options("nemo_gym.authoring", "InitOptions"), True),
