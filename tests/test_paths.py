@@ -134,6 +134,16 @@ def test_config_refuses_entrypoints_outside_their_folder(tmp_path, yaml_text, me
         server_instances(load_config(["+config_paths=[c.yaml]"], cwd=tmp_path))
 
 
+def test_config_refuses_an_entrypoint_symlink_out_of_the_folder(tmp_path):
+    folder = tmp_path / "server"
+    folder.mkdir()
+    (tmp_path / "outside.py").write_text("raise SystemExit('must not be imported')\n")
+    (folder / "app.py").symlink_to(tmp_path / "outside.py")
+    (tmp_path / "c.yaml").write_text(f"x:\n  resources_servers:\n    mine: {{entrypoint: app.py, implementation_dir: {folder}}}\n")
+    with pytest.raises(ConfigError, match="points outside"):
+        server_instances(load_config(["+config_paths=[c.yaml]"], cwd=tmp_path))
+
+
 # -- template (scaffold) names -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("entrypoint", ["resources_servers/..", "resources_servers/../../tmp/x", "/tmp/x", "resources_servers/a/../b"])
 def test_scaffold_refuses_hostile_names(tmp_path, entrypoint):
