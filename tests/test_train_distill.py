@@ -116,3 +116,22 @@ def test_student_moves_toward_the_teacher(tmp_path):
     # seen: [1.259, 1.260, 1.256, 1.241, 1.230, 1.222, ..., 1.193]: a steady descent (with lr 2e-2 Adam's noisy steps
     # raise it instead, to 1.51, and this fails)
     assert kls[-1] < kls[4] < kls[0] and kls[-1] < 0.97 * kls[0], kls
+
+
+def test_vllm_model_score_route_and_teacher_instance(tmp_path):
+    """vllm_model attached (`base_url`) to the stand-in vLLM: `POST /score_token_ids` returns the teacher's log-probs,
+    which TeacherClient reads as it does from a teacher instance of ng_run."""
+    from live_servers import serve_vllm_model
+    from transformers import AutoModelForCausalLM
+
+    teacher_model = AutoModelForCausalLM.from_pretrained(make_tiny_model(tmp_path / "teacher", seed=2)).eval()
+    ids = [1, 2, 3, 40, 41]
+    with torch.no_grad():
+        expected = torch.log_softmax(teacher_model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+    expected = [expected[i, t].item() for i, t in enumerate(ids[1:])]
+    with serve(fake_vllm(teacher_model)) as vllm_url, serve_vllm_model({"entrypoint": "app.py", "base_url": vllm_url}, startup_timeout_s=60) as (url, _):
+        [scored] = TeacherClient(TeacherOptions(instance="teacher_model"), url).score([ids])
+        assert scored[0] is None and scored[1:] == pytest.approx(expected, abs=1e-6)
+        import httpx
+
+        assert httpx.post(f"{url}/score_token_ids", json={"token_ids": [1]}).status_code == 422  # a whole sequence: >= 2 ids
