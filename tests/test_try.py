@@ -92,6 +92,10 @@ def test_a_config_source_becomes_ng_runs_arguments(tmp_path, monkeypatch, capsys
     instances = {i.name: i for i in server_instances(load_config(source.run_argv))}  # what ng_run will start
     assert instances["policy_model"].implementation == "vllm_model" and instances["policy_model"].fields["model"] == "embedded:smollm2"
     assert source.tasks_path == MCQA_DATA and source.description["input_jsonl_fpath"] == str(MCQA_DATA)
+    two_models = [f"+config_paths=[{MCQA_YAML},responses_api_models/scripted_model/configs/scripted_model.yaml]", f"+input_jsonl_fpath={MCQA_DATA}",
+                  "+other.responses_api_models.scripted_model.entrypoint=app.py", "+model=other"]  # fmt: skip
+    instances = {i.name: i for i in server_instances(load_config(_config_source(*split_arguments(two_models)).run_argv))}
+    assert instances["mcqa_simple_agent"].fields["model_server"] == {"type": "responses_api_models", "name": "other"}  # +model=<instance>
     with pytest.raises(ConfigError, match="the config defines no model server: pass \\+model="):
         _config_source(*split_arguments([f"+config_paths=[{MCQA_YAML}]", f"+input_jsonl_fpath={MCQA_DATA}"]))
     assert main("try", [f"+input_jsonl_fpath={MCQA_DATA}"]) == 2 and "needs the servers: +config_paths=" in capsys.readouterr().err
