@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -69,7 +70,9 @@ class LocalRayCluster:
         self.address = f"{NODE_IP}:{port}"
         self.env = dict(env or {})
         self.temp_dir = Path("/tmp") / f"ray_ng_{os.getpid()}_{port}"  # short: Ray's unix socket paths have a length limit
+        self.with_dashboard = dashboard_port is not None
         dashboard = ["--include-dashboard=false"] if dashboard_port is None else ["--include-dashboard=true", f"--dashboard-host={NODE_IP}", f"--dashboard-port={dashboard_port}"]
+        dashboard += self._agent_port_args()
         args = ["--head", f"--port={port}", f"--num-cpus={head_cpus}", *dashboard, f"--temp-dir={self.temp_dir}"]
         if head_resources:
             args.append(f"--resources={json.dumps(head_resources)}")
@@ -78,7 +81,7 @@ class LocalRayCluster:
         self.wait_nodes(1)
 
     def add_worker(self, cpus: int, resources: dict[str, float] | None = None) -> RayNode:
-        args = [f"--address={self.address}", f"--num-cpus={cpus}"]
+        args = [f"--address={self.address}", f"--num-cpus={cpus}", *self._agent_port_args()]
         if resources:
             args.append(f"--resources={json.dumps(resources)}")
         node = RayNode(args, self.tmp_path / f"ray_worker_{len(self.workers)}.log", self.env)
@@ -86,11 +89,29 @@ class LocalRayCluster:
         self.wait_nodes(1 + len(self.workers))
         return node
 
+    def _agent_port_args(self) -> list[str]:
+        """With the dashboard (the Ray Jobs API), each node's dashboard agent serves HTTP on a port that is fixed by
+        default (52365): the nodes share this machine's NODE_IP, so each gets free ports of its own. The agent's other
+        ports are given too: with dynamic ones the raylet waits (15 s) for the agent to report them and aborts when a
+        loaded machine starts the agent more slowly."""
+        if not self.with_dashboard:
+            return []
+        flags = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port"]
+        sockets = [socket.socket() for _ in flags]
+        try:
+            for sock in sockets:
+                sock.bind((NODE_IP, 0))
+            return [f"{flag}={sock.getsockname()[1]}" for flag, sock in zip(flags, sockets)]
+        finally:
+            for sock in sockets:
+                sock.close()
+
     def alive_nodes(self) -> int:
         """How many nodes the cluster sees alive (asked by a short-lived driver)."""
-        code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
+        code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))"
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(self.env), timeout=120)
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else 0
+        counts = [line.split(":")[1] for line in done.stdout.splitlines() if line.startswith("alive nodes:")]  # (raylet) lines may come too
+        return int(counts[-1]) if done.returncode == 0 and counts else 0
 
     def wait_nodes(self, count: int, timeout_s: float = 180.0) -> None:
         deadline = time.monotonic() + timeout_s
