@@ -4,8 +4,9 @@ tools and forwards every call to it. Reward on the final answer.
 
 One connection, opened at start-up and closed at shutdown, serves everything: at start-up the server lists
 the MCP tools and adds a forwarding route for each (the tools are known only then). Arguments are checked
-against the tool's own input schema first (422 when they do not fit), and a tool error comes back to the
-policy as `{"error": ...}`, as the other templates' tool errors do.
+against the tool's own input schema first (422 when they do not fit); a tool error comes back to the policy
+as `{"error": ...}`, as the other templates' tool errors do, while an MCP server that does not answer fails the
+call (503), so the rollout is recorded as an infrastructure failure, never scored.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from jsonschema import Draft202012Validator
-from mcp import Client, StdioServerParameters, Tool
+from mcp import Client, MCPError, StdioServerParameters, Tool
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import Field
 
 from nemo_gym.answers import last_assistant_text, normalize_text, strip_thinking
@@ -30,6 +32,7 @@ from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyReques
 
 PROJECT = Path(__file__).resolve().parent
 NUMBER = re.compile(r"\d+")
+NO_ANSWER = {CONNECTION_CLOSED, REQUEST_TIMEOUT}  # MCP error codes that mean the server gave no answer
 
 
 class McpConfig(ServerConfig):
@@ -102,12 +105,16 @@ class LibraryServer(ResourcesServer):
         return forward
 
     async def call_mcp_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """The tool's structured result (else its text); `{"error": ...}` when the tool failed or timed out."""
+        """The tool's structured result (else its text); `{"error": ...}` when the tool failed or the MCP server
+        answered with an error. Raises HTTPException(503) when the MCP server gives no answer (it died, or took
+        longer than `call_timeout_s`), so the rollout fails as an infrastructure failure instead of being scored."""
         assert self.mcp is not None, "the server has not started"
         try:
             result = await self.mcp.call_tool(name, arguments, read_timeout_seconds=self.config.call_timeout_s)
-        except Exception as exc:  # noqa: BLE001 (an MCP error or timeout is the policy's to see, like a tool error)
-            return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        except MCPError as exc:
+            if exc.code in NO_ANSWER:  # the MCP server died or hangs: an infrastructure failure, never a score
+                raise HTTPException(503, f"the MCP server did not answer {name}: {exc.message}"[:500]) from exc
+            return {"error": exc.message[:500]}  # it answered with an error (e.g. bad arguments): the policy's to read
         text = "\n".join(block.text for block in result.content if getattr(block, "type", None) == "text")
         if result.is_error:
             return {"error": text or "the tool failed"}

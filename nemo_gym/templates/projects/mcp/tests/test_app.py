@@ -94,3 +94,16 @@ def test_bundled_answers_match_the_catalogue() -> None:
             question = row["responses_create_params"]["input"][-1]["content"]
             book = next(b for b in BOOKS.values() if f'"{b["title"]}"' in question)
             assert row["expected_answer"] in {str(book["pages"]), str(book["year"]), book["author"], book["shelf"]}
+
+
+def test_a_dead_mcp_server_fails_the_call_instead_of_scoring_it() -> None:
+    """No answer from the MCP server is an infrastructure failure (503: the rollout goes to the failures file), not a tool error."""
+    import psutil
+
+    with TestClient(load_server_class(PROJECT / "app.py")(name="mcp").build_app()) as client:
+        started = [p for p in psutil.Process().children(recursive=True) if any("mcp_server.py" in part for part in p.cmdline())]
+        mcp_server = max(started, key=lambda p: p.create_time())  # this client's (another test's may still run)
+        mcp_server.kill()
+        mcp_server.wait(10)
+        answer = client.post("/search_books", json={"query": "orbit"})
+        assert answer.status_code == 503 and "did not answer search_books" in answer.text
