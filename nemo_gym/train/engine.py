@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import random
 import socket
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class PolicyEngine:
         self.config = config
         self.loss_config = LossConfig(**loss.model_dump())
         torch.manual_seed(config.seed)
+        random.seed(config.seed)  # Python's RNG too: a run's draws depend on the seed only, and a resume restores both
         self.model_path = resolve_model_path(config.model_path)
         dtype = getattr(torch, config.dtype)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
