@@ -11,6 +11,7 @@ so the shop records which rollout submitted what. Requests to any other address 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 from collections import OrderedDict
@@ -19,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urljoin
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
@@ -34,6 +35,7 @@ ROLLOUT_HEADER = "x-rollout-key"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
 MAX_ROLLOUTS_REMEMBERED = 10_000  # rollouts whose submissions are kept for verify (the oldest are dropped first)
 MAX_ERROR_CHARS = 300
+BROWSER_GONE = re.compile(r"crashed|has been closed|target closed|disconnected", re.IGNORECASE)  # Playwright's words for a dead page or browser
 TOOL_ORDER = ["navigate", "read_page", "type_text", "click"]
 ELEMENTS_JS = """elements => elements.map(e => ({
   selector: e.id ? '#' + e.id : e.tagName.toLowerCase(),
@@ -146,10 +148,13 @@ class BrowserServer(ResourcesServer):
             return self.contexts[key][1]
         while len(self.contexts) >= self.config.max_open_rollouts:
             await self.close_page(next(iter(self.contexts)))
-        context = await self.browser.new_context(extra_http_headers={ROLLOUT_HEADER: key})
-        context.set_default_timeout(self.config.action_timeout_s * 1000)
-        await context.route("**/*", self._only_the_shop)
-        page = await context.new_page()
+        try:
+            context = await self.browser.new_context(extra_http_headers={ROLLOUT_HEADER: key})
+            context.set_default_timeout(self.config.action_timeout_s * 1000)
+            await context.route("**/*", self._only_the_shop)
+            page = await context.new_page()
+        except PlaywrightError as exc:
+            raise HTTPException(503, f"cannot open a browser page: {_short(exc)}") from exc
         self.contexts[key] = (context, page)
         return page
 
@@ -160,6 +165,13 @@ class BrowserServer(ResourcesServer):
                 await context.close()
             except PlaywrightError:
                 pass
+
+    def failed(self, exc: PlaywrightError) -> dict[str, Any]:
+        """A failed action, for the model to read; a browser that died is an infrastructure failure instead (503:
+        the rollout goes to the collector's failures file), never a score."""
+        if not self.browser.is_connected() or BROWSER_GONE.search(str(exc)):
+            raise HTTPException(503, f"the browser is gone: {_short(exc)}") from exc
+        return {"error": _short(exc)}
 
     async def where(self, page: Page) -> dict[str, Any]:
         return {"url": page.url.removeprefix(self.site_url) or "/", "title": await page.title()}
@@ -185,7 +197,7 @@ class BrowserServer(ResourcesServer):
         try:
             await page.goto(target)
         except PlaywrightError as exc:
-            return {"error": _short(exc)}
+            return self.failed(exc)
         return await self.where(page)
 
     @tool
@@ -198,7 +210,7 @@ class BrowserServer(ResourcesServer):
             text = await page.inner_text("body")
             elements = await page.eval_on_selector_all("a, input, textarea, select, button", ELEMENTS_JS)
         except PlaywrightError as exc:
-            return {"error": _short(exc)}
+            return self.failed(exc)
         return {**await self.where(page), "text": text[: self.config.max_text_chars], "elements": elements}
 
     @tool
@@ -208,7 +220,7 @@ class BrowserServer(ResourcesServer):
         try:
             await page.fill(selector, text)
         except PlaywrightError as exc:
-            return {"error": _short(exc)}
+            return self.failed(exc)
         return {"typed": text, "into": selector}
 
     @tool
@@ -219,7 +231,7 @@ class BrowserServer(ResourcesServer):
             await page.click(selector)
             await page.wait_for_load_state()
         except PlaywrightError as exc:
-            return {"error": _short(exc)}
+            return self.failed(exc)
         return await self.where(page)
 
     async def verify(self, request: BrowserTask, session: Session) -> VerifyResult:

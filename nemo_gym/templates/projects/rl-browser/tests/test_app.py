@@ -119,3 +119,20 @@ def test_bundled_rows_name_every_field_of_their_form() -> None:
     for rows in ROWS.values():
         for row in rows:
             assert sorted(row["expected_fields"]) == sorted(FORM_FIELDS[row["expected_form"]][1])
+
+
+def test_a_dead_browser_fails_the_call_instead_of_scoring_it() -> None:
+    """Chromium gone is an infrastructure failure (503: the rollout goes to the failures file), not a tool error."""
+    import psutil
+
+    def chromium_processes() -> set[psutil.Process]:
+        return {p for p in psutil.Process().children(recursive=True) if "chrom" in p.name().lower()}
+
+    before = chromium_processes()  # another test's browser may still run
+    with TestClient(load_server_class(PROJECT / "app.py")({"action_timeout_s": 1.0}, name="rl_browser").build_app()) as client:
+        assert call(client, "dead", "navigate", url="/")["title"] == "Corner Shop"
+        for process in chromium_processes() - before:  # this client's Chromium, all its processes
+            process.kill()
+        for session in ("dead", "new"):  # the open page, and a page that cannot be opened any more
+            answer = client.post("/navigate", json={"url": "/order"}, headers={"X-Session-Id": session})
+            assert answer.status_code == 503, answer.text
