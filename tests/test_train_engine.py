@@ -192,3 +192,16 @@ def test_adamw_steps_with_clipped_gradients(tiny_model, max_grad_norm):
     assert pre_clip > 0.1 and len(seen) == 1  # one optimizer step, one look at its gradients
     assert seen[0] == pytest.approx(pre_clip * min(1.0, max_grad_norm / (pre_clip + 1e-6)), rel=1e-5)
     assert seen[0] == pytest.approx(min(max_grad_norm, pre_clip), rel=1e-4)  # the headline: min(max_norm, norm)
+
+
+def test_weight_sync_hands_the_server_an_absolute_folder(tiny_model, tmp_path, monkeypatch):
+    """A relative output_dir (the templates' `results/train`) must still reach vllm_model as an absolute path: the
+    server runs in another folder and refuses relative ones (422)."""
+    from nemo_gym.train.weight_sync import FilesystemWeightSync
+
+    monkeypatch.chdir(tmp_path)
+    reloaded = []
+    engine = PolicyEngine(engine_config(tiny_model), LossOptions())
+    folder = FilesystemWeightSync("results/train/weights", reloaded.append).push(engine, step=1)
+    assert reloaded == [tmp_path / "results" / "train" / "weights" / "step_000001"] == [folder]
+    assert (folder / "model.safetensors").is_file()

@@ -70,7 +70,7 @@ class FilesystemWeightSync:
     """Save a HF folder per step and have the policy server reload it (see the module docstring)."""
 
     def __init__(self, weights_dir: str | Path, reload: Callable[[Path], None] | None, *, keep_last: int = 2):
-        self.weights_dir = Path(weights_dir)
+        self.weights_dir = Path(weights_dir).resolve()  # absolute: the policy server runs in another folder and refuses relative paths
         self.reload = reload
         self.keep_last = keep_last
 
