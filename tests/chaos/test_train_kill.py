@@ -11,7 +11,7 @@ through uninterrupted; a second run on another output_dir is killed again and ag
     optimizer_step@3     right after AdamW updated the weights in memory, before the LR schedule advanced
     checkpoint_file@3    inside DeepSpeed's checkpoint write, after its first file: step_000003/ is torn
     checkpoint_state@4   after the DeepSpeed files and trainer_state.json, before rng_state.pt and latest_step
-    random ×2            at a random time (seeded, the seed is in the assertion messages) after the resume
+    random ×2            a random time after a random model call of the remaining work (seeded: NG_KILL_SEED)
 
 then resumed once more to the end. After every kill, `latest_step` names a complete checkpoint (the torn folders
 are skipped: the next resume says which one it took). At the end, every checkpoint step_000001..N of the killed
@@ -31,7 +31,6 @@ import random
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,9 @@ class KillablePolicy:
     """The scripted policy with vLLM's training token information; in each group of 2 (collected one after the
     other), the first rollout calls the weather tool (reward 1) and the second answers at once (reward 0).
 
-    `restart(pgid, kill_on_call)` starts the script over for a new trainer process; with `kill_on_call`, the
-    call with that number (1-based) SIGKILLs the process group `pgid` before it is answered: a kill mid-rollout.
+    `restart(pgid, kill_on_call, kill_after_s)` starts the script over for a new trainer process; with
+    `kill_on_call`, the call with that number (1-based) SIGKILLs the process group `pgid`: before it is answered
+    (a kill mid-rollout), or `kill_after_s` seconds later, wherever the trainer then is.
     """
 
     def __init__(self) -> None:
@@ -70,6 +70,7 @@ class KillablePolicy:
         self.calls = 0
         self.pgid: int | None = None
         self.kill_on_call: int | None = None
+        self.kill_after_s = 0.0
         self.killed = threading.Event()
         policy = self
 
@@ -77,8 +78,10 @@ class KillablePolicy:
             async def responses(self, body: dict) -> dict:
                 policy.calls += 1
                 if policy.calls == policy.kill_on_call and policy.pgid:
-                    os.killpg(policy.pgid, signal.SIGKILL)
-                    policy.killed.set()
+                    if policy.kill_after_s:
+                        threading.Timer(policy.kill_after_s, policy.kill, args=(policy.pgid,)).start()
+                    else:
+                        policy.kill(policy.pgid)
                 followup = any(isinstance(item, dict) and item.get("type") == "function_call_output" for item in body.get("input") or [])
                 if not followup:
                     policy.first_turns += 1
@@ -92,10 +95,17 @@ class KillablePolicy:
 
         self.app = Policy({"default_reply": "It is cold in San Francisco."}).build_app()
 
-    def restart(self, pgid: int, kill_on_call: int | None = None) -> None:
+    def restart(self, pgid: int, kill_on_call: int | None = None, kill_after_s: float = 0.0) -> None:
         self.first_turns = self.calls = 0
-        self.pgid, self.kill_on_call = pgid, kill_on_call
+        self.pgid, self.kill_on_call, self.kill_after_s = pgid, kill_on_call, kill_after_s
         self.killed.clear()
+
+    def kill(self, pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            self.killed.set()
+        except ProcessLookupError:  # it had ended already
+            pass
 
 
 def write_config(path: Path, policy_url: str) -> Path:
@@ -124,17 +134,17 @@ class Trainer:
             "+trainer.checkpoint_interval=1", "+trainer.sync_weights=false", "+trainer.logging.console=false", "+trainer.logging.tensorboard=false",
         ]  # fmt: skip
 
-    def start(self, *, resume: bool, crash_at: str | None = None, kill_on_call: int | None = None) -> tuple[subprocess.Popen, Path]:
+    def start(self, *, resume: bool, crash_at: str | None = None, kill_on_call: int | None = None, kill_after_s: float = 0.0) -> tuple[subprocess.Popen, Path]:
         self.launches += 1
         log = self.out.parent / f"{self.out.name}_launch{self.launches}.log"
         env = clean_env() | ({"NEMO_GYM_CRASH_AT": crash_at} if crash_at else {})
         with log.open("wb") as handle:
             process = subprocess.Popen([*self.argv, f"+trainer.resume={str(resume).lower()}"], cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        self.policy.restart(process.pid, kill_on_call)
+        self.policy.restart(process.pid, kill_on_call, kill_after_s)
         return process, log
 
-    def run(self, *, resume: bool, crash_at: str | None = None, kill_on_call: int | None = None, timeout_s: float = 240) -> tuple[int, str]:
-        process, log = self.start(resume=resume, crash_at=crash_at, kill_on_call=kill_on_call)
+    def run(self, *, resume: bool, timeout_s: float = 240, **kill: Any) -> tuple[int, str]:
+        process, log = self.start(resume=resume, **kill)
         try:
             returncode = process.wait(timeout_s)
         finally:
@@ -239,17 +249,14 @@ def test_trainer_killed_anywhere_resumes_exactly(tmp_path):
                 assert (killed / "checkpoints" / torn).is_dir() and not (killed / "checkpoints" / torn / "rng_state.pt").exists(), crash_at
 
         rng = random.Random(RANDOM_SEED)
-        for trial in range(2):  # at a random time after the resume: wherever it lands
-            process, log = chain.start(resume=True)
-            deadline = time.monotonic() + 180
-            while "resumed from" not in log.read_text(errors="replace") and process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            delay_s = rng.uniform(0.0, 2.0)
-            time.sleep(delay_s)
-            kill_group(process)
-            where = f"random kill {trial} (NG_KILL_SEED={RANDOM_SEED}, {delay_s:.2f} s after the resume)"
+        for trial in range(2):  # at a random point of the remaining work: a random model call, then a random delay
+            remaining_calls = CALLS_PER_STEP * (NUM_STEPS - int(latest(killed)[5:]))
+            call, delay_s = rng.randint(1, remaining_calls), rng.uniform(0.0, 0.5)
+            returncode, text = chain.run(resume=True, kill_on_call=call, kill_after_s=delay_s)
+            where = f"random kill {trial} (NG_KILL_SEED={RANDOM_SEED}: {delay_s:.2f} s after model call {call} of {remaining_calls})"
+            assert returncode in (0, -signal.SIGKILL), f"{where}: {text[-4000:]}"
             assert_complete(killed, latest(killed))
-            print(f"{where}: latest checkpoint {latest(killed)}")
+            print(f"{where}: exit {returncode}, latest checkpoint {latest(killed)}")
 
         returncode, text = chain.run(resume=True)
         assert returncode == 0, text[-4000:]
