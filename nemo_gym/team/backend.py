@@ -9,10 +9,13 @@ node), the entrypoint is `python -m nemo_gym.team.job ...` (see nemo_gym.team.jo
 The server is also a Ray driver (`ray.init`): files on the node of a run (the stop request, the final model) are
 reached by zero-CPU Ray tasks pinned to that node (`NodeAffinitySchedulingStrategy`, hard).
 
-Security: Ray's dashboard and job API run code for whoever reaches them. A local head started here listens on
-127.0.0.1 only and has Ray's token authentication on (`RAY_AUTH_MODE=token`; the token is a 256-bit random value
-in `<data_dir>/ray_auth_token`, mode 0600, passed by path, never printed). For `+ray_address=` (an existing
-cluster) the cluster's own settings apply: the server warns when its dashboard answers without a token.
+Security: Ray's dashboard and job API run code for whoever reaches them. The local head started here (`ray start
+--head`, its own process group, stopped with the server) serves the dashboard / job API on 127.0.0.1 only, and has
+Ray's token authentication on (`RAY_AUTH_MODE=token`; the token is a 256-bit random value in
+`<data_dir>/ray_auth_token`, mode 0600, passed by path, never printed), which Ray's gRPC services (GCS, raylet,
+agents) also require: those listen on every interface, as Ray's do, and so do two Prometheus metrics endpoints
+(autoscaler, dashboard: read-only metrics, no token). Firewall them on a shared network. For `+ray_address=` (an
+existing cluster) the cluster's own settings apply: the server warns when its job API answers without a token.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -29,6 +34,7 @@ from typing import Any
 import httpx
 
 from nemo_gym.errors import ConfigError, NemoGymError
+from nemo_gym.processes import signal_group
 from nemo_gym.team import job as job_module
 
 __all__ = ["RunState", "RayBackend", "ray_status_to_run_status"]
@@ -70,6 +76,8 @@ class RayBackend:
         self.stop_wait_s = stop_wait_s
         self.client: Any = None
         self.dashboard_url: str | None = None
+        self._head: subprocess.Popen | None = None
+        self._dashboard_port = dashboard_port
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -78,30 +86,54 @@ class RayBackend:
         Raises:
             ConfigError: Ray or its job API (`ray[default]`) is not installed, or the cluster cannot be reached.
         """
+        if self.ray_address is None:
+            self._enable_local_token_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once, at import
         try:
             import ray
             from ray.job_submission import JobSubmissionClient
         except ImportError as exc:
             raise ConfigError("ng_serve needs Ray with its job API: pip install 'nemo-gym[ray]' (ray[default])") from exc
+        where = f"the Ray cluster at {self.ray_address}" if self.ray_address else f"the local Ray head (log: {self.data_dir / 'ray_head.log'})"
+        for attempt in range(1 if self.ray_address else HEAD_START_ATTEMPTS):
+            address = self.ray_address or self._start_local_head()
+
+            def init() -> Any:
+                if self._head is not None and self._head.poll() is not None:
+                    raise _HeadExited(f"ng_serve: the local Ray head exited with {self._head.returncode}; see {self.data_dir / 'ray_head.log'}")
+                return ray.init(address=address, namespace="nemo_gym_serve", logging_level=logging.ERROR, log_to_driver=False)
+
+            try:
+                context = _retry(init, what=where, timeout_s=180.0 if self.ray_address is None else 30.0)
+                break
+            except _HeadExited:  # Ray 2.60's raylet gives up when its dashboard agent starts slower than 15 s (a loaded machine)
+                assert self._head is not None
+                signal_group(self._head.pid, signal.SIGKILL)  # what the failed `ray start` left (GCS, dashboard)
+                if attempt == HEAD_START_ATTEMPTS - 1:
+                    raise
         if self.ray_address is None:
-            self._enable_local_token_auth()
-        kwargs: dict[str, Any] = {"namespace": "nemo_gym_serve", "logging_level": logging.ERROR, "log_to_driver": False}
-        if self.ray_address is None:
-            port = self.dashboard_port or _free_port()
-            kwargs |= {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port, "num_cpus": self.num_cpus}
+            self.dashboard_url = f"http://127.0.0.1:{self._dashboard_port}"  # its own: known before Ray registers it
+        elif context.dashboard_url:
+            self.dashboard_url = f"http://{context.dashboard_url}"
         else:
-            kwargs["address"] = self.ray_address
-        try:
-            context = ray.init(**kwargs)
-        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError... depending on what failed
-            where = f"the Ray cluster at {self.ray_address}" if self.ray_address else "a local Ray head"
-            raise ConfigError(f"ng_serve: cannot start or reach {where}: {type(exc).__name__}: {exc}") from exc
-        if not context.dashboard_url:
             raise ConfigError("ng_serve: the Ray cluster has no dashboard, which serves the Ray Jobs API; start its head with the dashboard (ray[default])")
-        self.dashboard_url = f"http://{context.dashboard_url}"
         self.client = _retry(lambda: JobSubmissionClient(self.dashboard_url), what=f"the Ray Jobs API at {self.dashboard_url}")
         if self.ray_address is not None:
             self._warn_if_dashboard_open()
+
+    def _start_local_head(self) -> str:
+        """`ray start --head --block` in its own process group, every port chosen free (Ray's fixed defaults, such
+        as the dashboard agent's 52365, clash with other Ray instances on the machine); the dashboard on 127.0.0.1.
+        Returns the GCS address."""
+        self._dashboard_port = self.dashboard_port or _free_port()
+        ports = {name: _free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
+        command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true",
+                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self._dashboard_port}", *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip
+        if self.num_cpus is not None:
+            command.append(f"--num-cpus={self.num_cpus}")
+        with open(self.data_dir / "ray_head.log", "ab") as log:
+            self._head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})  # fmt: skip
+        return f"127.0.0.1:{ports['port']}"
 
     def _enable_local_token_auth(self) -> None:
         """Ray token authentication for the local head: RAY_AUTH_MODE=token with a 0600 token file (by path)."""
@@ -114,6 +146,10 @@ class RayBackend:
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_file)
         os.environ.pop("RAY_AUTH_TOKEN", None)  # the file is the one source
+        if "ray._raylet" in sys.modules:  # imported already (an embedding process): refresh its config, as ray.init does
+            from ray._raylet import Config
+
+            Config.initialize("")
 
     def _warn_if_dashboard_open(self) -> None:
         try:
@@ -126,10 +162,17 @@ class RayBackend:
                   file=sys.stderr, flush=True)  # fmt: skip
 
     def shutdown(self) -> None:
-        import ray
-
-        if ray.is_initialized():
+        """Disconnect; stop the local head this server started (SIGTERM to its process group, SIGKILL after 30 s)."""
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
             ray.shutdown()
+        if self._head is not None and self._head.poll() is None:
+            signal_group(self._head.pid, signal.SIGTERM)
+            try:
+                self._head.wait(30)
+            except subprocess.TimeoutExpired:
+                signal_group(self._head.pid, signal.SIGKILL)
+                self._head.wait()
 
     # -- jobs ----------------------------------------------------------------------------------------------------
     def submit(self, run_id: str, kind: str, argv: list[str], working_dir: Path, metadata: dict[str, str]) -> str:
@@ -201,6 +244,13 @@ class RayBackend:
             raise NemoGymError(f"cannot reach the run's node {node_id[:12]}: {type(exc).__name__}: {exc}") from exc
 
 
+HEAD_START_ATTEMPTS = 3
+
+
+class _HeadExited(ConfigError):
+    """The local Ray head exited while starting."""
+
+
 def _free_port() -> int:
     import socket
 
@@ -215,6 +265,8 @@ def _retry(make: Any, what: str, timeout_s: float = 60.0) -> Any:
     while True:
         try:
             return make()
+        except ConfigError:
+            raise
         except Exception as exc:  # requests' ConnectionError, Ray's RuntimeError while the job API starts
             if time.monotonic() > deadline:
                 raise ConfigError(f"ng_serve: {what} did not answer within {timeout_s:.0f} s: {exc}") from exc

@@ -414,8 +414,8 @@ def serve_main(options: ServeOptions) -> int:
     sock = bind_socket(options.host, options.port, "ng_serve")
     backend = RayBackend(data_dir, ray_address=options.ray_address, dashboard_port=options.dashboard_port, num_cpus=options.num_cpus,
                          python=options.python, entrypoint_num_cpus=options.entrypoint_num_cpus, stop_wait_s=options.stop_wait_s)  # fmt: skip
-    backend.start()
     try:
+        backend.start()
         app = build_app(store, backend, _private_dir(data_dir / "orgs"), max_upload_bytes=int(options.max_upload_mb * 2**20),
                         harvest_interval_s=options.harvest_interval_s)
         host, port = sock.getsockname()[:2]
