@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,6 +91,9 @@ def test_viewer_in_chromium(tmp_path: Path, taken_port: int) -> None:
     with Viewer(rollouts, taken_port, tmp_path / "viewer.log") as viewer, sync_playwright() as playwright:
         url = viewer.wait_ready()
         assert f"port {taken_port} is in use; using" in viewer.output() and urlparse(url).hostname == "127.0.0.1"
+        for probe in ("/etc/passwd", str(rollouts), "../../../../../../etc/passwd", "..%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd", "pyproject.toml"):
+            answer = httpx.get(f"{url.rstrip('/')}/gradio_api/file={probe}", timeout=10)  # path containment: no file is served
+            assert answer.status_code in (403, 404) and "root:" not in answer.text, (probe, answer.status_code, answer.text[:200])
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
