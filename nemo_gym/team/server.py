@@ -79,7 +79,7 @@ class ServeOptions(BaseModel):
     data_dir: str | None = Field(None, description="database, Ray token and storage (default: $NEMO_GYM_HOME/serve)")
     host: str = Field("127.0.0.1", description="address to bind; anything but loopback exposes the API (use a TLS proxy)")
     port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port to bind (0: a free one, printed at start)")
-    ray_address: str | None = Field(None, description="an existing Ray cluster's GCS address HOST:PORT (default: start a local head on 127.0.0.1)")
+    ray_address: str | None = Field(None, description="an existing Ray cluster's GCS address HOST:PORT (default: start a local head, its job API on 127.0.0.1)")
     dashboard_port: int = Field(0, ge=0, le=65535, description="local head: port of Ray's dashboard / job API on 127.0.0.1 (0: a free one)")
     num_cpus: int | None = Field(None, ge=0, description="local head: CPUs offered to runs (default: all)")
     python: str = Field(sys.executable, description="the Python that runs a run's entrypoint on the nodes (nemo_gym installed there)")
