@@ -113,12 +113,16 @@ class ServerClient:
         self._max_connections = max_connections
         self._middlewares = tuple(middlewares)
         self._http: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.retries_used = 0
 
     def _session(self) -> aiohttp.ClientSession:
         """The aiohttp session, made on first use: it belongs to the event loop that runs the calls (a client is
-        often built before that loop starts), and one closed by `aclose` is made again."""
-        if self._http is None or self._http.closed:
+        often built before that loop starts). One closed by `aclose`, or made in another, finished event loop (a
+        client used by several `asyncio.run`s, or by a test client's per-request loops) is made again."""
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http.closed or self._loop is not loop:
+            self._loop = loop
             self._http = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),  # the total deadline: `_attempt`

@@ -135,3 +135,13 @@ def test_a_success_answer_that_is_not_json_is_a_typed_failure():
                 assert info.value.failure_class == "bad_answer" and "not JSON" in str(info.value)
 
         asyncio.run(main())
+
+
+def test_one_client_serves_several_event_loops():
+    # A server's client is built before its event loop starts, and a test client may run each request in a loop
+    # of its own: the aiohttp session under the client follows the running loop.
+    with serve(flaky_app()) as url:
+        client = ServerClient(addresses={"s": url}, timeouts=FAST)
+        for _ in range(2):
+            assert asyncio.run(client.post("s", "/set_cookie", {})) == {}
+        asyncio.run(client.aclose())
