@@ -30,8 +30,7 @@ _TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs
 _NOT_VERIFIER = {"response", "reward", "reward_components", "agent_ref", "_ng_task_index", "_ng_rollout_index"}
 
 
-# The viewer's HTML renderer reads items the same way (nemo_gym.viewer.render); importing it would import the
-# viewer package, and with it pandas (seconds), for two small functions.
+# The viewer's HTML renderer (nemo_gym.viewer.render) reads items with these two as well.
 def pretty_json(value: Any) -> str:
     """`value` pretty-printed when it is JSON (a string holding an object or a list, or such a value), else as is."""
     if isinstance(value, str):

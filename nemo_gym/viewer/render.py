@@ -12,6 +12,8 @@ import html
 import json
 from typing import Any
 
+from nemo_gym.rollout_console import content_text, pretty_json
+
 __all__ = ["render_rollout", "VERIFIER_EXCLUDED_KEYS"]
 
 # Top-level keys shown elsewhere (or not at all) rather than among the task and verifier fields.
@@ -35,36 +37,6 @@ def _escape(text: Any) -> str:
     return html.escape(text if isinstance(text, str) else json.dumps(text, ensure_ascii=False))
 
 
-def _pretty_json(text: Any) -> str:
-    """`text` pretty-printed when it is JSON (a string holding JSON, or a value), else as is."""
-    if isinstance(text, str):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
-        if not isinstance(value, (dict, list)):
-            return text
-        text = value
-    return json.dumps(text, indent=2, ensure_ascii=False)
-
-
-def _content_text(content: Any) -> str:
-    """A message's text; non-text parts (images, files) appear as `[<type>]`."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return "" if content is None else _pretty_json(content)
-    parts = []
-    for part in content:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif isinstance(part, dict):
-            parts.append(f"[{part.get('type', 'part')}]")
-        else:
-            parts.append(str(part))
-    return "\n".join(parts)
-
-
 def _box(label: str, body: str, color: str = "#ffffff", css_class: str = "") -> str:
     return f'<div class="ng-item {css_class}" style="background:{color}"><div class="ng-label">{label}</div>{body}</div>'
 
@@ -75,11 +47,11 @@ def _pre(text: str) -> str:
 
 def _message(item: dict[str, Any]) -> str:
     role = str(item.get("role", "message"))
-    return _box(html.escape(role), _pre(_content_text(item.get("content"))), _ROLE_COLORS.get(role, "#ffffff"), f"ng-{html.escape(role)}")
+    return _box(html.escape(role), _pre(content_text(item.get("content"))), _ROLE_COLORS.get(role, "#ffffff"), f"ng-{html.escape(role)}")
 
 
 def _reasoning(item: dict[str, Any]) -> str:
-    texts = [_content_text([part]) for part in (item.get("summary") or []) + (item.get("content") or [])]
+    texts = [content_text([part]) for part in (item.get("summary") or []) + (item.get("content") or [])]
     text = "\n\n".join(t for t in texts if t)
     if not text:
         text = "(no reasoning text" + ("; encrypted content" if item.get("encrypted_content") else "") + ")"
@@ -90,18 +62,18 @@ def _function_call(item: dict[str, Any]) -> str:
     name = html.escape(str(item.get("name", "?")))
     call_id = html.escape(str(item.get("call_id", "")))
     body = f'<div>tool <code class="ng-tool-name">{name}</code> <small>call_id {call_id}</small></div>'
-    return _box("function call", body + _pre(_pretty_json(item.get("arguments", ""))), _KIND_COLORS["function_call"], "ng-function-call")
+    return _box("function call", body + _pre(pretty_json(item.get("arguments", ""))), _KIND_COLORS["function_call"], "ng-function-call")
 
 
 def _function_call_output(item: dict[str, Any]) -> str:
     call_id = html.escape(str(item.get("call_id", "")))
-    body = f"<div><small>call_id {call_id}</small></div>" + _pre(_pretty_json(_content_text(item.get("output"))))
+    body = f"<div><small>call_id {call_id}</small></div>" + _pre(pretty_json(content_text(item.get("output"))))
     return _box("function call output", body, _KIND_COLORS["function_call_output"], "ng-function-output")
 
 
 def _other(item: dict[str, Any]) -> str:
     kind = html.escape(str(item.get("type", "item")))
-    return _box(kind, f"<details><summary>JSON</summary>{_pre(_pretty_json(item))}</details>")
+    return _box(kind, f"<details><summary>JSON</summary>{_pre(pretty_json(item))}</details>")
 
 
 def render_item(item: Any) -> str:
@@ -109,7 +81,7 @@ def render_item(item: Any) -> str:
     if isinstance(item, str):
         return _box("user", _pre(item), _ROLE_COLORS["user"], "ng-user")
     if not isinstance(item, dict):
-        return _box("item", _pre(_pretty_json(item)))
+        return _box("item", _pre(pretty_json(item)))
     kind = item.get("type") or ("message" if "role" in item else None)
     renderers = {"message": _message, "reasoning": _reasoning, "function_call": _function_call, "function_call_output": _function_call_output}
     return renderers.get(kind, _other)(item)
@@ -120,7 +92,7 @@ def _prompt(params: Any) -> list[str]:
         return []
     parts = []
     if params.get("instructions"):
-        parts.append(_box("instructions", _pre(_content_text(params["instructions"])), _ROLE_COLORS["system"], "ng-system"))
+        parts.append(_box("instructions", _pre(content_text(params["instructions"])), _ROLE_COLORS["system"], "ng-system"))
     prompt = params.get("input")
     items = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
     parts += [render_item(item) for item in items]
@@ -131,7 +103,7 @@ def _prompt(params: Any) -> list[str]:
 
 
 def _fields_table(fields: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{_pre(_pretty_json(v))}</td></tr>" for k, v in fields.items())
+    rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{_pre(pretty_json(v))}</td></tr>" for k, v in fields.items())
     return f"<table>{rows}</table>" if rows else "<p>(none)</p>"
 
 
@@ -159,6 +131,6 @@ def render_rollout(row: dict[str, Any], title: str = "") -> str:
     fields = {k: v for k, v in row.items() if k not in VERIFIER_EXCLUDED_KEYS}
     parts.append("<h4>Task and verifier fields</h4>" + _fields_table(fields))
     if response.get("usage"):
-        parts.append("<details><summary>usage</summary>" + _pre(_pretty_json(response["usage"])) + "</details>")
+        parts.append("<details><summary>usage</summary>" + _pre(pretty_json(response["usage"])) + "</details>")
     parts.append("</div>")
     return "\n".join(parts)
