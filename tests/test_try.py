@@ -158,7 +158,10 @@ def test_rnow_project_with_an_endpoint_model_a_failing_reward_and_ctrl_c(tmp_pat
             text = wait_for(log, r"(?s)(rollout [12]/2.*){4}", process)  # 2 finished + 2 failed; entry 11's are held
             ng_run_pid = int(re.search(r"started ng_run \(pid (\d+)", text).group(1))
             process.send_signal(signal.SIGINT)
-            assert process.wait(60) == 130
+            try:
+                assert process.wait(120) == 130
+            except subprocess.TimeoutExpired:  # once seen on a machine at load ~12: keep what ng_try printed
+                raise AssertionError(f"ng_try still running 120 s after SIGINT; its output:\n{log.read_text()[-4000:]}") from None
         finally:
             release.set()
             if process.poll() is None:
