@@ -24,7 +24,10 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024  # the tests move no big objects; keep /de
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **(extra or {})}
+    """The nodes' and the node-counting driver's environment. Token authentication is off unless `extra` turns it
+    on: Ray 2.60 turns it on by itself when a token file sits at ~/.ray/auth_token (left by a `ray get-auth-token`
+    or another cluster), and the test clusters must not depend on what the machine's home holds."""
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", **(extra or {})}
 
 
 class RayNode:
