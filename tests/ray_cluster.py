@@ -81,7 +81,11 @@ class LocalRayCluster:
             args.append(f"--resources={json.dumps(head_resources)}")
         self.head = RayNode(args, tmp_path / "ray_head.log", self.env)
         self.workers: list[RayNode] = []
-        self.wait_nodes(1)
+        try:
+            self.wait_nodes(1)
+        except BaseException:  # no cluster object reaches the caller: stop the head here, or it outlives the test
+            self.stop()
+            raise
 
     def add_worker(self, cpus: int, resources: dict[str, float] | None = None) -> RayNode:
         args = [f"--address={self.address}", f"--num-cpus={cpus}", *self._agent_port_args()]
