@@ -97,7 +97,9 @@ def main(model_dir: str, out_dir: str) -> int:
         result = run_case(model_dir, case)
         if distributed.is_main():
             torch.save(result, Path(out_dir) / f"{case}.pt")
-    return run_loop(model_dir, Path(out_dir) / "loop")
+    status = run_loop(model_dir, Path(out_dir) / "loop")
+    distributed.shutdown()
+    return status
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 from datetime import timedelta
 from typing import Any, TypeVar
 
-__all__ = ["world_size", "rank", "is_main", "needs_relaunch", "launcher_command", "relaunch", "broadcast_from_main", "all_gather", "shard"]
+__all__ = ["world_size", "rank", "is_main", "needs_relaunch", "launcher_command", "relaunch", "broadcast_from_main", "all_gather", "shard", "shutdown"]
 
 T = TypeVar("T")
 WORKER_MODULE = "nemo_gym.train.distributed"  # `python -m` of this module runs `ng_train` (see the bottom)
@@ -137,6 +137,27 @@ def all_gather(value: T) -> list[T]:
     values: list[Any] = [None] * world_size()
     dist.all_gather_object(values, value, group=_group())
     return values
+
+
+def shutdown() -> None:
+    """End this rank's part in the run: wait for every rank (gloo barrier), then destroy the process groups.
+
+    Called once at the end of a finished or stopped `ng_train` on every rank (not after an error: the other ranks
+    may be inside another collective). Without it the groups are torn down by the interpreter's exit,
+    where gloo's worker threads can abort the process ("terminate called without an active exception", SIGABRT)
+    after the run has finished, and torch's launcher then reports the whole run as failed. No-op with one rank (its
+    single-process group stays for later runs in the same process).
+    """
+    global _control_group
+    if not _initialized() or world_size() == 1:
+        return
+    import torch.distributed as dist
+
+    try:
+        dist.barrier(group=_group())
+    finally:
+        _control_group = None
+        dist.destroy_process_group()
 
 
 def shard(num_rows: int, rank: int, world_size: int) -> slice:

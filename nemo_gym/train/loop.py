@@ -385,7 +385,9 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
         raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
     if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
         return distributed.relaunch(cfg.num_ranks, argv)
-    return run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
+    status = run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
+    distributed.shutdown()  # every rank gets here (a failing rank raises instead, and the launcher stops the others)
+    return status
 
 
 def make_trainer(cfg: TrainerConfig, argv: list[str]) -> GRPOTrainer:
