@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import platform
+import signal
 import sys
 
 import typing
@@ -337,6 +338,10 @@ def main(name: str, argv: list[str] | None = None) -> int:
 
 def _entry(name: str) -> Callable[[], None]:
     def entry() -> None:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # Started as a background job of a non-interactive shell (`ng_... &` in a script, a CI harness), which
+            # ignores SIGINT: every ng_ command documents Ctrl-C / SIGINT as its stop, so it gets KeyboardInterrupt back.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.exit(main(name))
 
     entry.__name__ = f"ng_{name}"

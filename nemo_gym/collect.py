@@ -60,6 +60,7 @@ from nemo_gym.collect_watchdog import CollectWatchdog
 from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError, is_transient
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.processes import run_interruptible
 
 __all__ = [
     "CollectConfig",
@@ -649,7 +650,7 @@ def collect_main(cfg: CollectConfig) -> int:
             return await collect_rollouts(cfg, client)
 
     try:
-        summary = asyncio.run(run())
+        summary = run_interruptible(run())  # SIGINT / SIGTERM: finished rollouts stay saved, exit 130
     except KeyboardInterrupt:
         paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
         saved = _count_lines(paths.output)

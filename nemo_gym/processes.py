@@ -1,14 +1,21 @@
-"""Small process helpers shared by the launchers (vLLM engines, ART's server processes, Ray-placed servers)."""
+"""Small process helpers shared by the launchers (vLLM engines, ART's server processes, Ray-placed servers) and the
+commands that stop on a signal (ng_try, ng_collect_rollouts)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
 import signal
 import sys
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
-__all__ = ["die_with_parent", "signal_group"]
+__all__ = ["die_with_parent", "signal_group", "run_interruptible"]
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -26,3 +33,48 @@ def signal_group(pid: int, sig: int) -> None:
     that is gone already, or not ours, is ignored."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def run_interruptible(main: Coroutine[Any, Any, T], signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> T:
+    """`asyncio.run(main)`, where the first of `signals` cancels `main` and then raises KeyboardInterrupt.
+
+    Unlike `asyncio.run`'s own Ctrl-C handling, this works whatever SIGINT's disposition was when the process started:
+    a non-interactive shell starts background jobs (`cmd &`) with SIGINT ignored, and Python then never raises
+    KeyboardInterrupt, so `kill -INT` (and a test's SIGINT) would be ignored. The handlers live in the event loop
+    (`loop.add_signal_handler`), which wakes on the signal. A second signal while `main` is being cancelled gets the
+    usual behaviour (KeyboardInterrupt / termination); the previous dispositions are restored at the end. Outside the
+    main thread (where Python allows no signal handler) it is plain `asyncio.run(main)`.
+
+    Raises:
+        KeyboardInterrupt: one of `signals` arrived and `main` ended by its cancellation.
+    """
+
+    async def guarded() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        received: list[int] = []
+        previous = {sig: signal.getsignal(sig) for sig in signals}
+
+        def on_signal(sig: int) -> None:
+            received.append(sig)
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+            task.cancel()
+
+        for sig in signals:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if received:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            for sig in signals:
+                if sig not in received:
+                    loop.remove_signal_handler(sig)
+                signal.signal(sig, previous[sig] if previous[sig] is not None else signal.SIG_DFL)
+
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)
+    return asyncio.run(guarded())

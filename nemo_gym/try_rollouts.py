@@ -53,6 +53,7 @@ from nemo_gym.config import load_config, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl, write_json
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
+from nemo_gym.processes import run_interruptible
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, expand_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
 from nemo_gym.train.prime_toml import resolve_model
@@ -376,18 +377,20 @@ def try_main(argv: list[str]) -> int:
     output = Path(options.output or f"results/try/{source.name}-{stamp}.json")
     console, results = new_console(), _Results()
     interrupted = False
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the servers too
+    # Ctrl-C and `kill` stop the servers too, also when SIGINT was ignored at start (a background job of a script)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     servers = None
     try:
         servers = NgRunProcess(source.run_argv or [], options.head_server_url, output.with_suffix(".ng_run.log"), options.startup_timeout_s, caller="ng_try")
-        asyncio.run(_run(options, source, servers.head_url, seed, results, console))
+        run_interruptible(_run(options, source, servers.head_url, seed, results, console))
     except KeyboardInterrupt:
         interrupted = True
         console.print(f"ng_try: interrupted; {len(results.rows) + len(results.failures)} rollout(s) had finished")
     finally:
         if servers is not None:
             servers.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not results.chosen:  # interrupted before any rollout started
         return 130
     record = {"command": "ng_try", "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "source": source.description,

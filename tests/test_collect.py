@@ -391,9 +391,9 @@ def test_sigint_exits_130_and_says_how_to_resume(tmp_path, gym, agent):
     agent.delay_s = 0.5  # 20 rows, 2 at a time: ~5 s of work, so the SIGINT comes mid-collection even on a loaded machine
     write_input(tmp_path / "in.jsonl", 20)
     cfg = config(tmp_path, gym, num_samples_in_parallel=2)
-    # As from an interactive shell: a pytest started as a background job (`cmd &` without job control, as CI
-    # harnesses do) ignores SIGINT, its children inherit that, and Python then installs no KeyboardInterrupt.
-    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    # Started with SIGINT ignored, as a background job (`cmd &` without job control, as CI harnesses start pytest) is:
+    # Python then installs no KeyboardInterrupt, and ng_collect_rollouts must stop on SIGINT all the same.
+    code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     code += f"import sys; from nemo_gym.collect import CollectConfig, collect_main; sys.exit(collect_main(CollectConfig.model_validate_json({cfg.model_dump_json()!r})))"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = Path(cfg.output_jsonl_fpath)
