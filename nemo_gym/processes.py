@@ -57,8 +57,7 @@ def run_interruptible(main: Coroutine[Any, Any, T], signals: tuple[int, ...] = (
 
         def on_signal(sig: int) -> None:
             received.append(sig)
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+            loop.remove_signal_handler(sig)  # back to KeyboardInterrupt (SIGINT) / SIG_DFL for a second signal
             task.cancel()
 
         for sig in signals:
@@ -71,8 +70,7 @@ def run_interruptible(main: Coroutine[Any, Any, T], signals: tuple[int, ...] = (
             raise
         finally:
             for sig in signals:
-                if sig not in received:
-                    loop.remove_signal_handler(sig)
+                loop.remove_signal_handler(sig)  # False (nothing done) for the one already removed by on_signal
                 signal.signal(sig, previous[sig] if previous[sig] is not None else signal.SIG_DFL)
 
     if threading.current_thread() is not threading.main_thread():
