@@ -183,6 +183,7 @@ class Run:
                         str(pythons[instance.name]), "-m", "nemo_gym.serve",
                         cwd=instance.implementation_dir, env=env, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
                         start_new_session=True,  # own process group: stopping it stops its children (e.g. vLLM)
+                        preexec_fn=die_with_parent,  # SIGTERM when ng_run dies, even by SIGKILL: no orphaned server
                     )
                 self.servers.append(server)
 

@@ -18,7 +18,7 @@ import pytest
 
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.head import live_runs, run_token_for_url, runs_dir
-from ng_process import BIN, REPO, NgRun
+from ng_process import BIN, REPO, NgRun, clean_env
 
 pytestmark = pytest.mark.integration
 CONFIG = "+config_paths=[tests/configs/weather_scripted.yaml]"
@@ -180,6 +180,46 @@ def test_server_dying_while_running_stops_the_run():
         output = run.output()
     assert "server 'weather'" in output and "died while running" in output
     assert processes.left_after_stop() == ([], [])
+
+
+def test_sigkill_of_ng_run_leaves_no_server_behind():
+    """ng_run cannot clean up after SIGKILL: Linux sends its servers SIGTERM (parent-death signal) and they stop."""
+    with NgRun(CONFIG, "+skip_venv=true") as run:
+        run.wait_ready()
+        processes = RunProcesses(run)
+        run.process.kill()
+        run.process.wait(10)
+        assert processes.left_after_stop(wait_s=30) == ([], [])
+
+
+def test_sigkill_of_ng_train_stops_the_ng_run_it_started(tmp_path):
+    """ng_train starts ng_run (its config's servers) as a child in its own session; after a SIGKILL of ng_train's
+    process group that ng_run gets SIGTERM from Linux and stops every server of the run."""
+    from test_train_engine import make_tiny_model
+
+    out = tmp_path / "train"
+    command = [str(BIN / "ng_train"), CONFIG, "+skip_venv=true", "+scripted_delay_s=600",  # the first rollout waits: ng_train is mid-step
+               f"+trainer.output_dir={out}", "+trainer.agent_name=weather_agent", f"+trainer.engine.model_path={make_tiny_model(tmp_path / 'tiny')}",
+               f"+trainer.input_jsonl_fpath={REPO / 'resources_servers/example_single_tool_call/data/example.jsonl'}", "+trainer.sync_weights=false"]  # fmt: skip
+    with (tmp_path / "ng_train.log").open("w") as log:
+        train = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=clean_env())
+    try:
+        deadline = time.monotonic() + 180
+        ng_run_log = out / "ng_run.log"
+        while not (ng_run_log.is_file() and "servers ready" in ng_run_log.read_text()):
+            assert train.poll() is None, (tmp_path / "ng_train.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "ng_run started by ng_train was not ready in 180 s"
+            time.sleep(0.2)
+        ng_run = next(p for p in psutil.Process(train.pid).children() if "main('run')" in " ".join(p.cmdline()))
+        servers = ng_run.children()
+        assert len(servers) == 3, servers
+        os.killpg(train.pid, signal.SIGKILL)
+        train.wait(10)
+        gone, alive = psutil.wait_procs([ng_run, *servers], timeout=60)
+        assert not alive, f"still running 60 s after ng_train's SIGKILL: {[p.cmdline() for p in alive]}"
+    finally:
+        if train.poll() is None:
+            os.killpg(train.pid, signal.SIGKILL)
 
 
 def test_config_errors_exit_2_before_starting_anything(tmp_path):

@@ -39,8 +39,8 @@ def collect_command(out: Path, head_url: str, *extra: str, rows: Path = ROWS, re
 
 
 class Cluster:
-    """One `ng_run` at a time, restarted when it died; remembers every server PID it saw so that servers
-    orphaned by a killed `ng_run` are stopped (by PID) before the next one starts."""
+    """One `ng_run` at a time, restarted when it died; remembers every server PID it saw so that the servers of
+    a killed `ng_run` are gone (SIGKILL by PID) before the next one starts."""
 
     def __init__(self):
         self.run: NgRun | None = None
@@ -92,9 +92,9 @@ def kill(target: str, cluster: Cluster, collector: subprocess.Popen, rng: random
     if target == "collector":
         collector.send_signal(signal.SIGKILL)
     elif target == "ng_run":
-        cluster.run.process.send_signal(signal.SIGKILL)  # the servers live on, orphaned, until...
+        cluster.run.process.send_signal(signal.SIGKILL)  # the servers get SIGTERM from Linux and stop, or...
         time.sleep(rng.uniform(0.0, 0.5))
-        cluster.kill_orphans()  # ...they die too (an OOM killer, a node going down)
+        cluster.kill_orphans()  # ...die too before they are done (an OOM killer, a node going down)
     else:
         os.kill(cluster.pids[SERVERS[target]], signal.SIGKILL)
         assert cluster.run.wait_exit(60) == 1  # ng_run notices, stops the other servers and exits
