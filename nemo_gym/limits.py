@@ -5,8 +5,8 @@ chunked body it counts bytes as the app receives them and stops at the first chu
 upload is never held whole. The 413 goes out with `Connection: close`, so the server stops reading the rest.
 `parse_json_body` is the strict JSON parser of the framework's routes (4xx, never a RecursionError or a 500,
 for NaN, infinite numbers, lone surrogates, integers beyond 64 bits, nesting deeper than
-MAX_JSON_DEPTH). Headers: h11 refuses (400) an incomplete request head over MAX_HEADER_BYTES (pass
-`UVICORN_LIMITS` to `uvicorn.Config`), the middleware any complete one over it (431).
+MAX_JSON_DEPTH). Headers: `HeadLimitedHttpToolsProtocol` refuses (400) an incomplete request head over
+MAX_HEADER_BYTES (pass `UVICORN_LIMITS` to `uvicorn.Config`), the middleware any complete one over it (431).
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from pydantic_core import from_json
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = [
     "DEFAULT_MAX_BODY_MB",
     "MAX_JSON_DEPTH",
     "MAX_HEADER_BYTES",
     "UVICORN_LIMITS",
+    "HeadLimitedHttpToolsProtocol",
     "RequestRejected",
     "RequestLimits",
     "parse_json_body",
@@ -38,14 +40,43 @@ DEFAULT_MAX_BODY_MB = 64.0
 MAX_JSON_DEPTH = 200  # pydantic-core's (jiter's) recursion limit; deeper bodies are answered 422
 MAX_HEADER_BYTES = 16 * 1024
 _FLUSH_BEFORE_CLOSE_S = 0.05
-# Keyword arguments of uvicorn.Config: the request line plus headers may not exceed MAX_HEADER_BYTES (answered
-# 400 by h11, uvicorn's protocol while httptools is not installed; uvicorn 0.54 has no such knob for httptools).
-UVICORN_LIMITS: dict[str, Any] = {"h11_max_incomplete_event_size": MAX_HEADER_BYTES}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (the C parser llhttp: about a third of h11's CPU per request) with the guard
+    h11 has and uvicorn's httptools protocol lacks (`h11_max_incomplete_event_size`): a request head still
+    incomplete after MAX_HEADER_BYTES is answered 400 and the connection closed, so a client cannot make the
+    server buffer headers without end. Bytes are counted per read while a head is open (from the end of the
+    previous message to the end of this one's headers), so at most MAX_HEADER_BYTES plus one read is buffered.
+    A complete head over MAX_HEADER_BYTES is answered 431 by `RequestLimits`."""
+
+    _head_open = True
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_open:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._head_open and self._head_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+            self.send_400_response(f"Request head larger than {MAX_HEADER_BYTES // 1024} KiB.")
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head_open, self._head_bytes = True, 0
+
+
+# Keyword arguments of uvicorn.Config: the httptools protocol above; h11's own limit stays set for a caller that
+# picks h11 (`http="h11"`).
+UVICORN_LIMITS: dict[str, Any] = {"http": HeadLimitedHttpToolsProtocol, "h11_max_incomplete_event_size": MAX_HEADER_BYTES}
 
 
 class RequestRejected(HTTPException):
