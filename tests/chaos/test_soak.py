@@ -39,7 +39,8 @@ import pytest
 from chaos.chaos_helpers import read_rows, side_file
 from ng_process import BIN, NgRun
 
-pytestmark = [pytest.mark.soak, pytest.mark.chaos]
+DURATION_S = float(os.environ.get("NG_SOAK_SECONDS", "1800"))
+pytestmark = [pytest.mark.soak, pytest.mark.chaos, pytest.mark.timeout(DURATION_S + 900)]  # start-up, rate pass, stop
 
 ROWS = Path(__file__).resolve().parents[2] / "resources_servers/example_single_tool_call/data/example.jsonl"
 CONCURRENCY = 256
@@ -90,7 +91,7 @@ def collect(head: str, out: Path, repeats: int, log: Path) -> subprocess.Popen:
 
 
 def test_soak_memory_and_fds_stay_flat(tmp_path):
-    duration_s = float(os.environ.get("NG_SOAK_SECONDS", "1800"))
+    duration_s = DURATION_S
     every_s = float(os.environ.get("NG_SOAK_SAMPLE_S", "5"))
     warm_up_s = max(30.0, duration_s / 5)
     log = tmp_path / "collector.log"
