@@ -48,12 +48,13 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol (the C parser llhttp: about a third of h11's CPU per request) with the guard
-    h11 has and uvicorn's httptools protocol lacks (`h11_max_incomplete_event_size`): a request head still
-    incomplete after MAX_HEADER_BYTES is answered 400 and the connection closed, so a client cannot make the
-    server buffer headers without end. Bytes are counted per read while a head is open (from the end of the
-    previous message to the end of this one's headers), so at most MAX_HEADER_BYTES plus one read is buffered.
-    A complete head over MAX_HEADER_BYTES is answered 431 by `RequestLimits`."""
+    """uvicorn's httptools protocol (the C parser llhttp, cheaper per request than the pure-Python h11: see
+    benchmarks/README.md, "Collection throughput") with the guard h11 has and uvicorn's httptools protocol lacks
+    (`h11_max_incomplete_event_size`): a request head still incomplete after MAX_HEADER_BYTES is answered 400 and
+    the connection closed, so a client cannot make the server buffer headers without end. Bytes are counted per
+    read while a head is open (from the end of the previous message to the end of this one's headers), so at most
+    MAX_HEADER_BYTES plus one read is buffered. A complete head over MAX_HEADER_BYTES is answered 431 by
+    `RequestLimits`."""
 
     _head_open = True
     _head_bytes = 0

@@ -18,14 +18,19 @@ __all__ = ["die_with_parent", "signal_group", "run_interruptible"]
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+# libc loaded here, in the parent: the forked child then only calls prctl, and never dlopen (whose lock another
+# thread of the parent may have held at the fork; preexec_fn code must stay that small)
+_PRCTL = None
+if sys.platform.startswith("linux"):
+    with contextlib.suppress(OSError, AttributeError):
+        _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 
 
 def die_with_parent() -> None:
     """In a child before exec (`Popen(preexec_fn=die_with_parent)`): ask Linux to send SIGTERM when the parent
     thread dies, so a server never outlives the process that started it (no-op on other systems)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def signal_group(pid: int, sig: int) -> None:
