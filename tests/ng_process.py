@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from nemo_gym.testing import NgRun
 
-__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env"]
+__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output"]
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -19,3 +22,16 @@ LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_
 def clean_env() -> dict[str, str]:
     """This process's environment without LAUNCHER_ENV, one OpenMP thread: for a child that starts its own ranks."""
     return {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV} | {"OMP_NUM_THREADS": "1"}
+
+
+def wait_for_output(path: Path, pattern: str, process: subprocess.Popen, name: str, timeout_s: float = 120) -> str:
+    """The text of `path` once it matches the regex `pattern`, polled every 0.1 s; fails at once when `process`
+    (named `name` in the messages) exits first, and after `timeout_s` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if re.search(pattern, text):
+            return text
+        assert process.poll() is None, f"{name} exited with {process.returncode}:\n{text}"
+        time.sleep(0.1)
+    raise AssertionError(f"no {pattern!r} in {name}'s output after {timeout_s} s:\n{path.read_text() if path.exists() else ''}")

@@ -18,7 +18,7 @@ import pytest
 
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.head import live_runs, run_token_for_url, runs_dir
-from ng_process import BIN, REPO, NgRun, clean_env
+from ng_process import BIN, REPO, NgRun, clean_env, wait_for_output
 
 pytestmark = pytest.mark.integration
 CONFIG = "+config_paths=[tests/configs/weather_scripted.yaml]"
@@ -204,12 +204,7 @@ def test_sigkill_of_ng_train_stops_the_ng_run_it_started(tmp_path):
     with (tmp_path / "ng_train.log").open("w") as log:
         train = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=clean_env())
     try:
-        deadline = time.monotonic() + 180
-        ng_run_log = out / "ng_run.log"
-        while not (ng_run_log.is_file() and "servers ready" in ng_run_log.read_text()):
-            assert train.poll() is None, (tmp_path / "ng_train.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "ng_run started by ng_train was not ready in 180 s"
-            time.sleep(0.2)
+        wait_for_output(out / "ng_run.log", "servers ready", train, "ng_train", timeout_s=180)
         ng_run = next(p for p in psutil.Process(train.pid).children() if "main('run')" in " ".join(p.cmdline()))
         servers = ng_run.children()
         assert len(servers) == 3, servers

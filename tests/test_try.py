@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -21,7 +20,7 @@ import pytest
 import yaml
 
 from live_servers import serve
-from ng_process import REPO, NgRun
+from ng_process import REPO, NgRun, wait_for_output
 from nemo_gym.errors import ConfigError
 from nemo_gym.serve import load_server_class
 from nemo_gym.try_rollouts import OPENAI_MODEL_YAML, VLLM_MODEL_YAML, choose_entries, model_arguments, sampling_seed, split_arguments
@@ -104,17 +103,6 @@ def test_a_config_source_becomes_ng_runs_arguments(tmp_path, monkeypatch, capsys
 
 
 # -- real runs -------------------------------------------------------------------------------------------------
-def wait_for(path: Path, pattern: str, process: subprocess.Popen, timeout_s: float = 120) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = path.read_text() if path.exists() else ""
-        if re.search(pattern, text):
-            return text
-        assert process.poll() is None, f"ng_try exited with {process.returncode}:\n{text}"
-        time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in ng_try's output after {timeout_s} s:\n{path.read_text()}")
-
-
 def failing_project(root: Path) -> Path:
     """The sample project under another name, with two more entries: 10 is scored by a reward that raises,
     11 asks a question the test's endpoint holds without answering."""
@@ -157,7 +145,7 @@ def test_rnow_project_with_an_endpoint_model_a_failing_reward_and_ctrl_c(tmp_pat
                                     "+stop_grace_s=2"],  # ng_run's: its openai_model has entry 11's calls in flight
                                    cwd=tmp_path, stdout=stdout, stderr=subprocess.STDOUT, env=WIDE, start_new_session=True)  # fmt: skip
         try:
-            text = wait_for(log, r"(?s)(rollout [12]/2.*){4}", process)  # 2 finished + 2 failed; entry 11's are held
+            text = wait_for_output(log, r"(?s)(rollout [12]/2.*){4}", process, "ng_try")  # 2 finished + 2 failed; entry 11's are held
             ng_run_pid = int(re.search(r"started ng_run \(pid (\d+)", text).group(1))
             process.send_signal(signal.SIGINT)
             try:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 
+from ng_process import BIN
+
 Pair = tuple[int, int]  # (task index, rollout index)
 
 
@@ -43,3 +45,9 @@ def assert_exactly_once(output: Path, pairs: set[Pair], *, allow_failures: bool 
     if not allow_failures:
         assert not failures, f"failure records left: {failures[:3]}"
     return {pair_of(r): r for r in rows}, {pair_of(f): f for f in failures}
+
+
+def collect_command(out: Path, head_url: str, *extra: str, rows: Path, repeats: int, concurrency: int) -> list[str]:
+    """`ng_collect_rollouts` of `repeats` x the rows of `rows` through weather_agent into `out`, `concurrency` in flight."""
+    return [str(BIN / "ng_collect_rollouts"), "+agent_name=weather_agent", f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={out}",
+            f"+num_repeats={repeats}", f"+num_samples_in_parallel={concurrency}", "+progress=false", f"+head_server_url={head_url}", *extra]

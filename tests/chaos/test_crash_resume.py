@@ -20,8 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chaos import chaos_helpers
 from chaos.chaos_helpers import assert_exactly_once, read_rows, side_file
-from ng_process import BIN, REPO, NgRun
+from ng_process import REPO, NgRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -34,8 +35,7 @@ TRIALS = {"collector": 2, "agent": 2, "resources": 2, "model": 2, "ng_run": 2}
 
 
 def collect_command(out: Path, head_url: str, *extra: str, rows: Path = ROWS, repeats: int = REPEATS) -> list[str]:
-    return [str(BIN / "ng_collect_rollouts"), "+agent_name=weather_agent", f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={out}",
-            f"+num_repeats={repeats}", "+num_samples_in_parallel=4", "+progress=false", f"+head_server_url={head_url}", *extra]
+    return chaos_helpers.collect_command(out, head_url, *extra, rows=rows, repeats=repeats, concurrency=4)
 
 
 class Cluster:

@@ -36,8 +36,8 @@ import httpx
 import psutil
 import pytest
 
-from chaos.chaos_helpers import read_rows, side_file
-from ng_process import BIN, NgRun
+from chaos.chaos_helpers import collect_command, read_rows, side_file
+from ng_process import NgRun
 
 DURATION_S = float(os.environ.get("NG_SOAK_SECONDS", "1800"))
 pytestmark = [pytest.mark.soak, pytest.mark.chaos, pytest.mark.timeout(DURATION_S + 900)]  # start-up, rate pass, stop
@@ -84,10 +84,8 @@ def count_lines(path: Path) -> int:
 
 def collect(head: str, out: Path, repeats: int, log: Path) -> subprocess.Popen:
     """`ng_collect_rollouts` of `repeats` x the NUM_TASKS rows of ROWS into `out` at CONCURRENCY."""
-    command = [str(BIN / "ng_collect_rollouts"), "+agent_name=weather_agent", f"+input_jsonl_fpath={ROWS}", f"+output_jsonl_fpath={out}",
-               f"+num_repeats={repeats}", f"+num_samples_in_parallel={CONCURRENCY}", "+progress=false", f"+head_server_url={head}"]  # fmt: skip
     with log.open("ab") as handle:
-        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen(collect_command(out, head, rows=ROWS, repeats=repeats, concurrency=CONCURRENCY), stdout=handle, stderr=subprocess.STDOUT)
 
 
 def test_soak_memory_and_fds_stay_flat(tmp_path):
