@@ -245,7 +245,8 @@ def _validation_answer(exc: ValidationError) -> JSONResponse:
 class ResourcesServer(BaseServer):
     """An environment: tools (methods marked `@tool`), `seed_session` and `verify`.
 
-    Routes: `POST /<tool>`, `GET /tools`, `POST /seed_session`, `POST /verify`, `POST /aggregate_metrics`.
+    Routes: `POST /<tool>`, `GET /tools`, `POST /seed_session`, `POST /verify` (`?close_session=true`: the answer
+    also ends the session, as `POST /close_session` does), `POST /aggregate_metrics`.
     """
 
     server_type = "resources_servers"
@@ -308,7 +309,9 @@ class ResourcesServer(BaseServer):
             return result
 
         @app.post("/verify", openapi_extra=json_body(model_schema(self.verify_request_type, self.openapi_components), required=True))
-        async def verify(request: Request) -> Any:
+        async def verify(request: Request, close_session: bool = False) -> Any:
+            """`close_session=true`: the session ends with this answer (an agent's last call of the rollout, so it
+            makes no separate `/close_session` call); after a failed verify it stays, for `/close_session`."""
             body = await _json_object(request)
             if isinstance(body, JSONResponse):
                 return body
@@ -316,7 +319,10 @@ class ResourcesServer(BaseServer):
                 verify_request = self.verify_request_type.model_validate(body)
             except ValidationError as exc:
                 return _validation_answer(exc)
-            result = await self.verify(verify_request, self.session_for(request))
+            session = self.session_for(request)
+            result = await self.verify(verify_request, session)
+            if close_session:
+                self.sessions.pop(session.session_id, None)
             # Keep verifier fields that are null (e.g. mcqa's `extracted_answer: null`, as NeMo Gym writes
             # them): dropping them would let a stale value of the same name in the body show through.
             exclude = {"reward_components"} if result.reward_components is None else None

@@ -62,6 +62,18 @@ def test_sessions_by_header_and_by_cookie():
         assert client.post("/close_session", headers={"X-Session-Id": "a"}).status_code == 200  # idempotent
 
 
+def test_verify_can_end_the_session():
+    server = Counter()
+    body = {"responses_create_params": {"input": []}, "response": {"output": []}, "expected_count": 0}
+    with TestClient(server.build_app()) as client:
+        for session in ("kept", "ended"):
+            client.post("/seed_session", json={}, headers={"X-Session-Id": session})
+        assert client.post("/verify", json=body, headers={"X-Session-Id": "kept"}).json()["reward"] == 1.0
+        assert client.post("/verify?close_session=true", json=body, headers={"X-Session-Id": "ended"}).json()["reward"] == 1.0
+        assert set(server.sessions) == {"kept"}
+        assert client.post("/verify?close_session=maybe", json=body, headers={"X-Session-Id": "kept"}).status_code == 422
+
+
 def test_bad_input_gets_422_never_500():
     with TestClient(Counter().build_app(), raise_server_exceptions=False) as client:
         client.post("/seed_session", json={}, headers={"X-Session-Id": "s"})

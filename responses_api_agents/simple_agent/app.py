@@ -53,14 +53,17 @@ class SimpleAgent(AgentServer):
         cookies = httpx.Cookies()
         resources = self.config.resources_server.name
         await self.client.post(resources, "/seed_session", row, session_id=session_id, cookies=cookies)
+        verified = None
         try:
             response, stop_reason = await self.loop(row["responses_create_params"], session_id, cookies)
-            verified = await self.client.post(resources, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies)
+            # the verify answer ends the session: one call less per rollout than a separate /close_session
+            verified = await self.client.post(resources, "/verify?close_session=true", {**row, "response": response}, session_id=session_id, cookies=cookies)
         finally:
-            try:
-                await self.client.post(resources, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
-            except Exception:  # closing is best effort; NeMo Gym servers have no such route
-                pass
+            if verified is None:  # the rollout failed before its verify answer: the session is still open
+                try:
+                    await self.client.post(resources, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
+                except Exception:  # closing is best effort; NeMo Gym servers have no such route
+                    pass
         return {**verified, "stop_reason": stop_reason.value}
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:

@@ -87,3 +87,31 @@ def test_unreachable_model_gives_502_with_failure_class():
         answer = httpx.post(f"{url}/run", json=WEATHER_ROW, timeout=60)
     assert answer.status_code == 502
     assert answer.json()["error"]["type"] == "unavailable" and answer.json()["error"]["server"] == "policy_model"
+
+
+@pytest.mark.parametrize("policy", ["scripted", "unreachable"])
+def test_every_rollout_ends_its_session(policy):
+    """A verified rollout ends its session with the verify answer (`/verify?close_session=true`, no separate
+    `/close_session` call); a rollout that fails before its verify answer closes it with `/close_session`."""
+    calls: list[str] = []
+    with ExitStack() as stack:
+        env = server("resources_servers/example_single_tool_call", {})
+        env_app = env.build_app()
+
+        @env_app.middleware("http")
+        async def record(request, call_next):
+            calls.append(request.url.path)
+            return await call_next(request)
+
+        env_url = stack.enter_context(serve(env_app))
+        model_url = stack.enter_context(serve(server("responses_api_models/scripted_model", {"default_reply": "Cold."}).build_app())) if policy == "scripted" else "http://127.0.0.1:9"
+        config = {"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"}}
+        url = stack.enter_context(serve(server("responses_api_agents/simple_agent", config, {"env": env_url, "policy_model": model_url}).build_app()))
+        answer = httpx.post(f"{url}/run", json=WEATHER_ROW, timeout=60)
+    if policy == "scripted":
+        assert answer.status_code == 200 and answer.json()["reward"] == 1.0
+        assert calls == ["/seed_session", "/get_weather", "/verify"]
+    else:
+        assert answer.status_code == 502
+        assert calls == ["/seed_session", "/close_session"]
+    assert env.sessions == {}
