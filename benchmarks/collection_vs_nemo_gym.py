@@ -14,10 +14,9 @@ NeMo Gym first with `bash <bench-dir>/setup_nemo_gym.sh`): its `ngbench.NemoGym`
 `ng_run` (Ray included) and its collector exactly as its own benchmark does. Ours runs from this checkout:
 `ng_run` with the servers in their uv environment (built once; the start-ups measured are warm), and this
 Python's `ng_collect_rollouts`. The floor is the harness's `floor_client.py`: one minimal aiohttp client making
-the same number of HTTP calls per rollout (`--floor-hops`, default 9, like NeMo Gym's and our chain: collector
-→ agent `/run`, agent → resources `/seed_session`, agent → model ×2, model → policy ×2, agent → resources
-`/get_weather` and `/verify`, plus NeMo Gym's agent → agent `/v1/responses` / our `/close_session`) directly
-to the fake.
+the same number of HTTP calls per rollout as our chain (`--floor-hops`, default 8: collector → agent `/run`,
+agent → resources `/seed_session`, agent → model ×2, model → policy ×2, agent → resources `/get_weather` and
+`/verify`; NeMo Gym's chain makes 9, its agent calling its own `/v1/responses` once more) directly to the fake.
 
 Both systems' servers stay up for the whole run and the cells are interleaved: for each latency, rep and
 concurrency, ours, NeMo Gym and the floor run back to back (the order of ours and NeMo Gym alternates by rep),
@@ -66,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--startup-reps", type=int, default=3, help="ng_run start-ups measured per system")
     parser.add_argument("--warmup-repeats", type=int, default=40, help="rows x this many rollouts at c=32 per system, not recorded (0 = none)")
     parser.add_argument("--systems", default=f"{OURS},{THEIRS},{FLOOR}", help=f"comma list of {OURS}, {THEIRS}, {FLOOR}")
-    parser.add_argument("--floor-hops", type=int, default=9, help="HTTP calls per rollout of the floor client")
+    parser.add_argument("--floor-hops", type=int, default=8, help="HTTP calls per rollout of the floor client")
     parser.add_argument("--fake-port", type=int, default=28080, help="the fake policy's port (outside NeMo Gym's random range 10001-20000)")
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument("--quick", action="store_true", help="smoke run: 5 x 40 rollouts, 1 rep, 1 start-up each (~2 min)")

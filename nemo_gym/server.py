@@ -238,6 +238,16 @@ def function_tool_schema(name: str, fn: Callable) -> dict[str, Any]:
     return {"type": "function", "name": name, "description": inspect.getdoc(fn) or "", "parameters": schema, "strict": True}
 
 
+class _VerifyQuery(BaseModel):
+    """`/verify`'s query parameters (pydantic's booleans: true/false, 1/0, yes/no, on/off)."""
+
+    close_session: bool = Field(False, description="true: the answer also ends the session (as POST /close_session)")
+
+
+_VERIFY_QUERY_PARAMETERS = [{"name": name, "in": "query", "required": False, "schema": schema, "description": schema["description"]}
+                            for name, schema in _VerifyQuery.model_json_schema()["properties"].items()]
+
+
 def _validation_answer(exc: ValidationError) -> JSONResponse:
     return JSONResponse({"detail": json.loads(exc.json(include_url=False, include_input=False))}, status_code=422)
 
@@ -308,20 +318,23 @@ class ResourcesServer(BaseServer):
             result.set_cookie(SESSION_COOKIE, session.session_id, httponly=True)
             return result
 
-        @app.post("/verify", openapi_extra=json_body(model_schema(self.verify_request_type, self.openapi_components), required=True))
-        async def verify(request: Request, close_session: bool = False) -> Any:
+        # The query parameter is read here rather than declared to FastAPI, whose declared parameters bring its
+        # own 422 schema into /openapi.json, while this route answers 422 as the others do (`ERROR_RESPONSES`).
+        @app.post("/verify", openapi_extra={**json_body(model_schema(self.verify_request_type, self.openapi_components), required=True), "parameters": _VERIFY_QUERY_PARAMETERS})
+        async def verify(request: Request) -> Any:
             """`close_session=true`: the session ends with this answer (an agent's last call of the rollout, so it
             makes no separate `/close_session` call); after a failed verify it stays, for `/close_session`."""
             body = await _json_object(request)
             if isinstance(body, JSONResponse):
                 return body
             try:
+                query = _VerifyQuery.model_validate(dict(request.query_params))
                 verify_request = self.verify_request_type.model_validate(body)
             except ValidationError as exc:
                 return _validation_answer(exc)
             session = self.session_for(request)
             result = await self.verify(verify_request, session)
-            if close_session:
+            if query.close_session:
                 self.sessions.pop(session.session_id, None)
             # Keep verifier fields that are null (e.g. mcqa's `extracted_answer: null`, as NeMo Gym writes
             # them): dropping them would let a stale value of the same name in the body show through.

@@ -322,7 +322,7 @@ policy_model:
 
 
 def access_log_count(path: Path, route: str) -> int:
-    return len(re.findall(rf'"{route} HTTP/1.1" 200', path.read_text(errors="replace")))
+    return len(re.findall(rf'"{re.escape(route)} HTTP/1.1" 200', path.read_text(errors="replace")))
 
 
 @pytest.mark.integration
@@ -361,7 +361,7 @@ def test_ng_run_replicas_and_collect_rollouts(tmp_path):
         logs = run_dir / "logs"
         runs = [access_log_count(logs / name, "POST /run") for name in ("counter_agent.log", "counter_agent.1.log")]
         seeds = [access_log_count(logs / name, "POST /seed_session") for name in ("counter.log", "counter.1.log")]
-        verifies = [access_log_count(logs / name, "POST /verify") for name in ("counter.log", "counter.1.log")]
+        verifies = [access_log_count(logs / name, "POST /verify?close_session=true") for name in ("counter.log", "counter.1.log")]
         assert sum(runs) == sum(seeds) == sum(verifies) == 18 and min(runs) > 0 and min(seeds) > 0, (runs, seeds)
 
         from nemo_gym.status import collect_status

@@ -71,7 +71,11 @@ def test_verify_can_end_the_session():
         assert client.post("/verify", json=body, headers={"X-Session-Id": "kept"}).json()["reward"] == 1.0
         assert client.post("/verify?close_session=true", json=body, headers={"X-Session-Id": "ended"}).json()["reward"] == 1.0
         assert set(server.sessions) == {"kept"}
-        assert client.post("/verify?close_session=maybe", json=body, headers={"X-Session-Id": "kept"}).status_code == 422
+        refused = client.post("/verify?close_session=maybe", json=body, headers={"X-Session-Id": "kept"})
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["close_session"]
+        assert set(server.sessions) == {"kept"}
+        [parameter] = client.get("/openapi.json").json()["paths"]["/verify"]["post"]["parameters"]
+        assert parameter["name"] == "close_session" and parameter["in"] == "query" and parameter["schema"]["type"] == "boolean"
 
 
 def test_bad_input_gets_422_never_500():
