@@ -21,7 +21,7 @@ import datetime
 import email.utils
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -86,7 +86,12 @@ class ServerClient:
             own (a server of the run), else the one `ng_run` wrote for the run at `head_url`.
         replica_cooldown_s: how long a replica that refused a connection gets no calls without a key, seconds.
         middlewares: aiohttp client middlewares (`async def m(request, handler) -> response`) every request
-            passes through before it connects: the seam where tests route or fault individual calls.
+            passes through before it connects, redirects included: the seam where tests route or fault
+            individual calls, and where `nemo_gym.net_guard.guard_middleware` checks addresses.
+        send_run_token: false for a client of endpoints outside the run (an OpenAI-compatible API behind a
+            model server): the run token is never sent, and `head_url` / `run_token` are not used.
+        retry_if: which failures are retried (within `timeouts.max_retries`); default `errors.is_transient`.
+        trust_env: use the proxy settings of the environment (`HTTPS_PROXY` ...); off for the run's own servers.
     """
 
     def __init__(
@@ -99,9 +104,12 @@ class ServerClient:
         run_token: str | None = None,
         replica_cooldown_s: float = DEFAULT_COOLDOWN_S,
         middlewares: Iterable[aiohttp.ClientMiddlewareType] = (),
+        send_run_token: bool = True,
+        retry_if: Callable[[ServerError], bool] = is_transient,
+        trust_env: bool = False,
     ):
         self.head_url = (head_url or os.environ.get(HEAD_URL_ENV) or "").rstrip("/") or None
-        token = run_token or run_token_for_url(self.head_url)
+        token = (run_token or run_token_for_url(self.head_url)) if send_run_token else None
         self.timeouts = timeouts
         self.replica_cooldown_s = replica_cooldown_s
         self._pools: dict[str, ReplicaPool] = {
@@ -112,6 +120,8 @@ class ServerClient:
         self._headers = {TOKEN_HEADER: token} if token else {}
         self._max_connections = max_connections
         self._middlewares = tuple(middlewares)
+        self._retry_if = retry_if
+        self._trust_env = trust_env
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.retries_used = 0
@@ -128,7 +138,7 @@ class ServerClient:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),  # the total deadline: `_attempt`
                 headers=self._headers,
                 cookie_jar=aiohttp.DummyCookieJar(),  # never share cookies between rollouts: a call's jar is its own
-                trust_env=False,
+                trust_env=self._trust_env,
                 middlewares=self._middlewares,
             )
         return self._http
@@ -249,7 +259,7 @@ class ServerClient:
             ServerError: the name is unknown (see `server_url`).
             ServerUnavailableError: connection failed after the retries (and, without a sticky key, on every replica).
             ServerTimeoutError: no whole answer within connect_s + read_s (or `timeout_s`), after the retries.
-            ServerHTTPError: a 4xx/5xx answer (transient ones, `errors.is_transient`, are retried first).
+            ServerHTTPError: a 4xx/5xx answer (transient ones, `retry_if`, are retried first).
             ServerBadAnswerError: a success status with a body that is not JSON.
         """
         headers = {SESSION_HEADER: session_id} if session_id else {}
@@ -320,7 +330,7 @@ class ServerClient:
                 if key is None and pool.up(tried):
                     self.retries_used += 1
                     continue  # another replica takes the call right away
-            if not is_transient(error) or attempt >= self.timeouts.max_retries:
+            if not self._retry_if(error) or attempt >= self.timeouts.max_retries:
                 raise error
             if wait_s is not None and wait_s > self.timeouts.retry_after_max_s:
                 raise error  # the server asks to come back later than we are willing to wait

@@ -12,7 +12,8 @@ metadata service at 169.254.169.254) or the local network. `check_url` resolves 
 - `allowed`: host names or CIDR blocks that pass whatever they resolve to.
 
 IPv4-mapped IPv6 addresses (::ffff:127.0.0.1) are checked as the IPv4 address they carry.
-`guard_hook` checks every request an `httpx` client sends, redirects included. The check and the
+`guard_hook` checks every request an `httpx` client sends, redirects included; `guard_middleware` does the same for
+an `aiohttp` client. The check and the
 connection resolve the name separately, so a DNS answer that changes in between (rebinding) is not covered;
 a fixed IP address in the URL is.
 """
@@ -24,11 +25,12 @@ import ipaddress
 import socket
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
+import aiohttp
 import httpx
 
 from nemo_gym.errors import ConfigError
 
-__all__ = ["BlockedAddressError", "check_url", "check_url_async", "address_problem", "guard_hook", "guarded_async_client"]
+__all__ = ["BlockedAddressError", "check_url", "check_url_async", "address_problem", "guard_hook", "guard_middleware", "guarded_async_client"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -146,6 +148,23 @@ def guard_hook(*, allow_private: bool = False, allowed: Iterable[str] = ()) -> C
 
     async def check(request: Any) -> None:
         await check_url_async(str(request.url), allow_private=allow_private, allowed=allowed)
+
+    return check
+
+
+def guard_middleware(*, allow_private: bool = False, allowed: Iterable[str] = ()) -> aiohttp.ClientMiddlewareType:
+    """An aiohttp client middleware running `check_url_async` on every request a session sends, redirects
+    included (aiohttp passes each hop of a redirect through the middlewares):
+    `aiohttp.ClientSession(middlewares=[guard_middleware()])`, or `ServerClient(middlewares=...)`.
+
+    Raises (from the request):
+        BlockedAddressError: the request's address is refused.
+    """
+    allowed = tuple(allowed)
+
+    async def check(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+        await check_url_async(str(request.url), allow_private=allow_private, allowed=allowed)
+        return await handler(request)
 
     return check
 

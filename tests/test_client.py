@@ -42,6 +42,10 @@ def flaky_app() -> FastAPI:
         await asyncio.sleep(3)
         return {}
 
+    @app.post("/headers")
+    async def headers(request: Request):
+        return dict(request.headers)
+
     @app.post("/set_cookie")
     async def set_cookie():
         response = JSONResponse({})
@@ -69,6 +73,25 @@ def test_retries_are_bounded_and_typed():
                 assert app.state.calls["bad"] == 1  # a 4xx is never retried
                 with pytest.raises(ServerTimeoutError):
                     await client.post("s", "/slow", {})
+
+        asyncio.run(main())
+
+
+def test_client_of_outside_endpoints_never_sends_the_run_token(monkeypatch):
+    """`send_run_token=False` (openai_model's client of an OpenAI-compatible API): the run token of the process
+    stays home, while the run's own clients send it; `retry_if` replaces the retry rule."""
+    monkeypatch.setenv("NEMO_GYM_RUN_TOKEN", "run-token-canary")
+    app = flaky_app()
+    with serve(app) as url:
+
+        async def main():
+            async with ServerClient(addresses={"s": url}, timeouts=FAST) as own, ServerClient(timeouts=FAST, send_run_token=False, retry_if=lambda e: False) as outside:
+                assert (await own.post("s", "/headers", {}))["x-ng-run-token"] == "run-token-canary"
+                sent = await outside.request_json("POST", f"{url}/headers", json={}, headers={"authorization": "Bearer sk-x"})
+                assert "run-token-canary" not in str(sent) and sent["authorization"] == "Bearer sk-x"
+                with pytest.raises(ServerHTTPError):
+                    await outside.request_json("POST", f"{url}/down", json={})
+                assert app.state.calls["down"] == 1  # not retried: retry_if said no
 
         asyncio.run(main())
 

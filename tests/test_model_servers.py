@@ -152,6 +152,42 @@ def test_openai_model_errors_are_typed_and_secret_free(fake_endpoint):
     assert SECRET not in repr(config) and SECRET not in config.model_dump_json()
 
 
+def test_openai_model_retries_as_the_openai_client_does():
+    """The endpoint's 503, 409 and 408 are retried (the openai client's rule), a 400 is not; the key goes out,
+    and comes back redacted, when an endpoint echoes it in an error; a redirect to the metadata address is refused."""
+    statuses: list[int] = []
+    seen: list[dict[str, str]] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        seen.append(dict(request.headers))
+        if statuses:
+            status = statuses.pop(0)
+            if status == 307:
+                return JSONResponse({}, status_code=307, headers={"location": "http://169.254.169.254/latest/meta-data/"})
+            return JSONResponse({"error": {"message": f"status {status}, key {SECRET}", "type": "server_error"}}, status_code=status)
+        return {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+
+    chat_request = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+    with serve(app) as endpoint, openai_model_server(endpoint, max_retries=3) as client:
+        statuses[:] = [503, 409, 408]
+        assert client.chat.completions.create(**chat_request).choices[0].message.content == "ok"
+        assert len(seen) == 4 and all(h["authorization"] == f"Bearer {SECRET}" and "x-ng-run-token" not in h for h in seen)
+        statuses[:], seen[:] = [400], []
+        with pytest.raises(openai.BadRequestError) as rejected:
+            client.chat.completions.create(**chat_request)
+        assert len(seen) == 1 and SECRET not in json.dumps(rejected.value.body) and "****" in json.dumps(rejected.value.body)
+        statuses[:], seen[:] = [500] * 4, []
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(**chat_request)
+        assert failed.value.status_code == 502 and len(seen) == 4 and SECRET not in json.dumps(failed.value.body)
+        statuses[:], seen[:] = [307], []
+        with pytest.raises(openai.APIStatusError) as redirected:
+            client.chat.completions.create(**chat_request)
+        assert redirected.value.status_code == 502 and "169.254.169.254" in json.dumps(redirected.value.body) and len(seen) == 1
+
+
 def test_streaming_through_openai_client(fake_endpoint):
     endpoint, _ = fake_endpoint
     with openai_model_server(endpoint, use_responses_api=False) as client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from live_servers import serve
 from nemo_gym.errors import ConfigError
-from nemo_gym.net_guard import BlockedAddressError, check_url, check_url_async, guarded_async_client
+from nemo_gym.net_guard import BlockedAddressError, check_url, check_url_async, guard_middleware, guarded_async_client
 from nemo_gym.serve import load_server_class
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,13 +82,20 @@ def _redirecting_app() -> FastAPI:
     return app
 
 
-def test_guarded_client_checks_every_request_and_redirect():
+async def _httpx_get(target: str, **guard) -> dict:
+    async with guarded_async_client(follow_redirects=True, **guard) as http:
+        return (await http.get(target)).json()
+
+
+async def _aiohttp_get(target: str, **guard) -> dict:
+    async with aiohttp.ClientSession(middlewares=[guard_middleware(**guard)]) as http, http.get(target) as answer:
+        return await answer.json()
+
+
+@pytest.mark.parametrize("get", [_httpx_get, _aiohttp_get], ids=["httpx_hook", "aiohttp_middleware"])
+def test_guarded_client_checks_every_request_and_redirect(get):
     with serve(_redirecting_app()) as url:
         port = url.rsplit(":", 1)[1]
-
-        async def get(target: str, **guard) -> dict:
-            async with guarded_async_client(follow_redirects=True, **guard) as http:
-                return (await http.get(target)).json()
 
         with pytest.raises(BlockedAddressError):
             asyncio.run(get(f"{url}/target"))

@@ -4,9 +4,17 @@
 to Chat Completions and the answer converted back (`nemo_gym.openai_convert`). `/v1/chat/completions` is
 forwarded as is. Training token fields (`prompt_token_ids` ...) that an agent passes back are removed
 before forwarding: a foreign endpoint would reject them. The API key is a secret: never logged, never
-returned (pydantic `SecretStr`). The endpoint's address passes the SSRF guard (`nemo_gym.net_guard`) at start
-and on every request, redirects included: link-local addresses (cloud metadata) are always refused, loopback
-and private ones unless `allow_private_addresses` (default true: a local vLLM at 127.0.0.1 is the usual case).
+returned (pydantic `SecretStr`), and redacted from the endpoint's error answers. The endpoint's address passes
+the SSRF guard (`nemo_gym.net_guard`) at start and on every request, redirects included: link-local addresses
+(cloud metadata) are always refused, loopback and private ones unless `allow_private_addresses` (default true:
+a local vLLM at 127.0.0.1 is the usual case).
+
+The requests go out through `nemo_gym.client.ServerClient` (aiohttp; no run token; the environment's proxy
+settings apply), with the `openai` client's retry rule: connection errors, timeouts, 408, 409, 429 and 5xx are
+retried up to `max_retries` times with exponential backoff from 0.5 s (at most 8 s; a 429's `Retry-After` up to
+60 s), as `openai._base_client.BaseClient._should_retry` decides (its `x-should-retry` answer header aside).
+The `openai` client cost about 0.4 ms of CPU per call more (its request building and its httpx layer over
+aiohttp): a third of this server's CPU per rollout at concurrency 256 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -14,14 +22,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
-import openai
 from fastapi import HTTPException
 from pydantic import Field, SecretStr
 
 from nemo_gym import openai_convert
-from nemo_gym.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
-from nemo_gym.net_guard import check_url_async, guard_hook
+from nemo_gym.client import ClientTimeouts, ServerClient
+from nemo_gym.errors import ServerError, ServerHTTPError, is_transient
+from nemo_gym.net_guard import BlockedAddressError, check_url_async, guard_middleware
 from nemo_gym.server import ModelServer, ServerConfig
 
 
@@ -33,12 +40,12 @@ class OpenAIModelConfig(ServerConfig):
     developer_as_system: bool = Field(True, description="with chat conversion: map `developer` messages to `system`")
     timeout_s: float = Field(600.0, gt=0, description="seconds one request may take")
     connect_timeout_s: float = Field(10.0, gt=0, description="seconds to open a connection")
-    max_retries: int = Field(2, ge=0, description="retries of the openai client on connection errors, 408/409/429 and 5xx")
+    max_retries: int = Field(2, ge=0, description="retries on connection errors, timeouts, 408/409/429 and 5xx (the openai client's rule)")
     allow_private_addresses: bool = Field(True, description="let the endpoint be on loopback or a private network (a local vLLM); false: public addresses only")
     allowed_addresses: list[str] = Field(default_factory=list, description="host names or CIDR blocks always let through by the SSRF guard (e.g. a link-local endpoint)")
 
 class OpenAIModel(ModelServer):
-    """Forwards to an OpenAI-compatible endpoint with the `openai` AsyncOpenAI client."""
+    """Forwards to an OpenAI-compatible endpoint (see the module docstring)."""
 
     Config = OpenAIModelConfig
     config: OpenAIModelConfig
@@ -46,17 +53,15 @@ class OpenAIModel(ModelServer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         cfg = self.config
-
-        self.openai = openai.AsyncOpenAI(
-            base_url=cfg.openai_base_url,
-            api_key=cfg.openai_api_key.get_secret_value(),
-            timeout=openai.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s),
-            max_retries=cfg.max_retries,
-            # openai's aiohttp backend: its connection pool costs the same per request however many connections
-            # are open (the default httpx pool scans them all on every request: most of this server's CPU at
-            # hundreds of rollouts in flight; benchmarks/README.md)
-            http_client=openai.DefaultAioHttpClient(event_hooks={"request": [guard_hook(allow_private=cfg.allow_private_addresses, allowed=cfg.allowed_addresses)]}),
+        self.endpoint = ServerClient(
+            send_run_token=False,
+            timeouts=ClientTimeouts(connect_s=cfg.connect_timeout_s, read_s=cfg.timeout_s, max_retries=cfg.max_retries),
+            middlewares=[guard_middleware(allow_private=cfg.allow_private_addresses, allowed=cfg.allowed_addresses)],
+            retry_if=openai_should_retry,
+            trust_env=True,
         )
+        self._base_url = cfg.openai_base_url.rstrip("/")
+        self._auth = {"authorization": f"Bearer {cfg.openai_api_key.get_secret_value()}"}
 
     async def startup(self) -> None:
         # Refused addresses stop the server at start with the reason (raises BlockedAddressError), rather than
@@ -64,7 +69,7 @@ class OpenAIModel(ModelServer):
         await check_url_async(self.config.openai_base_url, allow_private=self.config.allow_private_addresses, allowed=self.config.allowed_addresses)
 
     async def shutdown(self) -> None:
-        await self.openai.close()
+        await self.endpoint.aclose()
 
     async def models(self) -> list[str]:
         return [self.config.openai_model]
@@ -90,31 +95,26 @@ class OpenAIModel(ModelServer):
         Raises:
             HTTPException: the endpoint rejected the request (4xx, passed on with its status).
             ServerTimeoutError, ServerUnavailableError, ServerHTTPError: timeout, unreachable, 5xx after retries.
+            ServerBadAnswerError: a success answer that is not JSON.
+            ServerError: the endpoint redirected to an address the SSRF guard refuses.
         """
         try:
-            return await self.openai.post(path, body=body, cast_to=object)
-        except openai.APITimeoutError as exc:
-            if _connection_failed(exc):
-                raise ServerUnavailableError(f"{self.config.openai_base_url}{path} unreachable: {exc.__cause__ or exc}", server=self.name, path=path) from exc
-            raise ServerTimeoutError(f"{self.config.openai_base_url}{path} did not answer within {self.config.timeout_s} s", server=self.name, path=path) from exc
-        except openai.APIConnectionError as exc:
-            raise ServerUnavailableError(f"{self.config.openai_base_url}{path} unreachable: {exc}", server=self.name, path=path) from exc
-        except openai.APIStatusError as exc:
-            text = _redact(exc.response.text, self.config.openai_api_key.get_secret_value())[:2000]
+            return await self.endpoint.request_json("POST", self._base_url + path, json=body, headers=self._auth, server=self.name)
+        except ServerHTTPError as exc:
+            text = _redact(exc.body, self.config.openai_api_key.get_secret_value())[:2000]
             if 400 <= exc.status_code < 500:
-                raise HTTPException(exc.status_code, f"endpoint rejected {path}: {text}") from exc
-            raise ServerHTTPError(f"{path} answered {exc.status_code}: {text}", status_code=exc.status_code, body=text, server=self.name, path=path) from exc
+                raise HTTPException(exc.status_code, f"endpoint rejected {path}: {text}") from None
+            raise ServerHTTPError(f"{path} answered {exc.status_code}: {text}", status_code=exc.status_code, body=text, server=self.name, path=path) from None
+        except BlockedAddressError as exc:  # from a redirect: the start-up check passed the endpoint's own address
+            raise ServerError(f"{path}: {exc}", server=self.name, path=path) from None
 
 
-def _connection_failed(exc: BaseException) -> bool:
-    """Whether an `APITimeoutError` is really a failed connect (refused, unreachable) and not a timeout: openai's
-    aiohttp backend maps every `aiohttp.ClientConnectionError` to a connect *timeout* (its exception map lists
-    the broader class first), so the aiohttp error in the chain decides."""
-    while exc is not None:
-        if isinstance(exc, aiohttp.ClientConnectionError):
-            return not isinstance(exc, TimeoutError)
-        exc = exc.__cause__ or exc.__context__
-    return False
+def openai_should_retry(error: ServerError) -> bool:
+    """The `openai` client's retry rule (`BaseClient._should_retry`, without its `x-should-retry` header): 408,
+    409, 429 and every 5xx answer are retried, other statuses not; connection errors and timeouts are."""
+    if isinstance(error, ServerHTTPError):
+        return error.status_code in (408, 409, 429) or error.status_code >= 500
+    return is_transient(error)
 
 
 def _redact(text: str, secret: str) -> str:
