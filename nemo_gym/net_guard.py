@@ -12,10 +12,9 @@ metadata service at 169.254.169.254) or the local network. `check_url` resolves 
 - `allowed`: host names or CIDR blocks that pass whatever they resolve to.
 
 IPv4-mapped IPv6 addresses (::ffff:127.0.0.1) are checked as the IPv4 address they carry.
-`guard_hook` checks every request an `httpx` client sends, redirects included; `guard_middleware` does the same for
-an `aiohttp` client. The check and the
-connection resolve the name separately, so a DNS answer that changes in between (rebinding) is not covered;
-a fixed IP address in the URL is.
+`guard_hook` checks every request an `httpx` client sends, redirects included; `guard_middleware` does the same
+for an `aiohttp` client. The check and the connection resolve the name separately, so a DNS answer that changes
+in between (rebinding) is not covered; a fixed IP address in the URL is.
 """
 
 from __future__ import annotations
