@@ -20,7 +20,6 @@ import hashlib
 import json
 import random
 import threading
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
