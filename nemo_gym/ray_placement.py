@@ -123,7 +123,7 @@ class ServerActor:
                 [str(python), "-m", "nemo_gym.serve"], cwd=self.instance.implementation_dir, env=env, stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
             )  # fmt: skip
-        self.server_exited, self.tail_reported = False, threading.Event()
+        self.server_exited, self.tail_reported, self.exit_reports = False, threading.Event(), 0
         threading.Thread(target=self._exit_with_server, daemon=True).start()
 
     def _ensure_venv(self) -> Path:
@@ -153,7 +153,12 @@ class ServerActor:
             tail = "".join(deque(handle, maxlen=lines)).rstrip()
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
         if exited:
-            self.tail_reported.set()
+            # ng_run asks again only once it holds the previous answer, so the second report after the exit is the
+            # proof that the tail reached it: only then may the actor exit (exiting right after the first one
+            # could kill the actor before that answer left it, and ng_run would name no cause).
+            self.exit_reports += 1
+            if self.exit_reports >= 2:
+                self.tail_reported.set()
         return {"pid": self.process.pid, "node_ip": self.node_ip, "node_id": self.node_id, "log": str(self.log_path), "restarted": restarted, "tail": tail}
 
     def stop(self, grace_s: float) -> int | None:

@@ -252,7 +252,8 @@ def test_background_train_stop_with_save_model(tmp_path, capsys, monkeypatch):
             [listed] = runs_json(capsys)
             assert listed["status"] == "running" and listed["step"] >= 1, Path(record.log).read_text()[-3000:]
             assert main("train", argv) == 2 and "still writing to" in capsys.readouterr().err  # one run per output_dir
-            assert main("runs", ["stop", run_id, "+save_model=true", "+timeout_s=120"]) == 0
+            stopped = main("runs", ["stop", run_id, "+save_model=true", "+timeout_s=120"])
+            assert stopped == 0, Path(record.log).read_text()[-3000:]  # the trainer's last lines say where it was
             assert "stopped; model in" in capsys.readouterr().out
         finally:
             if run_status(record) == "running":
