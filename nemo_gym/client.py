@@ -89,7 +89,7 @@ class ServerClient:
             passes through before it connects, redirects included: the seam where tests route or fault
             individual calls, and where `nemo_gym.net_guard.guard_middleware` checks addresses.
         send_run_token: false for a client of endpoints outside the run (an OpenAI-compatible API behind a
-            model server): the run token is never sent, and `head_url` / `run_token` are not used.
+            model server): no run token is sent (`run_token` is ignored, none is looked up).
         retry_if: which failures are retried (within `timeouts.max_retries`); default `errors.is_transient`.
         trust_env: use the proxy settings of the environment (`HTTPS_PROXY` ...); off for the run's own servers.
     """

@@ -135,13 +135,22 @@ class BaseServer:
         """Register the server type's routes."""
 
     # -- framework ---------------------------------------------------------------------------------
+    @staticmethod
+    def request_session_id(request: Request) -> str | None:
+        """The session id a request names: its `X-Session-Id` header, then its session cookie; None without either."""
+        return request.headers.get(SESSION_HEADER) or request.cookies.get(SESSION_COOKIE)
+
     def session_for(self, request: Request) -> Session:
-        """The session of this request (header, then cookie; a new id when neither is given)."""
-        session_id = request.headers.get(SESSION_HEADER) or request.cookies.get(SESSION_COOKIE) or uuid.uuid4().hex
+        """The session of this request (`request_session_id`; a new id when it names none)."""
+        session_id = self.request_session_id(request) or uuid.uuid4().hex
         session = self.sessions.get(session_id)
         if session is None:
             session = self.sessions[session_id] = Session(session_id)
         return session
+
+    def end_session(self, session_id: str) -> None:
+        """Forget a session (`POST /close_session`, `POST /verify?close_session=true`); an unknown id is ignored."""
+        self.sessions.pop(session_id, None)
 
     def build_app(self, *, run_token: str | None = None) -> FastAPI:
         """The FastAPI app of this server. With `run_token` (`ng_run` passes its run's), every route but
@@ -170,8 +179,7 @@ class BaseServer:
 
         @app.post("/close_session")
         async def close_session(request: Request) -> dict:
-            session_id = request.headers.get(SESSION_HEADER) or request.cookies.get(SESSION_COOKIE)
-            self.sessions.pop(session_id or "", None)
+            self.end_session(self.request_session_id(request) or "")
             return {}
 
         @app.exception_handler(ServerError)
@@ -335,7 +343,7 @@ class ResourcesServer(BaseServer):
             session = self.session_for(request)
             result = await self.verify(verify_request, session)
             if query.close_session:
-                self.sessions.pop(session.session_id, None)
+                self.end_session(session.session_id)
             # Keep verifier fields that are null (e.g. mcqa's `extracted_answer: null`, as NeMo Gym writes
             # them): dropping them would let a stale value of the same name in the body show through.
             exclude = {"reward_components"} if result.reward_components is None else None
