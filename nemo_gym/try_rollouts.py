@@ -56,7 +56,7 @@ from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
 from nemo_gym.processes import run_interruptible
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, expand_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
-from nemo_gym.train.prime_toml import resolve_model
+from nemo_gym.train.prime_toml import offline_models_hint, resolve_model
 
 __all__ = ["TryOptions", "TrySource", "split_arguments", "choose_entries", "model_arguments", "sampling_seed", "try_main"]
 
@@ -207,7 +207,7 @@ def model_arguments(model: str, *, model_name: str | None, values: dict[str, Any
     except ConfigError:
         embedded = ", ".join(EMBEDDED_PREFIX + name for name in EMBEDDED_MODELS)
         raise ConfigError(f"ng_try: +model={model!r} is not a model server instance of the config ({', '.join(models) or 'none defined'}), "
-                          f"an http(s):// endpoint URL, an embedded model ({embedded}) or a local model folder (ng_models lists them)") from None  # fmt: skip
+                          f"an http(s):// endpoint URL, an embedded model ({embedded}) or a local model folder. {offline_models_hint(model)}") from None  # fmt: skip
     if rnow:
         return [], [f"+model.path={resolved}"]
     if POLICY in models:

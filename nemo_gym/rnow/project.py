@@ -6,9 +6,10 @@ functions, prompt lengths), each problem with its `config.yml` key or `train.jso
 is translated into an ordinary config, written to `<out>/config.yaml` with the task rows in
 `<out>/train_tasks.jsonl` (`<out>`: `results/rnow/<project>` for ng_run, `<trainer.output_dir>/rnow_project`
 for ng_train), and the command runs that config. `+key=value` overrides of rnow's keys (`+data.batch_size=8`,
-`+rollout.max_turns=3`, `+model.path=...`, `+trainer.num_epochs=2`) edit config.yml's values; other overrides
-(`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A `policy_model` defined by the
-user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model policy.
+`+rollout.max_turns=3`, `+model.path=...` or `+model=...` as for ng_try, `+trainer.num_epochs=2`) edit config.yml's
+values; other overrides (`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A
+`policy_model` defined by the user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model
+policy.
 
 | config.yml | nemo_gym |
 |---|---|
@@ -20,7 +21,7 @@ user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm
 | `algorithm.adv_estimator` | grpo → `grpo`; reinforce → `rloo` (REINFORCE with the leave-one-out group baseline, Ahmadian et al. 2024); gae → error (needs a critic, which this trainer has not) |
 | `algorithm.loss_fn`, `kl_penalty_coef` | `trainer.loss.loss_type` (`ppo`, `importance_sampling`), `trainer.loss.kl_coef` (only when set in config.yml) |
 | `rollout.max_turns`, `termination_policy` | simple_agent `max_steps`; both policies end at max_turns, and with either one a model answer without a tool call ends the episode (there is nothing to continue with) |
-| `rollout.max_context_window` | the prompt-length check; vllm_model `max_model_len` when set in config.yml |
+| `rollout.max_context_window` | the prompt-length check; vllm_model `max_model_len` when set in config.yml; SFT `trainer.supervised.max_seq_len`. Above the model's own limit (its config.json's `max_position_embeddings`) it is lowered to that limit with a warning: rnow's templates are written for larger models |
 | `rollout.reasoning_mode` | `reasoning: {effort}` of every row's responses_create_params (`disabled`: none) |
 | `rollout.tool_timeout`, `max_tool_response`, `rollout_timeout` | simple_agent `tool_timeout_s`; rnow_project `max_tool_response_chars` (characters, where rnow counts tokens); `trainer.request_timeout_s` |
 
@@ -49,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nemo_gym.config import load_config, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
+from nemo_gym.models import context_limit
 from nemo_gym.openai_convert import messages_to_input_items
 from nemo_gym.rnow.entries import Entry, entry_problems, entry_tool_names, read_entries, substituted_messages
 from nemo_gym.rnow.loading import ProjectFunctions, load_functions
@@ -63,6 +65,8 @@ VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
 SERVER_NAME, AGENT_NAME = "rnow_project", "rnow_project_agent"
 MAX_PROBLEMS_SHOWN = 30
 MODEL_KEY_PREFIX = "key 'model': "  # how resolve_model's errors start
+RNOW_MODEL_FIX = ("run the project on the embedded SmolLM2-135M-Instruct with +model=embedded:smollm2 (or write model.path: embedded:smollm2 in "
+                  "config.yml), or on a downloaded model with +model=<its folder>")  # fmt: skip
 
 
 # -- config.yml's schema (rnow's ProjectConfig, with the defaults of its docs) -------------------------------
@@ -192,6 +196,11 @@ class Project:
     models: list[str]  # resolved: embedded:<name> or a local folder
     context_window_set: bool = False  # rollout.max_context_window given in config.yml or an override
     warnings: list[str] = field(default_factory=list)
+    context_windows: dict[str, int] = field(default_factory=dict)  # per model: max_context_window, at most the model's limit
+
+    def context_window(self, model: str) -> int:
+        """Tokens of `model`'s context: rollout.max_context_window, lowered to the model's limit (see `clamp_context_windows`)."""
+        return self.context_windows.get(model, self.config.rollout.max_context_window)
 
     @property
     def sft(self) -> bool:
@@ -225,26 +234,39 @@ def _resolve_models(config: RnowConfig, root: Path) -> list[str]:
     models = []
     for index, path in enumerate(paths):
         try:
-            models.append(resolve_model(path, root))
+            models.append(resolve_model(path, root, fix=RNOW_MODEL_FIX))
         except ConfigError as exc:
             key = "model.path" if isinstance(config.model.path, str) else f"model.path[{index}]"
             raise ConfigError(f"config.yml: key '{key}': {str(exc).removeprefix(MODEL_KEY_PREFIX)}") from exc
     return models
 
 
+def clamp_context_windows(project: Project) -> None:
+    """`project.context_windows`: rollout.max_context_window per model, lowered to the model's context limit
+    (`nemo_gym.models.context_limit`) with a warning when it was set above it (vLLM refuses a max_model_len over
+    the model's limit, after loading it)."""
+    window = project.config.rollout.max_context_window
+    for model in project.models:
+        limit = context_limit(model)
+        project.context_windows[model] = window if limit is None else min(window, limit.tokens)
+        if limit is not None and window > limit.tokens and project.context_window_set:
+            project.warnings.append(f"config.yml: key 'rollout.max_context_window': {window} tokens is more than {model} takes ({limit.source}: "
+                                    f"{limit.tokens}); using {limit.tokens}")  # fmt: skip
+
+
 def _entry_problems(project: Project) -> list[str]:
     train_file = project.config.data.train_file
     problems = []
     counters = {model: PromptCounter(model) for model in project.models}
-    window = project.config.rollout.max_context_window
     for line, entry in project.entries:
         found = entry_problems(entry, project.functions, sft=project.sft)
         if not found:
             messages, tools = substituted_messages(entry), [project.functions.tools[n].schema for n in entry_tool_names(entry, project.functions)]
             for model, counter in counters.items():
-                tokens = counter.count(messages, tools)
+                tokens, window = counter.count(messages, tools), project.context_window(model)
                 if tokens > window:
-                    found.append(f"the {'conversation' if project.sft else 'prompt'} is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}")
+                    limit = "" if window == project.config.rollout.max_context_window else f" (lowered to {model}'s limit)"
+                    found.append(f"the {'conversation' if project.sft else 'prompt'} is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}{limit}")
         problems += [f"{train_file}:{line}: {problem}" for problem in found]
     return problems
 
@@ -267,6 +289,7 @@ def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = Non
         raise ConfigError(f"config.yml: key 'data.train_file': {train_path} does not exist")
     entries, problems = read_entries(train_path)
     project = Project(root, config, entries, functions, models, "max_context_window" in (values.get("rollout") or {}))
+    clamp_context_windows(project)
     problems += _entry_problems(project)
     if config.data.group_size < 2 and not project.sft:
         problems.insert(0, "config.yml: key 'data.group_size': GRPO compares the rollouts of an entry: use at least 2")
@@ -344,7 +367,7 @@ def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) ->
     if project.sft:  # no rollouts: the entries are the data
         for key in ("agent_name", "group_size", "advantage_estimator", "loss", "request_timeout_s"):
             trainer.pop(key, None)
-        trainer.update(algorithm="sft", supervised={"num_epochs": config.trainer.num_epochs, "max_seq_len": config.rollout.max_context_window})
+        trainer.update(algorithm="sft", supervised={"num_epochs": config.trainer.num_epochs, "max_seq_len": project.context_window(model)})
     try:
         TrainerConfig.model_validate(trainer)
     except ValidationError as exc:
@@ -368,7 +391,7 @@ def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str
     if not own_policy:
         policy: dict[str, Any] = {"model": model, "dtype": "float32"}
         if max_context_window_set:
-            policy["max_model_len"] = rollout.max_context_window
+            policy["max_model_len"] = project.context_window(model)
         config["policy_model"] = {"responses_api_models": {"vllm_model": policy}}
     if output_dir is not None:
         config["trainer"] = _trainer(project, model, output_dir, tasks_path)
@@ -397,6 +420,8 @@ def _split(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]], list[str
             project = str(value)
         elif key == "config_paths":
             config_paths += [str(p) for p in (value if isinstance(value, list) else [value])]
+        elif key == "model" and isinstance(value, (str, list)):  # `+model=X`: ng_try's spelling, the same as +model.path=X
+            rnow.append(("model.path", value))
         elif key is not None and _is_rnow_key(key):
             rnow.append((key, value))
         else:

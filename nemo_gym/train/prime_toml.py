@@ -53,6 +53,7 @@ __all__ = [
     "read_toml",
     "parse_prime_config",
     "resolve_model",
+    "offline_models_hint",
     "translate",
     "write_translation",
     "expand_toml_args",
@@ -202,8 +203,14 @@ def read_toml(paths: list[Path]) -> dict[str, Any]:
 
 
 # -- model -----------------------------------------------------------------------------------------------------
-def resolve_model(model: str, base_dir: Path) -> str:
+TOML_MODEL_FIX = 'write model = "embedded:smollm2" (the embedded SmolLM2-135M-Instruct) or the folder of a downloaded model'
+
+
+def resolve_model(model: str, base_dir: Path, *, fix: str = TOML_MODEL_FIX) -> str:
     """`embedded:<name>` for an embedded model (by that name or its Hugging Face name), else a local folder.
+
+    `fix` says how the caller's user names another model (in the caller's syntax: a TOML key, a config.yml key or
+    a command-line override); it ends the error message, followed by the models `ng_models` finds here.
 
     Raises:
         ConfigError: an unknown embedded name, or a name that is neither embedded nor an existing folder.
@@ -223,9 +230,22 @@ def resolve_model(model: str, base_dir: Path) -> str:
             return str(candidate.expanduser().resolve())
     embedded_names = ", ".join(f"{e.served_name} ({EMBEDDED_PREFIX}{n})" for n, e in EMBEDDED_MODELS.items())
     raise ConfigError(
-        f"key 'model': {model!r} is neither an embedded model ({embedded_names}) nor a local model folder. "
-        "Nothing is downloaded from a model hub here: download the model first and write its folder, model = \"path/to/model\""
+        f"key 'model': {model!r} is neither an embedded model ({embedded_names}) nor a local model folder, and nothing is "
+        f"downloaded from a model hub here: {fix}. {offline_models_hint(model)}"
     )
+
+
+def offline_models_hint(wanted: str | None = None) -> str:
+    """`ng_models` lists ...: the models found on this machine (embedded, Hugging Face cache, trained), at most 5,
+    and the folder to write when `wanted` (a Hugging Face id) is in the Hugging Face cache."""
+    from nemo_gym.model_list import offline_models
+
+    found = offline_models()
+    cached = next((entry.model for entry in found if entry.kind == "hf_cache" and entry.name == wanted), None)
+    if cached:
+        return f"{wanted} is in the Hugging Face cache: use its folder {cached}"
+    shown = ", ".join(str(entry.model) for entry in found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return f"Models on this machine (ng_models lists them with sizes): {shown}" if found else "ng_models lists the models on this machine"
 
 
 # -- translation -----------------------------------------------------------------------------------------------

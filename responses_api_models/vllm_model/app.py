@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 
 from nemo_gym import models as embedded
 from nemo_gym import openai_convert, teacher_scoring, tool_calls
@@ -69,12 +69,27 @@ class VLLMModelConfig(ServerConfig):
     engine_env: dict[str, str] = Field(default_factory=dict, description="extra environment of the vLLM process, e.g. VLLM_CPU_KVCACHE_SPACE (GiB)")
     engine_venv_dir: str | None = Field(None, description="venv for vLLM; default $NEMO_GYM_HOME/engines/<hash of the package spec>")
     return_token_id_information: bool = Field(True, description="attach prompt_token_ids, generation_token_ids, generation_log_probs (for training)")
-    max_model_len: int | None = Field(4096, description="context length in tokens passed to vLLM (--max-model-len); null: the model's")
+    max_model_len: int | None = Field(4096, ge=1, description="context length in tokens passed to vLLM (--max-model-len), at most the model's own (its config.json's max_position_embeddings); null: the model's")
     render_tools_in_prompt: bool = Field(True, description="write tools, tool calls and tool results as Hermes-format text (for chat templates without tool support, like SmolLM2's); false: give them to the model's chat template")
     developer_as_system: bool = Field(True, description="map Responses `developer` messages to `system`")
     startup_timeout_s: float = Field(900.0, gt=0, description="seconds to wait for vLLM to answer /health")
     request_timeout_s: float = Field(600.0, gt=0, description="seconds one vLLM request may take")
     log_path: str | None = Field(None, description="vLLM's log file; default $NEMO_GYM_RUN_DIR/logs/<instance>.vllm.log (next to the server logs of ng_run), else under $NEMO_GYM_HOME/logs")
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _within_the_model(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """A max_model_len over the model's context length is refused here, before vLLM loads the model to refuse it."""
+        model = info.data.get("model")
+        if value is None or info.data.get("base_url") or not isinstance(model, str):
+            return value
+        try:
+            limit = embedded.context_limit(model)
+        except ValueError:  # an unknown embedded name: the start says so
+            return value
+        if limit is not None and value > limit.tokens:
+            raise ValueError(f"{value} tokens is more than {model} takes ({limit.source}: {limit.tokens}); set max_model_len to at most {limit.tokens}, or null for the model's own")
+        return value
 
 
 class VLLMModel(ModelServer):

@@ -1,0 +1,109 @@
+"""ReinforceNow projects as a newcomer brings them: ReinforceNow's own templates are written for hub models and
+larger context windows, and must run here as they are (offline, on the embedded model). Fast tests on copies of
+the sample project shaped like the templates; the e2e test runs the templates of the `rnow` 0.4.37 wheel itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nemo_gym.config import load_config, server_instances
+from nemo_gym.errors import ConfigError
+from nemo_gym.models import context_limit
+from nemo_gym.rnow.project import expand_rnow_args, load_project
+from test_rnow import GOOD, REPO, SFT_GOOD, make_project
+
+
+def model_folder(path: Path, **config: int) -> Path:
+    """A local model folder as far as the context checks read it: a config.json."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "llama", **config}))
+    return path
+
+
+def translated(run: list[str]) -> dict:
+    return load_config(run, cwd=REPO).values
+
+
+# -- model.path names a hub model (every template) --------------------------------------------------------------
+def test_a_hub_model_path_names_the_offline_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root = make_project(tmp_path / "p", [GOOD], config={"model.path": "Qwen/Qwen3-8B"})
+    with pytest.raises(ConfigError) as raised:
+        load_project(root)
+    message = str(raised.value)
+    assert message.startswith("config.yml: key 'model.path': 'Qwen/Qwen3-8B' is neither an embedded model")
+    assert "+model=embedded:smollm2" in message and "model.path: embedded:smollm2 in config.yml" in message and "+model=<its folder>" in message
+    assert "ng_models" in message and "embedded:smollm2" in message.split("ng_models")[-1]  # the models found here
+    assert 'model = "' not in message  # no TOML syntax in a config.yml error
+    [run] = expand_rnow_args([f"+rnow_project={root}", "+model=embedded:smollm2"], mode="run")  # the fix it names works
+    assert translated(run)["policy_model"]["responses_api_models"]["vllm_model"]["model"] == "embedded:smollm2"
+    [run] = expand_rnow_args([f"+rnow_project={root}", "+model=embedded:smollm2", "+trainer.num_steps=1"], mode="train")
+    assert translated(run)["trainer"]["engine"]["model_path"] == "embedded:smollm2"
+
+
+def test_a_hub_model_in_a_prime_toml_keeps_the_toml_fix(tmp_path):
+    from nemo_gym.train.prime_toml import resolve_model
+
+    with pytest.raises(ConfigError, match='write model = "embedded:smollm2"') as raised:
+        resolve_model("Qwen/Qwen3-8B", tmp_path)
+    assert "ng_models" in str(raised.value)
+
+
+# -- rollout.max_context_window above the model's limit ---------------------------------------------------------
+def test_context_limit_reads_the_models_config(tmp_path):
+    assert context_limit(str(model_folder(tmp_path / "a", max_position_embeddings=256))).tokens == 256
+    assert context_limit(str(model_folder(tmp_path / "b", max_position_embeddings=4096, seq_length=2048))).tokens == 2048  # vLLM: the smallest
+    assert context_limit(str(model_folder(tmp_path / "c", rope_scaling={"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=256))) is None
+    vlm = tmp_path / "d"
+    vlm.mkdir()
+    (vlm / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 128}, "vision_config": {}}))
+    assert context_limit(str(vlm)).tokens == 128
+    assert context_limit(str(tmp_path / "none")) is None and context_limit("Qwen/Qwen3-8B") is None
+    assert context_limit("embedded:smollm2").tokens == 8192  # converted or not
+
+
+def test_a_context_window_over_the_models_limit_is_lowered_with_a_warning(tmp_path, monkeypatch, capsys):
+    """rnow's templates ask for 16000-32768 tokens; vLLM refuses a max_model_len over the model's limit (after ~23 s,
+    with a traceback): the translation lowers it to the limit and says so."""
+    monkeypatch.chdir(tmp_path)
+    small = model_folder(tmp_path / "small", max_position_embeddings=1024)
+    root = make_project(tmp_path / "p", [GOOD], config={"rollout.max_context_window": 16000})
+    [run] = expand_rnow_args([f"+rnow_project={root}", f"+model={small}"], mode="run")
+    assert translated(run)["policy_model"]["responses_api_models"]["vllm_model"]["max_model_len"] == 1024
+    warning = capsys.readouterr().err
+    assert f"warning: config.yml: key 'rollout.max_context_window': 16000 tokens is more than {small} takes" in warning and "using 1024" in warning
+    [run] = expand_rnow_args([f"+rnow_project={root}", "+model=embedded:smollm2"], mode="run")
+    assert translated(run)["policy_model"]["responses_api_models"]["vllm_model"]["max_model_len"] == 8192
+    long_prompt = make_project(tmp_path / "q", [{**GOOD, "messages": [{"role": "user", "content": "word " * 1200}]}], config={"rollout.max_context_window": 16000})
+    with pytest.raises(ConfigError, match=r"the prompt is \d+ .*longer than rollout.max_context_window = 1024 \(lowered to .*'s limit\)"):
+        load_project(long_prompt, [("model.path", str(small))])
+    sft = make_project(tmp_path / "s", [SFT_GOOD], config={"rollout.max_context_window": 16000})
+    [run] = expand_rnow_args([f"+rnow_project={sft}", f"+model={small}", "+algorithm=sft"], mode="train")
+    assert translated(run)["trainer"]["supervised"]["max_seq_len"] == 1024
+    capsys.readouterr()
+    within = make_project(tmp_path / "w", [GOOD], config={"rollout.max_context_window": 900})
+    [run] = expand_rnow_args([f"+rnow_project={within}", f"+model={small}"], mode="run")
+    assert translated(run)["policy_model"]["responses_api_models"]["vllm_model"]["max_model_len"] == 900 and "warning" not in capsys.readouterr().err
+
+
+def test_vllm_model_refuses_a_max_model_len_over_the_models_limit(tmp_path):
+    """Outside rnow projects a too large max_model_len is an error of the config, before vLLM starts."""
+    from nemo_gym.config import ServerInstance
+    from nemo_gym.serve import build_server
+
+    small = model_folder(tmp_path / "small", max_position_embeddings=256)
+
+    def instance(**fields) -> ServerInstance:
+        return ServerInstance("policy_model", "responses_api_models", "vllm_model", {"entrypoint": "app.py", "model": str(small), **fields}, "my.yaml")
+
+    with pytest.raises(ConfigError) as raised:
+        build_server(instance(max_model_len=512))
+    message = str(raised.value)
+    assert message.startswith("my.yaml: key 'policy_model.responses_api_models.vllm_model.max_model_len'")
+    assert "512 tokens is more than" in message and "set max_model_len to at most 256" in message
+    assert build_server(instance(max_model_len=256)).config.max_model_len == 256
+    assert build_server(instance(max_model_len=512, base_url="http://127.0.0.1:9")).config.max_model_len == 512  # attached: not ours to start
