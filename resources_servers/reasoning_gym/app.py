@@ -1,12 +1,15 @@
 """reasoning_gym: procedurally generated reasoning tasks (arithmetic, algebra, word games, logic, ...) from the
 PyPI library `reasoning-gym`, scored by the library's own checker for each task's generator.
 
-The rows come from `prepare.py` (next to this file): each carries the generator name (`dataset`) and the
-full reasoning_gym entry (`entry`: question, answer, metadata), which is all the checker needs. `/verify`
-takes the last assistant message, extracts the final answer from it (`\\boxed{...}`, else
+Two row shapes are read (README, Data): ours, written by `prepare.py`, with the generator name (`dataset`)
+and the full reasoning_gym entry (`entry`: question, answer, metadata); and NeMo Gym's, with the entry's
+fields at the top level (`question`, `answer`, `metadata`) and the generator name in
+`metadata.source_dataset`. An entry's `answer` may be null: some generators (propositional_logic,
+graph_color, ...) have many right answers and their checker reads the metadata instead.
+
+`/verify` takes the last assistant message, extracts the final answer from it (`\\boxed{...}`, else
 `<answer>...</answer>`, else "the answer is X", else the last number for numeric tasks, else the last
-non-empty line) and scores it with
-`reasoning_gym.get_score_answer_fn(dataset)(answer, entry)`.
+non-empty line) and scores it with `reasoning_gym.get_score_answer_fn(dataset)(answer, entry)`.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from nemo_gym.answers import last_answer_tag, last_assistant_text, last_boxed, l
 from nemo_gym.config import did_you_mean
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-# The rest of the line, trimmed by `stated_answers`: a lazy group before `\s*\.?\s*$` backtracked cubically
+# The rest of the line, trimmed by `without_final_period`: a lazy group before `\s*\.?\s*$` backtracked cubically
 # on a run of spaces (a minute for a few kilobytes of them).
 ANSWER_IS = re.compile(r"answer is\s*:?\s*([^\n]+)", flags=re.IGNORECASE)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+BOXED = "\\boxed{"
+BOX_TOKEN = re.compile(r'\\.|["{}]', flags=re.DOTALL)  # an escaped character, a quote or a brace
 
 
 class Extraction(str, Enum):
@@ -42,44 +47,122 @@ class Extraction(str, Enum):
     NONE = "none"
 
 
-class ReasoningGymTask(BaseModel):
-    """The task fields of a row that `/verify` reads (written by `prepare.py`)."""
+class OurTask(BaseModel):
+    """Our row shape (`prepare.py`): the generator name and the whole entry."""
 
     model_config = ConfigDict(extra="ignore")
     dataset: str = Field(description="reasoning_gym generator name, e.g. basic_arithmetic")
     entry: dict[str, Any] = Field(description="the reasoning_gym entry: question, answer, metadata")
 
 
-def stated_answers(text: str) -> list[str]:
-    """What follows each "answer is" (and an optional colon) to the end of its line, less its trailing
-    whitespace and one final period; linear in the text."""
-    return [rest.rstrip().removesuffix(".").rstrip() or rest[:1] for rest in ANSWER_IS.findall(text)]
+class NemoGymTask(BaseModel):
+    """NeMo Gym's row shape: the entry's fields at the top level, the generator in `metadata.source_dataset`."""
+
+    model_config = ConfigDict(extra="ignore")
+    question: str
+    answer: str | None = Field(description="the reference answer; null where the checker reads the metadata")
+    metadata: dict[str, Any] = Field(description="the entry's metadata, with source_dataset")
+
+
+def task_of(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(generator name, reasoning_gym entry) of a row of either shape: ours when it has `entry`, else NeMo Gym's.
+
+    Raises:
+        HTTPException: 422 naming the missing or mistyped field.
+    """
+    try:
+        if "entry" in row or "metadata" not in row:
+            task = OurTask.model_validate(row)
+            dataset, entry = task.dataset, task.entry
+            if dataset == "composite":  # a mix of generators: each entry is scored by its own generator's checker
+                metadata = entry.get("metadata")
+                dataset = metadata.get("source_dataset", dataset) if isinstance(metadata, dict) else dataset
+            if "answer" not in entry or not isinstance(entry["answer"], (str, type(None))):
+                raise HTTPException(422, "entry.answer: the reference answer must be a string or null")
+        else:
+            nemo = NemoGymTask.model_validate(row)
+            dataset = nemo.metadata.get("source_dataset")
+            if not isinstance(dataset, str):
+                raise HTTPException(422, "metadata.source_dataset: the reasoning_gym generator name (a string) is missing")
+            entry = {"question": nemo.question, "answer": nemo.answer, "metadata": nemo.metadata}
+    except ValidationError as exc:
+        raise HTTPException(422, exc.errors(include_url=False, include_input=False)) from None
+    return dataset, with_grid_tuples(dataset, entry)
+
+
+def with_grid_tuples(dataset: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with an ARC output grid (`metadata.output`) as the tuple of tuples it was generated as.
+
+    The arc_agi and rearc checkers compare the parsed answer board, a tuple of tuples, with `metadata.output`
+    using `==`; a JSONL row holds that grid as lists, which never equal tuples, so the right answer scored
+    0.05 ("a board, but wrong") from a stored row, in NeMo Gym too. No other generator's score changes
+    when its entry goes through JSON (a test checks every one).
+    """
+    metadata = entry.get("metadata")
+    if dataset not in ("arc_agi", "rearc") or not isinstance(metadata, dict) or not isinstance(metadata.get("output"), list):
+        return entry
+    grid = tuple(tuple(row) if isinstance(row, list) else row for row in metadata["output"])
+    return {**entry, "metadata": {**metadata, "output": grid}}
+
+
+def last_boxed_quoted(text: str) -> str | None:
+    """Like `last_boxed`, but braces inside double-quoted strings do not count (JSON answers such as codeio's
+    `{"s": "}[}"}`); a backslash escapes the next character. None when no box closes that way."""
+    start, limit = text.rfind(BOXED), len(text)
+    while start != -1:
+        depth, begin, quoted = 1, start + len(BOXED), False
+        for token in BOX_TOKEN.finditer(text, begin, limit):
+            mark = token.group()
+            if mark == '"':
+                quoted = not quoted
+            elif not quoted and mark in "{}":
+                depth += 1 if mark == "{" else -1
+                if depth == 0:
+                    return text[begin : token.start()].strip()
+        start, limit = text.rfind(BOXED, 0, start), start
+    return None
+
+
+def without_final_period(stated: str) -> str:
+    """A stated answer (the rest of its line) less its trailing whitespace and one final period."""
+    return stated.rstrip().removesuffix(".").rstrip() or stated[:1]
+
+
+def answer_candidates(text: str, *, numeric: bool = False) -> tuple[list[str], Extraction]:
+    """The final answer in an assistant message, as one or two readings of it, and where it was found.
+
+    Order: the last `\\boxed{...}` (read with quoted braces skipped when that closes it), then the last
+    `<answer>...</answer>`, then the last "the answer is X", then, for a task whose reference answer is a
+    number (`numeric`), the last number in the text (the usual GSM8K-style fallback: "1 + 5 = 6" answers 6),
+    else the last non-empty line. `<think>...</think>` blocks are dropped first. A stated answer ending with a
+    period has two readings, without and with it: the period may end the sentence or the answer
+    (sentence_reordering's answers end with one); the caller scores both.
+    """
+    text = strip_thinking(text)
+    boxed = (last_boxed_quoted(text) if '"' in text else None) or last_boxed(text)
+    if boxed is not None:
+        return [boxed], Extraction.BOXED
+    tagged = last_answer_tag(text)
+    if tagged is not None:
+        return [tagged], Extraction.ANSWER_TAG
+    stated = ANSWER_IS.findall(text)
+    if stated:
+        in_statement = NUMBER.findall(stated[-1]) if numeric else []
+        if in_statement:
+            return [in_statement[-1]], Extraction.ANSWER_IS
+        bare, whole = without_final_period(stated[-1]).strip(), stated[-1].strip()
+        return ([bare, whole] if whole != bare else [bare]), Extraction.ANSWER_IS
+    numbers = NUMBER.findall(text) if numeric else []
+    if numbers:
+        return [numbers[-1]], Extraction.LAST_NUMBER
+    line = last_line(text)
+    return ([line], Extraction.LAST_LINE) if line is not None else ([], Extraction.NONE)
 
 
 def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | None, Extraction]:
-    """The final answer in an assistant message, and where it was found.
-
-    Order: the last `\\boxed{...}`, then the last `<answer>...</answer>`, then the last "the answer is X",
-    then, for a task whose reference answer is a number (`numeric`), the last number in the text (the usual
-    GSM8K-style fallback: "1 + 5 = 6" answers 6), else the last non-empty line.
-    `<think>...</think>` blocks are dropped first.
-    """
-    text = strip_thinking(text)
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, Extraction.BOXED
-    tagged = last_answer_tag(text)
-    if tagged is not None:
-        return tagged, Extraction.ANSWER_TAG
-    stated = stated_answers(text)
-    if stated:
-        in_statement = NUMBER.findall(stated[-1]) if numeric else []
-        return (in_statement[-1] if in_statement else stated[-1].strip()), Extraction.ANSWER_IS
-    numbers = NUMBER.findall(text) if numeric else []
-    if numbers:
-        return numbers[-1], Extraction.LAST_NUMBER
-    line = last_line(text)
-    return (line, Extraction.LAST_LINE) if line is not None else (None, Extraction.NONE)
+    """The first reading of `answer_candidates` (None when there is none), and where it was found."""
+    candidates, where = answer_candidates(text, numeric=numeric)
+    return (candidates[0] if candidates else None), where
 
 
 @lru_cache(maxsize=None)
@@ -91,7 +174,19 @@ def score_fn(dataset: str) -> Callable[[str | None, dict[str, Any]], float]:
     """
     if dataset not in DATASETS:
         raise HTTPException(422, f"unknown reasoning_gym dataset {dataset!r}{did_you_mean(dataset, DATASETS)}")
-    return reasoning_gym.get_score_answer_fn(dataset)
+    try:
+        return reasoning_gym.get_score_answer_fn(dataset)
+    except Exception as exc:  # noqa: BLE001 - e.g. composite, which has no default config to build
+        raise HTTPException(422, f"reasoning_gym cannot build the {dataset} checker on its own: {type(exc).__name__}: {exc}") from None
+
+
+def try_score(scorer: Callable[[str | None, dict[str, Any]], float], answer: str | None, entry: dict[str, Any]) -> float | str:
+    """`scorer(answer, entry)` as a float, or `"Type: message"` of the exception it raised (some checkers
+    raise on an answer they cannot parse: prime_factorization on "xyz", boxnet on "1")."""
+    try:
+        return float(scorer(answer, entry))
+    except Exception as exc:  # noqa: BLE001 - any checker failure is reported, never raised
+        return f"{type(exc).__name__}: {exc}"
 
 
 class ReasoningGymServer(ResourcesServer):
@@ -102,23 +197,24 @@ class ReasoningGymServer(ResourcesServer):
         binary_reward: bool = Field(False, description="reward 1.0 only for a full score, 0.0 for any partial credit")
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
-        """Score the last assistant message against the row's `entry`. Reward in [0, 1].
+        """Score the last assistant message against the row's entry. Reward in [0, 1].
 
         Raises:
-            HTTPException: 422 for a row without `dataset`/`entry`, an unknown dataset, or an entry its checker rejects.
+            HTTPException: 422 for a row of neither shape, an unknown dataset, or an entry whose own reference
+                answer its checker rejects (a data problem, never a silent 0).
         """
-        try:
-            task = ReasoningGymTask.model_validate(request.model_extra or {})
-        except ValidationError as exc:
-            raise HTTPException(422, exc.errors(include_url=False, include_input=False)) from None
-        if not isinstance(task.entry.get("answer"), str):
-            raise HTTPException(422, "entry must hold the reference 'answer' as a string")
-        scorer = score_fn(task.dataset)
-        numeric = NUMBER.fullmatch(task.entry["answer"].strip()) is not None
-        extracted, where = extract_final_answer(last_assistant_text(request.response), numeric=numeric)
-        try:
-            score = float(scorer(extracted, task.entry)) if extracted is not None else 0.0
-        except Exception as exc:  # the library's checker rejects the entry: a data problem, never a silent 0
-            raise HTTPException(422, f"the {task.dataset} checker failed on this entry: {type(exc).__name__}: {exc}") from None
+        dataset, entry = task_of(request.model_extra or {})
+        scorer = score_fn(dataset)
+        numeric = isinstance(entry["answer"], str) and NUMBER.fullmatch(entry["answer"].strip()) is not None
+        candidates, where = answer_candidates(last_assistant_text(request.response), numeric=numeric)
+        results = [(try_score(scorer, candidate, entry), candidate) for candidate in candidates]
+        scored = [(score, candidate) for score, candidate in results if isinstance(score, float)]
+        fields: dict[str, Any] = {}
+        if results and not scored:  # the checker raised on every reading: the model's answer, or the entry?
+            if entry["answer"] is not None and isinstance(data_error := try_score(scorer, entry["answer"], entry), str):
+                raise HTTPException(422, f"the {dataset} checker fails on this entry's own answer: {data_error}")
+            fields["checker_error"] = results[0][0]  # the model's answer is unparsable to it: reward 0
+        # The best reading (the first on a tie); no answer at all scores 0 unchecked.
+        score, extracted = max(scored, key=lambda pair: pair[0]) if scored else (0.0, candidates[0] if candidates else None)
         reward = float(score >= 1.0) if self.config.binary_reward else min(max(score, 0.0), 1.0)
-        return VerifyResult(reward=reward, extracted_answer=extracted, extraction=where.value, dataset=task.dataset, score=score)
+        return VerifyResult(reward=reward, extracted_answer=extracted, extraction=where.value, dataset=dataset, score=score, **fields)
