@@ -368,7 +368,7 @@ def test_sft_project_translates_to_an_sft_trainer(tmp_path, monkeypatch, capsys)
 def test_ng_run_and_collect_on_the_sample_project(tmp_path):
     from ng_process import BIN, NgRun
 
-    tasks = REPO / "results" / "rnow" / "rnow-arithmetic-and-capitals" / "train_tasks.jsonl"
+    tasks = REPO / "results" / "rnow" / load_project(SAMPLE).output_name / "train_tasks.jsonl"
     out = tmp_path / "rollouts.jsonl"
     with NgRun(f"+rnow_project={SAMPLE}", "+config_paths=[tests/configs/rnow_scripted_policy.yaml]") as run:
         head = run.wait_ready()

@@ -107,3 +107,22 @@ def test_vllm_model_refuses_a_max_model_len_over_the_models_limit(tmp_path):
     assert "512 tokens is more than" in message and "set max_model_len to at most 256" in message
     assert build_server(instance(max_model_len=256)).config.max_model_len == 256
     assert build_server(instance(max_model_len=512, base_url="http://127.0.0.1:9")).config.max_model_len == 512  # attached: not ours to start
+
+
+# -- output folders ---------------------------------------------------------------------------------------------
+def test_two_projects_of_one_name_get_their_own_output_folders(tmp_path, monkeypatch, capsys):
+    """rnow's rl-single and tutorial-reward templates are both `project_name: rl-project`: ng_run, ng_train and ng_try
+    of one must not write over the other's translated config, tasks, checkpoints or rollouts."""
+    from nemo_gym.try_rollouts import _rnow_source, split_arguments
+
+    monkeypatch.chdir(tmp_path)
+    first, second = (make_project(tmp_path / name, [GOOD]) for name in ("rl-single", "tutorial-reward"))
+    for root in (first, second):
+        (root / "config.yml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config.yml").read_text()), "project_name": "rl-project"}))
+    runs = [expand_rnow_args([f"+rnow_project={root}"], mode="run")[0][0] for root in (first, second)]
+    assert runs[0] != runs[1] and all("/results/rnow/rl-project-" in run for run in runs)
+    outputs = {translated(expand_rnow_args([f"+rnow_project={root}"], mode="train")[0])["trainer"]["output_dir"] for root in (first, second)}
+    assert len(outputs) == 2 and all(out.startswith("results/train/rl-project-") for out in outputs)
+    names = {_rnow_source(*split_arguments([f"+rnow_project={root}"])).name for root in (first, second)}
+    assert len(names) == 2  # ng_try's default output file results/try/<name>-<time>.json
+    assert expand_rnow_args([f"+rnow_project={first}"], mode="run")[0][0] == runs[0]  # the same folder keeps its outputs

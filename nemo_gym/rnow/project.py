@@ -4,8 +4,9 @@
 Everything is checked before anything runs (config keys, every entry, reward and tool names, sandbox
 functions, prompt lengths), each problem with its `config.yml` key or `train.jsonl:<line>`. Then the project
 is translated into an ordinary config, written to `<out>/config.yaml` with the task rows in
-`<out>/train_tasks.jsonl` (`<out>`: `results/rnow/<project>` for ng_run, `<trainer.output_dir>/rnow_project`
-for ng_train), and the command runs that config. `+key=value` overrides of rnow's keys (`+data.batch_size=8`,
+`<out>/train_tasks.jsonl` (`<out>`: `results/rnow/<name>` for ng_run, `<trainer.output_dir>/rnow_project` for
+ng_train, whose output_dir defaults to `results/train/<name>`; `<name>`: `Project.output_name`, the project name and a
+hash of its folder, so two projects of one name never share outputs), and the command runs that config. `+key=value` overrides of rnow's keys (`+data.batch_size=8`,
 `+rollout.max_turns=3`, `+model.path=...` or `+model=...` as for ng_try, `+trainer.num_epochs=2`) edit config.yml's
 values; other overrides (`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A
 `policy_model` defined by the user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model
@@ -37,6 +38,7 @@ Not supported (clear errors): `dataset_type` `distill` and `midtrain` (use ng_tr
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sys
@@ -210,6 +212,12 @@ class Project:
     @property
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", self.config.project_name or self.root.name).strip("-") or "rnow"
+
+    @property
+    def output_name(self) -> str:
+        """`<slug>-<8 hex digits of the folder's path hash>`: the name of the project's output folders, one per
+        project folder (rnow's templates share project names: rl-single and tutorial-reward are both `rl-project`)."""
+        return f"{self.slug}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:8]}"
 
 
 def _read_config(root: Path, overrides: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -460,10 +468,10 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", model.split("/")[-1].removeprefix("embedded:"))
         suffix = "" if len(project.models) == 1 else f"-{index}-{name}"  # the index: two entries may name one model
         if mode == "train":
-            output_dir = str(Path(trainer_dir) / suffix.lstrip("-")) if trainer_dir and suffix else (trainer_dir or f"results/train/{project.slug}{suffix}")
+            output_dir = str(Path(trainer_dir) / suffix.lstrip("-")) if trainer_dir and suffix else (trainer_dir or f"results/train/{project.output_name}{suffix}")
             out_dir = (Path(output_dir) / "rnow_project").resolve()
         else:
-            output_dir, out_dir = None, Path(f"results/rnow/{project.slug}").resolve()
+            output_dir, out_dir = None, Path(f"results/rnow/{project.output_name}").resolve()
         tasks_path = out_dir / ("train_sft.jsonl" if project.sft else "train_tasks.jsonl")
         translation = translate(project, model, tasks_path=tasks_path, output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
         path = write_translation(translation, out_dir, project, command, tasks_path.name)
