@@ -69,6 +69,7 @@ COMMANDS: dict[str, Command] = {
         Command("run", "start the servers of a config (each in its own process and environment) until Ctrl-C", _options("nemo_gym.run", "RunOptions"), False),
         Command("collect_rollouts", "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)", _options("nemo_gym.collect", "CollectConfig"), True),
         Command("profile", "per-task reward statistics (mean, std, min, max, pass rate) from rollouts", _options("nemo_gym.profile", "ProfileConfig"), True),
+        Command("reward_profile", "NeMo Gym 0.4.0's reward profile: per-task and per-agent mean/max/min/median/std of every numeric field, from materialized inputs and rollouts", _options("nemo_gym.reward_profile", "RewardProfileConfig"), True),
         Command("group_verify", "score collected rollouts again, one group per task, with a resources server's /verify_group (e.g. llm_judge)", _options("nemo_gym.group_verify", "GroupVerifyOptions"), True),
         Command("train", "train the policy (DeepSpeed): GRPO on rollouts from the config's environments with weight sync to vllm_model, or trainer.algorithm=sft | pretrain | on_distill; `@config.toml` reads a Prime-style TOML, +init=true prints one", _options("nemo_gym.train.config", "TrainOptions"), False),
         Command("status", "list running servers with ports, PIDs, uptime and health", lambda: StatusOptions, True),
@@ -233,6 +234,10 @@ def _run(command: Command, argv: list[str]) -> int:
         from nemo_gym.profile import profile_main
 
         return profile_main(options)
+    if command.name == "reward_profile":
+        from nemo_gym.reward_profile import reward_profile_main
+
+        return reward_profile_main(options)
     if command.name == "eval":
         from nemo_gym.evaluation import eval_main
 
@@ -351,6 +356,7 @@ def _entry(name: str) -> Callable[[], None]:
 ng_run = _entry("run")
 ng_collect_rollouts = _entry("collect_rollouts")
 ng_profile = _entry("profile")
+ng_reward_profile = _entry("reward_profile")
 ng_status = _entry("status")
 ng_train = _entry("train")
 ng_group_verify = _entry("group_verify")

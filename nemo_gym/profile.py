@@ -4,7 +4,7 @@ For each task of the input JSONL that has rollouts (matched by `_ng_task_index`)
 task row plus
 
     avg_reward     mean reward of the task's rollouts
-    std_reward     POPULATION standard deviation (divides by n, not n - 1; 0.0 for one sample)
+    std_reward     SAMPLE standard deviation: sqrt(sum((r - mean)^2) / (n - 1)); 0.0 for one rollout
     min_reward, max_reward, median_reward
     total_samples  number of rollouts
 and with `pass_threshold`:
@@ -13,10 +13,17 @@ and with `pass_threshold`:
     pass_rate_passed  rollouts that passed
     pass_threshold    the threshold used
 
-These match NeMo Gym's profiled output (`output_profiled_jsonl_fpath` of its rollout collection: same names,
-population std, `>=` threshold). Differences: a rollout without a numeric reward is an error here (NeMo Gym
-counts it as 0.0); `_ng_*` keys are dropped from the task row and NeMo Gym's `task_name: null` is not added;
-tasks without rollouts are omitted from the output and listed in the summary.
+Source of the numbers: NeMo Gym 0.4.0's `ng_reward_profile` (`nemo_gym.reward_profile` here writes its output
+shape): avg/std/min/max/median_reward equal its per-task `mean/reward`, `std/reward`, `min/reward`,
+`max/reward`, `median/reward` (pandas `DataFrame.std`, ddof=1, with 0 for a task of one rollout) and
+`total_samples` its `num_rollouts`; tests/test_reward_profile_parity.py runs both on the same files. The field
+names and the pass-rate fields come from the per-task profile of NeMo Gym's collector before 0.4.0
+(`ng_collect_rollouts +output_profiled_jsonl_fpath=... +pass_threshold=...`, `>=` threshold), which divided
+by n (population std: [1, 0] gave 0.5 where the sample std is 0.7071); 0.4.0 dropped it, and we follow
+0.4.0's definition, the same one the GRPO advantages use (`nemo_gym.rl.advantages`). Other differences: a
+rollout without a numeric reward is an error here (the old collector counted it as 0.0); `_ng_*` keys are
+dropped from the task row and the old `task_name: null` is not added; tasks without rollouts are omitted from
+the output and listed in the summary.
 
 The input is either the collector's input (task index = position among non-blank rows) or its
 `_materialized_inputs.jsonl` (rows carry `_ng_task_index`; the first row of each index is the task).
@@ -34,11 +41,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import iter_jsonl, write_jsonl
 
-__all__ = ["ProfileConfig", "ProfileSummary", "profile_rollouts", "profile_main", "reward_stats"]
+__all__ = ["ProfileConfig", "ProfileSummary", "profile_rollouts", "profile_main", "reward_stats", "describe", "STATS"]
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"
 MAX_LISTED = 20
+STATS = ("mean", "max", "min", "median", "std")  # the statistics of `describe`, in NeMo Gym 0.4.0's order
 
 
 class ProfileConfig(BaseModel):
@@ -55,14 +63,31 @@ class ProfileConfig(BaseModel):
     )
 
 
+def describe(values: list[float]) -> dict[str, float]:
+    """`mean`, `max`, `min`, `median` and `std` of `values` (non-empty), each a float.
+
+    `std` is the sample standard deviation, sqrt(sum((v - mean)^2) / (n - 1)), and 0.0 for a single value: the
+    `std` of NeMo Gym 0.4.0's reward profile (pandas `DataFrame.std`, ddof=1). The mean is an exact sum
+    (`statistics.fmean`), so it can differ from pandas's in the last bits.
+    """
+    return {
+        "mean": statistics.fmean(values),
+        "max": float(max(values)),
+        "min": float(min(values)),
+        "median": float(statistics.median(values)),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
+
+
 def reward_stats(rewards: list[float], pass_threshold: float | None = None) -> dict[str, Any]:
     """Statistics of one task's rewards (non-empty list); see the module docstring for the fields."""
+    d = describe(rewards)
     stats: dict[str, Any] = {
-        "avg_reward": statistics.fmean(rewards),
-        "std_reward": statistics.pstdev(rewards),
-        "min_reward": min(rewards),
-        "max_reward": max(rewards),
-        "median_reward": statistics.median(rewards),
+        "avg_reward": d["mean"],
+        "std_reward": d["std"],
+        "min_reward": d["min"],
+        "max_reward": d["max"],
+        "median_reward": d["median"],
         "total_samples": len(rewards),
     }
     if pass_threshold is not None:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.errors import DataError
-from nemo_gym.profile import ProfileConfig, profile_main, profile_rollouts, reward_stats
+from nemo_gym.profile import ProfileConfig, describe, profile_main, profile_rollouts, reward_stats
 
 PEER = Path(__file__).resolve().parent.parent.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 MULTIREWARD_ROLLOUTS = PEER / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"
 
-# The fields NeMo Gym's rollout collection writes per task in its profiled output (besides the task row and
-# its `task_name`); see the nemo_gym.profile module docstring.
+# The per-task fields of NeMo Gym's collector-side profile before 0.4.0 (besides the task row and its
+# `task_name`), with the numbers of 0.4.0's ng_reward_profile; see the nemo_gym.profile module docstring.
 NEMO_GYM_PROFILE_FIELDS = {"avg_reward", "std_reward", "min_reward", "max_reward", "total_samples", "median_reward"}
 NEMO_GYM_PASS_FIELDS = {"pass_rate", "pass_rate_total", "pass_rate_passed", "pass_threshold"}
 
@@ -65,14 +65,14 @@ def test_worked_example_without_threshold(worked):
 
     assert [r["expected_answer"] for r in rows] == ["A", "B"]  # task 2 has no rollouts: omitted
     t0, t1 = rows
-    # task 0: mean (1+0+1+1)/4 = 0.75; population variance ((0.25^2)*3 + 0.75^2)/4 = (0.1875 + 0.5625)/4 = 0.1875
-    # → std sqrt(0.1875) = 0.4330127; median of [0, 1, 1, 1] = (1 + 1)/2 = 1
+    # task 0: mean (1+0+1+1)/4 = 0.75; sample variance ((0.25^2)*3 + 0.75^2)/(4-1) = (0.1875 + 0.5625)/3 = 0.25
+    # → std sqrt(0.25) = 0.5 (the population std, /4, would be 0.4330); median of [0, 1, 1, 1] = (1 + 1)/2 = 1
     assert t0["avg_reward"] == pytest.approx(0.75)
-    assert t0["std_reward"] == pytest.approx(0.4330127, abs=1e-7)
+    assert t0["std_reward"] == pytest.approx(0.5, abs=1e-12)
     assert (t0["min_reward"], t0["max_reward"], t0["median_reward"], t0["total_samples"]) == (0.0, 1.0, 1.0, 4)
-    # task 1: mean (0.2+0.4)/2 = 0.3; population std sqrt((0.1^2 + 0.1^2)/2) = 0.1 (the sample std would be 0.1414)
+    # task 1: mean (0.2+0.4)/2 = 0.3; sample std sqrt((0.1^2 + 0.1^2)/(2-1)) = sqrt(0.02) = 0.1414214 (population: 0.1)
     assert t1["avg_reward"] == pytest.approx(0.3)
-    assert t1["std_reward"] == pytest.approx(0.1)
+    assert t1["std_reward"] == pytest.approx(0.1414214, abs=1e-7)
     assert t1["median_reward"] == pytest.approx(0.3)
     assert t0["responses_create_params"] == {"input": "t0"} and t0["dataset"] == "mcqa"
     assert not any(k.startswith("_ng_") or k in NEMO_GYM_PASS_FIELDS for r in rows for k in r)
@@ -106,6 +106,17 @@ def test_output_shape_matches_nemo_gym(worked):
     for row in read_jsonl(out):
         assert set(row) == task_fields | NEMO_GYM_PROFILE_FIELDS | NEMO_GYM_PASS_FIELDS
         assert isinstance(row["total_samples"], int) and isinstance(row["pass_rate_passed"], int)
+
+
+def test_std_reward_is_the_sample_std_as_nemo_gym():
+    """NeMo Gym 0.4.0's profiler (pandas `DataFrame.std`, ddof=1) gives 0.7071 for [1, 0], not 0.5."""
+    # [1, 0]: mean 0.5; squared deviations 0.25 + 0.25 = 0.5; / (n - 1 = 1) = 0.5; sqrt(0.5) = 0.7071068
+    assert reward_stats([1.0, 0.0])["std_reward"] == pytest.approx(0.7071068, abs=1e-7)
+    # [-1, 1, -1, 1, 1] (NeMo Gym's blackjack example rollouts, one task): mean 0.2; squared deviations
+    # 1.44 + 0.64 + 1.44 + 0.64 + 0.64 = 4.8; / 4 = 1.2; sqrt(1.2) = 1.0954451 (what NeMo Gym writes as std/reward)
+    assert describe([-1.0, 1.0, -1.0, 1.0, 1.0]) == pytest.approx({"mean": 0.2, "max": 1.0, "min": -1.0, "median": 1.0, "std": 1.0954451}, abs=1e-7)
+    # all equal: no spread, exactly 0 (the tasks trainer.filter.min_std_reward drops)
+    assert describe([0.1, 0.1, 0.1])["std"] == 0.0
 
 
 def test_reward_stats_single_sample_has_zero_std():

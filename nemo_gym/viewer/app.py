@@ -135,7 +135,7 @@ def build_app(index: RolloutIndex, index_s: float = 0.0) -> gr.Blocks:
             trajectory = gr.HTML(views.open_row(None), elem_id="trajectory")
         with gr.Tab("Reward statistics"):
             histogram = gr.BarPlot(x="reward", y="count", title="reward histogram (filtered rollouts)", elem_id="histogram", sort=None, y_lim=[0, None])
-            per_task = gr.Dataframe(interactive=False, elem_id="task-stats", label="per-task reward statistics (population std, as ng_profile)")
+            per_task = gr.Dataframe(interactive=False, elem_id="task-stats", label="per-task reward statistics (sample std, as ng_profile)")
         filter_inputs = [reward_min, reward_max, environments, text]
         filter_outputs = [table, summary, histogram, per_task]
         app.load(views.apply, filter_inputs, filter_outputs)

@@ -1,7 +1,8 @@
 """Reward statistics for the viewer: per task, and a histogram.
 
-The per-task columns have `nemo_gym.profile.reward_stats`'s names and definitions (population std, i.e. divided
-by n), computed with a pandas group-by so that files with many tasks stay fast. Rows without a reward are left out.
+The per-task columns have `nemo_gym.profile.reward_stats`'s names and definitions (sample std, i.e. divided by
+n - 1, and 0 for one rollout, as NeMo Gym's reward profile), computed with a pandas group-by so that files with
+many tasks stay fast. Rows without a reward are left out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def task_reward_stats(table: pd.DataFrame) -> pd.DataFrame:
     grouped = rated.groupby(["environment", "task_index"], sort=True)["reward"]
     stats = grouped.agg(
         avg_reward="mean",
-        std_reward=lambda r: float(np.std(r.to_numpy())),  # population std, as ng_profile
+        std_reward=lambda r: float(r.std(ddof=1)) if len(r) > 1 else 0.0,  # sample std, as ng_profile
         min_reward="min",
         max_reward="max",
         median_reward="median",
