@@ -17,6 +17,8 @@ Model (`+model=`):
 Servers: started as ng_run starts them (a child `ng_run`, `nemo_gym.run.NgRunProcess`, its log next to the output)
 and stopped on exit, Ctrl-C or SIGTERM; or `+head_server_url=URL` attaches to a running ng_run, whose servers are
 used as they are (no `+model`, no `+config_paths`).
+SFT data (an rnow project with `dataset_type: sft` or `+algorithm=sft`): nothing is sampled; the chosen entries are shown
+as ng_train +algorithm=sft trains on them, with the model's tokenizer (`nemo_gym.try_sft`), and no server starts.
 Entries: `+entries=[0,3,7]` (0-based, in file order), `+all=true`, or by default one random entry. `+seed=N` makes the
 random choice reproducible and, when every model server is vllm_model, the sampling too (a vLLM seed per entry and
 rollout, unless `+responses_create_params.seed` is given); without it a seed is drawn and printed.
@@ -54,7 +56,7 @@ from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl, write_json
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
 from nemo_gym.processes import run_interruptible
-from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, expand_rnow_args
+from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, RNOW_MODEL_FIX, expand_rnow_args, is_sft, load_project, split_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
 from nemo_gym.train.prime_toml import offline_models_hint, resolve_model
 
@@ -354,6 +356,31 @@ def _summary(results: _Results) -> dict[str, Any]:
             "failures_by_class": classes}  # fmt: skip
 
 
+def _sft_arguments(options: TryOptions, rest: list[str]) -> tuple[str, list[tuple[str, Any]]] | None:
+    """(project dir, config.yml overrides) when the rnow project is SFT data, else None."""
+    project_dir, overrides, _, _ = split_rnow_args([f"+rnow_project={options.rnow_project}", *rest])
+    return (str(project_dir), overrides) if is_sft(str(project_dir), overrides) else None
+
+
+def _try_sft(options: TryOptions, rest: list[str], seed: int, stamp: str) -> int:
+    """ng_try on an SFT project: its entries as the trainer tokenizes them (nemo_gym.try_sft); no servers."""
+    from nemo_gym.try_sft import try_sft
+
+    project_dir, overrides = _sft_arguments(options, rest) or ("", [])
+    if options.head_server_url or options.config_paths:
+        raise ConfigError("ng_try: SFT entries need no servers: drop +head_server_url / +config_paths")
+    if options.model is not None:
+        try:
+            overrides = [*overrides, ("model.path", resolve_model(options.model, Path.cwd(), fix=RNOW_MODEL_FIX))]
+        except ConfigError as exc:
+            raise ConfigError(f"ng_try: +model={options.model}: SFT entries are shown with a model's tokenizer: {str(exc).removeprefix('key ' + repr('model') + ': ')}") from None
+    project = load_project(project_dir, overrides)
+    chosen = choose_entries(len(project.entries), options.entries, options.all_entries, seed)
+    output = Path(options.output or f"results/try/{project.output_name}-{stamp}.json")
+    train = f"ng_train +rnow_project={project.root}" + (f" +model={options.model}" if options.model else "") + ("" if is_sft(project.root) else " +algorithm=sft")
+    return try_sft(project, project.models[0], chosen, seed=seed, output=output, console=new_console(), train_command=train)
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -371,9 +398,11 @@ def try_main(argv: list[str]) -> int:
     if options.rnow_project and options.input_jsonl_fpath:
         raise ConfigError("ng_try: pass +rnow_project=DIR or +input_jsonl_fpath=FILE, not both")
     _check_attach(options, rest)
-    source = _rnow_source(options, rest) if options.rnow_project else _config_source(options, rest)
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if options.rnow_project and _sft_arguments(options, rest) is not None:
+        return _try_sft(options, rest, seed, stamp)
+    source = _rnow_source(options, rest) if options.rnow_project else _config_source(options, rest)
     output = Path(options.output or f"results/try/{source.name}-{stamp}.json")
     console, results = new_console(), _Results()
     interrupted = False

@@ -126,3 +126,55 @@ def test_two_projects_of_one_name_get_their_own_output_folders(tmp_path, monkeyp
     names = {_rnow_source(*split_arguments([f"+rnow_project={root}"])).name for root in (first, second)}
     assert len(names) == 2  # ng_try's default output file results/try/<name>-<time>.json
     assert expand_rnow_args([f"+rnow_project={first}"], mode="run")[0][0] == runs[0]  # the same folder keeps its outputs
+
+
+# -- SFT projects in ng_try -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_tokenizer_folder(tmp_path_factory) -> Path:
+    """A model folder with a small byte-level BPE tokenizer and SmolLM2's chat template (no weights: ng_try on SFT
+    entries reads only the tokenizer)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from test_train_supervised import SMOLLM2_TEMPLATE
+
+    path = tmp_path_factory.mktemp("tiny_tokenizer") / "model"
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    texts = [json.dumps(SFT_GOOD), "You are a helpful AI assistant named SmolLM, trained by Hugging Face", "<tool_call> </tool_call> tools"]
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token="<|im_start|>")
+    tokenizer.chat_template = SMOLLM2_TEMPLATE
+    tokenizer.save_pretrained(path)
+    (path / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 2048}))
+    return path
+
+
+def test_ng_try_shows_sft_entries_as_the_trainer_tokenizes_them(tmp_path, monkeypatch, capsys, tiny_tokenizer_folder):
+    """rnow's sft template (dataset_type: sft, no rewards.py): `rnow test` shows its entries; ng_try said "no
+    rewards.py". It shows each entry rendered by the chat template with its trained tokens and counts, starts no server."""
+    from nemo_gym.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "400")  # rich wraps at the terminal width (80 without one)
+    root = make_project(tmp_path / "sft", [SFT_GOOD, {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}])
+    (root / "rewards.py").unlink()
+    (root / "config.yml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config.yml").read_text()), "dataset_type": "sft"}))
+    [run] = expand_rnow_args([f"+rnow_project={root}", f"+model={tiny_tokenizer_folder}"], mode="train")  # ng_train: no rewards.py needed either
+    assert translated(run)["trainer"]["algorithm"] == "sft"
+    out = tmp_path / "try.json"
+    assert main("try", [f"+rnow_project={root}", f"+model={tiny_tokenizer_folder}", "+all=true", f"+output={out}"]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(out.read_text())
+    assert record["sft"] is True and record["failures"] == [] and [e["where"] for e in record["entries"]] == ["train.jsonl:1", "train.jsonl:2"]
+    first, second = record["entries"]
+    assert "<tool_call>" in first["text"] and "It is 2." in first["text"] and "$answer" not in first["text"]  # Hermes tool text, variables substituted
+    assert any("It is 2.<|im_end|>" in run for run in first["trained_text"]) and not any("What is 1 + 1?" in run for run in first["trained_text"])
+    assert second["trained_text"] == ["Hello!<|im_end|>"] and 0 < second["num_trained_tokens"] < second["num_tokens"]
+    assert f"{second['num_tokens']} tokens, {second['num_trained_tokens']} trained" in printed and "no rewards.py" not in printed
+    assert "entry 1 (train.jsonl:2) · SFT" in printed and f"ng_train +rnow_project={root} +model={tiny_tokenizer_folder}" in printed
+    assert main("try", [f"+rnow_project={root}", "+model=http://127.0.0.1:9/v1"]) == 2
+    assert "SFT entries are shown with a model's tokenizer" in capsys.readouterr().err
+    (root / "config.yml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config.yml").read_text()), "dataset_type": "rl"}))
+    assert main("try", [f"+rnow_project={root}", f"+model={tiny_tokenizer_folder}", "+algorithm=sft", "+entries=[1]", f"+output={out}"]) == 0  # +algorithm=sft
+    assert f"+model={tiny_tokenizer_folder} +algorithm=sft" in capsys.readouterr().out

@@ -47,17 +47,18 @@ def install_rnow_aliases() -> None:
     sys.modules["rnow.core"].tool = decorators.tool
 
 
-def load_functions(project_dir: str | Path) -> ProjectFunctions:
+def load_functions(project_dir: str | Path, *, require_rewards: bool = True) -> ProjectFunctions:
     """The rewards of `<project_dir>/rewards.py` and the tools of `<project_dir>/tools.py` (optional; rnow's
-    older name `env.py` is read too).
+    older name `env.py` is read too). `require_rewards=False` (SFT projects, which have no rewards): rewards.py is
+    optional too.
 
     Raises:
-        ConfigError: a missing rewards.py, a file that fails to import (with the error and a hint about
-            requirements.txt), or a name defined twice.
+        ConfigError: a missing rewards.py (when required), a file that fails to import (with the error and a hint
+            about requirements.txt), or a name defined twice.
     """
     project = Path(project_dir)
     functions = ProjectFunctions()
-    if not (project / "rewards.py").is_file():
+    if require_rewards and not (project / "rewards.py").is_file():
         raise ConfigError(f"{project}: no rewards.py (the @reward functions that train.jsonl's `rewards` name)")
     install_rnow_aliases()
     for filename in ("rewards.py", "tools.py", "env.py"):

@@ -60,7 +60,7 @@ from nemo_gym.rnow.tokens import PromptCounter
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.prime_toml import _check_keys, resolve_model
 
-__all__ = ["RnowConfig", "Project", "RNOW_FLAG", "load_project", "translate", "write_translation", "expand_rnow_args"]
+__all__ = ["RnowConfig", "Project", "RNOW_FLAG", "load_project", "is_sft", "split_rnow_args", "translate", "write_translation", "expand_rnow_args"]
 
 RNOW_FLAG = "rnow_project"
 VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
@@ -279,6 +279,19 @@ def _entry_problems(project: Project) -> list[str]:
     return problems
 
 
+def _sft_values(values: dict[str, Any]) -> bool:
+    return values.get("dataset_type") == "sft" or values.get("algorithm") == "sft"
+
+
+def is_sft(root: str | Path, overrides: list[tuple[str, Any]] | None = None) -> bool:
+    """Whether the project's entries are SFT data (`dataset_type: sft`, or `+algorithm=sft`), from config.yml alone.
+
+    Raises:
+        ConfigError: no config.yml, or one that is not a YAML mapping.
+    """
+    return _sft_values(_read_config(Path(root).expanduser().resolve(), overrides or []))
+
+
 def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = None) -> Project:
     """Read and check a project (config.yml with `overrides` applied, every entry, the functions).
 
@@ -291,7 +304,7 @@ def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = Non
     values = _read_config(root, overrides or [])
     config = parse_config(values)
     models = _resolve_models(config, root)
-    functions = load_functions(root)
+    functions = load_functions(root, require_rewards=config.dataset_type != "sft")
     train_path = root / config.data.train_file
     if not train_path.is_file():
         raise ConfigError(f"config.yml: key 'data.train_file': {train_path} does not exist")
@@ -418,7 +431,7 @@ def write_translation(translation: Translation, out_dir: Path, project: Project,
 
 
 # -- command line -------------------------------------------------------------------------------------------
-def _split(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]], list[str], list[str]]:
+def split_rnow_args(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]], list[str], list[str]]:
     """(project dir, rnow overrides, the user's config_paths, the other arguments)."""
     project, rnow, config_paths, rest = None, [], [], []
     for arg in argv:
@@ -452,7 +465,7 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
     Raises:
         ConfigError: any problem of the project (see `load_project`).
     """
-    project_dir, overrides, user_paths, rest = _split(argv)
+    project_dir, overrides, user_paths, rest = split_rnow_args(argv)
     if project_dir is None:
         return [argv]
     project = load_project(project_dir, overrides)
