@@ -1,4 +1,6 @@
-"""equivalence_rule: rule-based answer equivalence. Reward 1/0, plus the rule that matched.
+"""equivalence_rule: rule-based answer equivalence. Reward 1/0, plus the rule that matched; or, with
+`grading_rule` set to `exact`, `seq_match` or `weighted_seq_match`, NeMo Gym's server of the same name
+(`text_rules.py`: the whole reply compared with the reference as normalised text, reward in [0, 1]).
 
 The rules (in `rules.py`, next to this file: exact, numeric, fraction_decimal, percentage, units, boolean,
 normalized_text, unordered_list / ordered_list) are tried in order against each reference answer of the
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from enum import Enum
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,7 +25,9 @@ from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
 rules = import_sibling(__file__, "rules.py")
+text_rules = import_sibling(__file__, "text_rules.py")
 Rule, RuleOptions = rules.Rule, rules.RuleOptions
+GradingRule = Literal["rules", "exact", "seq_match", "weighted_seq_match"]
 
 
 class RuleOverrides(BaseModel):
@@ -74,11 +78,17 @@ def unit_registry() -> Any:
 
 
 class EquivalenceRuleServer(ResourcesServer):
-    """Single-turn answers judged equivalent to references by rules. Reward range: [0.0, 1.0], binary."""
+    """Single-turn answers judged equivalent to references by rules. Reward range: [0.0, 1.0]; binary by our
+    rules (`grading_rule: rules`), any value in it by NeMo Gym's `seq_match` and `weighted_seq_match`."""
 
     verify_request_type = EquivalenceRequest
 
     class Config(ServerConfig):
+        grading_rule: GradingRule = Field(
+            "rules",
+            description="rules: extract the final answer and compare it by our rules (reward 1/0); exact, seq_match, "
+            "weighted_seq_match: NeMo Gym's equivalence_rule, the whole reply as normalised text (reward in [0, 1])",
+        )
         equivalence: RuleOptions = Field(default_factory=RuleOptions, description="default rules and tolerances; a row's `equivalence` overrides them")  # type: ignore[valid-type]
         max_answer_chars: int = Field(2000, gt=0, description="longest extracted answer compared; longer scores 0 (too_long)")
 
@@ -86,10 +96,16 @@ class EquivalenceRuleServer(ResourcesServer):
         await asyncio.to_thread(unit_registry)  # off the event loop, before the first verify
 
     async def verify(self, request: EquivalenceRequest, session: Session) -> VerifyResult:
-        """1.0 when a rule finds the extracted answer equivalent to a reference, else 0.0 with a `failure_reason`."""
+        """By our rules: 1.0 when a rule finds the extracted answer equivalent to a reference, else 0.0 with a
+        `failure_reason`. By one of NeMo Gym's: its score of the whole reply, in [0, 1]."""
+        references = [request.expected_answer] if isinstance(request.expected_answer, str) else request.expected_answer
+        if self.config.grading_rule != "rules":
+            reply, text_rule = text_rules.output_text(request.response), self.config.grading_rule
+            # Off the event loop: difflib takes about a second on a megabyte of reply.
+            score = await asyncio.to_thread(lambda: max(text_rules.grade(reply, reference, text_rule) for reference in references))
+            return VerifyResult(reward=score, equivalence_score=score, grading_rule=text_rule)
         given = request.equivalence.model_dump(exclude_none=True) if request.equivalence else {}
         options = self.config.equivalence.model_copy(update=given)
-        references = [request.expected_answer] if isinstance(request.expected_answer, str) else request.expected_answer
         answer = extract_answer(last_assistant_text(request.response))
         fields: dict[str, Any] = {"extracted_answer": answer, "matched_rule": None, "matched_reference": None}
         if answer is None:
