@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 import orjson
+import yaml
 
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.errors import ServerBadAnswerError, ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, is_transient
@@ -117,7 +118,7 @@ class ServerClient:
             for name, urls in (addresses or {}).items()
         }
         self._refreshing = asyncio.Lock()
-        self._headers = {TOKEN_HEADER: token} if token else {}
+        self._token_headers = {TOKEN_HEADER: token} if token else {}  # per request: not every server gets it (`_take_addresses`)
         self._max_connections = max_connections
         self._middlewares = tuple(middlewares)
         self._retry_if = retry_if
@@ -125,6 +126,7 @@ class ServerClient:
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.retries_used = 0
+        self._head_is_nemo_gym = False  # the head server answered /servers with 404: NeMo Gym's (see list_servers)
 
     def _session(self) -> aiohttp.ClientSession:
         """The aiohttp session, made on first use: it belongs to the event loop that runs the calls (a client is
@@ -136,7 +138,6 @@ class ServerClient:
             self._http = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),  # the total deadline: `_attempt`
-                headers=self._headers,
                 cookie_jar=aiohttp.DummyCookieJar(),  # never share cookies between rollouts: a call's jar is its own
                 trust_env=self._trust_env,
                 middlewares=self._middlewares,
@@ -174,8 +175,18 @@ class ServerClient:
 
     async def list_servers(self) -> list[dict[str, Any]]:
         """The head server's `GET /servers` answer: one `{name, replica, server_type, implementation, url, pid,
-        ...}` per replica."""
-        return await self.request_json("GET", f"{self.head_url}/servers", server="head")
+        ...}` per replica. The head server of NVIDIA NeMo Gym's ng_run, which has no `/servers` (404), is read
+        through its `GET /global_config_dict_yaml` instead (each instance's host and port; its servers get no run
+        token)."""
+        if not self._head_is_nemo_gym:
+            try:
+                return await self.request_json("GET", f"{self.head_url}/servers", server="head")
+            except ServerHTTPError as exc:
+                if exc.status_code != 404:
+                    raise
+            self._head_is_nemo_gym = True
+        answer = await self.request_json("GET", f"{self.head_url}/global_config_dict_yaml", server="head")
+        return nemo_gym_head_servers(answer, self.head_url or "")
 
     async def _pool(self, name: str) -> ReplicaPool:
         pool = self._pools.get(name)
@@ -193,14 +204,18 @@ class ServerClient:
     def _take_addresses(self, servers: list[dict[str, Any]]) -> None:
         """Create or update the pools of the names in a `GET /servers` answer (fixed ones stay as given)."""
         by_name: dict[str, dict[int, str]] = {}
+        token_for: dict[str, bool] = {}
         for entry in servers:
             by_name.setdefault(entry["name"], {})[int(entry.get("replica", 0))] = entry["url"]
+            token_for[entry["name"]] = bool(entry.get("send_run_token", True))
         for name, urls in by_name.items():
             pool = self._pools.get(name)
             if pool is None:
-                self._pools[name] = ReplicaPool(name, urls, cooldown_s=self.replica_cooldown_s)
+                pool = self._pools[name] = ReplicaPool(name, urls, cooldown_s=self.replica_cooldown_s)
             elif not pool.fixed:
                 pool.update(urls)
+            if not pool.fixed:
+                pool.send_run_token = token_for[name]
 
     async def _refresh(self, pool: ReplicaPool) -> None:
         """Read the addresses of `pool` again from the head server (once for concurrent callers); ends the
@@ -213,10 +228,9 @@ class ServerClient:
                 pool.update({})
                 return
             try:
-                async with asyncio.timeout(self.timeouts.connect_s), self._session().get(f"{self.head_url}/servers") as answer:
-                    answer.raise_for_status()
-                    servers = orjson.loads(await answer.read())
-            except (aiohttp.ClientError, TimeoutError, ValueError):
+                async with asyncio.timeout(self.timeouts.connect_s):
+                    servers = await self.list_servers()
+            except (ServerError, aiohttp.ClientError, TimeoutError, ValueError):
                 pool.update({})
                 return
             self._take_addresses(servers)
@@ -304,7 +318,10 @@ class ServerClient:
         without `key` to another one at once (not counted against `max_retries`); other transient failures wait
         (backoff or `Retry-After`) and count."""
         content = orjson.dumps(json, option=orjson.OPT_SERIALIZE_NUMPY) if json is not None else None
-        all_headers = {"content-type": "application/json", **(headers or {})} if content is not None else dict(headers or {})
+        all_headers = {**self._token_headers} if pool.send_run_token else {}
+        if content is not None:
+            all_headers["content-type"] = "application/json"
+        all_headers.update(headers or {})
         if cookies:
             all_headers["cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
         deadline_s = self.timeouts.connect_s + (timeout_s or self.timeouts.read_s)
@@ -365,6 +382,36 @@ class ServerClient:
         text = body.decode("utf-8", "replace")
         error = ServerHTTPError(f"{method} {url} answered {answer.status}: {text[:2000]}", status_code=answer.status, body=text, server=server, path=path)
         return error, retry_after_s(answer.headers) if answer.status == 429 else None
+
+
+def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
+    """`GET /servers`-shaped entries from the `/global_config_dict_yaml` answer of NVIDIA NeMo Gym's head server (a
+    JSON string holding the run's config as YAML): one per server instance (`{server_type: {implementation: {host,
+    port, ...}}}`), replica 0, no run token.
+
+    Raises:
+        ServerBadAnswerError: the answer is not such a YAML mapping.
+    """
+    try:
+        config = yaml.safe_load(answer) if isinstance(answer, str) else answer
+    except yaml.YAMLError as exc:
+        raise ServerBadAnswerError(f"GET {head_url}/global_config_dict_yaml: not YAML ({exc})", server="head") from None
+    if not isinstance(config, dict):
+        raise ServerBadAnswerError(f"GET {head_url}/global_config_dict_yaml: expected a YAML mapping of server instances, got {type(config).__name__}", server="head")
+    entries = []
+    for name, value in config.items():
+        if not (isinstance(value, dict) and len(value) == 1):
+            continue
+        server_type, inner = next(iter(value.items()))
+        if not (isinstance(inner, dict) and len(inner) == 1):
+            continue
+        implementation, fields = next(iter(inner.items()))
+        if isinstance(fields, dict) and fields.get("host") and fields.get("port"):
+            host = str(fields["host"])
+            url = f"http://[{host}]:{fields['port']}" if ":" in host else f"http://{host}:{fields['port']}"
+            entries.append({"name": str(name), "replica": 0, "server_type": str(server_type), "implementation": str(implementation),
+                            "url": url, "send_run_token": False, "framework": "nemo_gym"})  # fmt: skip
+    return entries
 
 
 @dataclass(frozen=True)

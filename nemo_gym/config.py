@@ -38,6 +38,7 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 IMPLEMENTATION_DIR_KEY = "implementation_dir"  # a server's own folder outside this repository (see ServerInstance)
+FRAMEWORKS = ("nemo_gym",)  # `framework:` values: a folder written against NVIDIA NeMo Gym's base classes
 SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
 MASK = "****"
 
@@ -90,12 +91,73 @@ class ServerInstance:
             raise ConfigError(str(exc)) from None
 
     @property
+    def key(self) -> str:
+        """`<name>.<server_type>.<implementation>`: the YAML key of the instance's fields, for messages."""
+        return f"{self.name}.{self.server_type}.{self.implementation}"
+
+    @property
+    def external_urls(self) -> list[str] | None:
+        """The base URLs of an external server (field `url`: one URL, or a list, one per replica): a server
+        running elsewhere, which `ng_run` checks and registers but never starts. None for a server ng_run starts.
+
+        Raises:
+            ConfigError: not an http(s) URL (or a non-empty list of them), naming the YAML key.
+        """
+        value = self.fields.get("url")
+        if value is None:
+            return None
+        urls = [value] if isinstance(value, str) else value
+        where = f"{self.source}: key '{self.key}.url'"
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+            raise ConfigError(f"{where}: must be a URL or a non-empty list of URLs (one per replica), got {value!r}")
+        for url in urls:
+            if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+                raise ConfigError(f"{where}: {url!r} is not an http(s) URL; write e.g. url: http://127.0.0.1:8000")
+        return [u.rstrip("/") for u in urls]
+
+    @property
+    def health_path(self) -> str | None:
+        """Field `health_path`: the route that tells an external server is up (None: `/health`, or NeMo Gym's
+        liveness route `/` when `/health` answers 404)."""
+        value = self.fields.get("health_path")
+        return None if value is None else "/" + str(value).lstrip("/")
+
+    @property
+    def send_run_token(self) -> bool:
+        """Field `send_run_token` (default false): whether calls to this external server carry the run's token."""
+        return bool(self.fields.get("send_run_token", False))
+
+    @property
+    def framework(self) -> str | None:
+        """`'nemo_gym'` for a server folder written for NVIDIA NeMo Gym (field `framework`, else detected from its
+        entrypoint's imports; `nemo_gym.nemo_gym_servers`), None for one of ours or an external server.
+
+        Raises:
+            ConfigError: an unknown `framework` value.
+        """
+        if self.external_urls is not None:
+            return None
+        value = self.fields.get("framework")
+        if value is None:
+            from nemo_gym.nemo_gym_servers import detect_framework
+
+            return detect_framework(self.implementation_dir, self.entrypoint) if self.implementation_dir.is_dir() else None
+        if value not in FRAMEWORKS:
+            raise ConfigError(f"{self.source}: key '{self.key}.framework': unknown framework {value!r}{did_you_mean(str(value), FRAMEWORKS)}; "
+                              f"use one of {', '.join(FRAMEWORKS)} (nemo_gym: a folder written for NVIDIA NeMo Gym)")  # fmt: skip
+        return value
+
+    @property
     def num_replicas(self) -> int:
-        """How many processes `ng_run` starts for this instance (field `num_replicas`, default 1).
+        """How many processes `ng_run` starts for this instance (field `num_replicas`, default 1); for an external
+        server, the number of its URLs.
 
         Raises:
             ConfigError: not an integer >= 1, or several replicas with one fixed `port`.
         """
+        urls = self.external_urls
+        if urls is not None:
+            return len(urls)
         value = self.fields.get("num_replicas", 1)
         where = f"{self.source}: key '{self.name}.{self.server_type}.{self.implementation}.num_replicas'"
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -177,6 +239,7 @@ def _load_config_paths(paths: Any, cited_from: str, base_dir: Path, seen: tuple[
             raise ConfigError(f"{cited_from}: config_paths cycle: {' -> '.join(map(str, seen + (path,)))}")
         cfg = _read_yaml(path, cited_from)
         _anchor_implementation_dirs(cfg, path.parent)
+        _anchor_sibling_server_folders(cfg, path)
         nested = cfg.pop("config_paths", None)
         if nested:
             merged = OmegaConf.merge(merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins))
@@ -200,6 +263,27 @@ def _anchor_implementation_dirs(cfg: DictConfig, base_dir: Path) -> None:
         raw = fields.get(IMPLEMENTATION_DIR_KEY) if isinstance(fields, dict) else None
         if isinstance(raw, str) and "${" not in raw and not Path(raw).expanduser().is_absolute():
             cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str((base_dir / Path(raw).expanduser()).resolve())
+
+
+def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
+    """A YAML file inside a server folder of another tree (`<root>/<server_type>/<name>/configs/<file>.yaml`, e.g. a
+    NeMo Gym checkout or the folders of NeMo Gym's wheel) names that tree's servers: each instance of it whose
+    folder `<root>/<server_type>/<implementation>` exists runs from there (its `implementation_dir`, unless set),
+    as NeMo Gym resolves a server folder next to its config. YAML files of this repository are left as they are."""
+    parts = yaml_path.resolve().parts
+    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in SERVER_TYPES:
+        return
+    root = Path(*parts[:-4])
+    if root == REPO_ROOT:
+        return
+    for name, value in OmegaConf.to_container(cfg, resolve=False).items():
+        if not _looks_like_server(value):
+            continue
+        server_type, inner = next(iter(value.items()))
+        implementation, fields = next(iter(inner.items()))
+        folder = root / str(server_type) / str(implementation)
+        if IMPLEMENTATION_DIR_KEY not in fields and "url" not in fields and folder.is_dir():
+            cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str(folder)
 
 
 def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | None = None, resolve: bool = True) -> LoadedConfig:
@@ -268,7 +352,7 @@ def _looks_like_server(value: Any) -> bool:
     if not (isinstance(inner, dict) and len(inner) == 1):
         return False
     impl = next(iter(inner.values()))
-    return isinstance(impl, dict) and "entrypoint" in impl
+    return isinstance(impl, dict) and ("entrypoint" in impl or "url" in impl)
 
 
 def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[ServerInstance]:
@@ -290,8 +374,9 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
         instance = ServerInstance(name, server_type, str(implementation), dict(fields), loaded.origin(name))
         if instance.fields.get(IMPLEMENTATION_DIR_KEY):  # absolute from here on (a command-line value: from the working directory)
             instance.fields[IMPLEMENTATION_DIR_KEY] = str(instance.implementation_dir)
-        if check_dirs:
+        if instance.external_urls is None and check_dirs:  # validates `url` too: a bad one is an error before anything starts
             _check_implementation_dir(instance)
+            instance.framework  # noqa: B018 (validates the field)
         instance.num_replicas  # noqa: B018 (validates the field: a bad value is a config error before anything starts)
         instances.append(instance)
     names = {i.name: i for i in instances}

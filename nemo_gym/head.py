@@ -1,9 +1,16 @@
 """The head server: discovery of a run's servers by instance name. It never serves config values or secrets.
 
-Routes: `GET /health`, `GET /servers` (one `{name, replica, server_type, implementation, url, pid, registered_at}`
-per replica), `GET /servers/{name}` (the instance's lowest-numbered replica, plus `replicas: [{replica, url}]`),
-`POST /register` (used by servers at start-up; registering the same (name, replica) again replaces its address:
-a restarted replica).
+Routes: `GET /health`, `GET /servers` (one `{name, replica, server_type, implementation, url, pid, registered_at,
+external, framework, send_run_token}` per replica), `GET /servers/{name}` (the instance's lowest-numbered replica,
+plus `replicas: [{replica, url}]`), `POST /register` (used by servers at start-up; registering the same (name,
+replica) again replaces its address: a restarted replica). ng_run itself registers the servers it does not start
+(external ones, `url:` in the config) and the NeMo Gym servers it starts.
+
+For NVIDIA NeMo Gym's clients (its `ng_collect_rollouts`, `ServerClient.load_from_global_config`), which discover
+servers differently: `GET /global_config_dict_yaml` (a JSON string holding YAML: `head_server: {host, port}` and
+`<name>: {<server_type>: {<implementation>: {host, port}}}` per instance, replica 0) and `GET /server_instances`
+(one `{process_name, server_type, name, host, port, url}` per instance). Both hold addresses only: never another
+config value, never a secret.
 Each `ng_run` writes `<NEMO_GYM_HOME>/runs/<run_id>/state.json`; outside clients find the head server with
 `discover_head_url`, and the run's token (every route but `/health` needs it, see `nemo_gym.auth`) with
 `run_token_for_url`.
@@ -19,16 +26,17 @@ from typing import Any
 
 import httpx
 import psutil
+import yaml
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from nemo_gym.auth import TOKEN_HEADER, RunTokenAuth, current_run_token, read_token_file
+from nemo_gym.auth import TOKEN_HEADER, PeerPolicy, RunTokenAuth, current_run_token, read_token_file
 from nemo_gym.errors import ConfigError
 from nemo_gym.api_schema import add_components, json_body, model_schema
 from nemo_gym.limits import RequestLimits, read_json_object
 
-__all__ = ["nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration", "ServerRegistry"]
+__all__ = ["nemo_gym_discovery", "nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration", "ServerRegistry"]
 
 DEFAULT_HEAD_PORT = 11000
 
@@ -109,6 +117,21 @@ def run_token_headers(url: str | None) -> dict[str, str]:
     return {TOKEN_HEADER: token} if token else {}
 
 
+def _host_port(url: str) -> dict[str, Any]:
+    parsed = httpx.URL(url)
+    return {"host": parsed.host, "port": parsed.port or (443 if parsed.scheme == "https" else 80)}
+
+
+def nemo_gym_discovery(servers: "ServerRegistry", head_host: str, head_port: int) -> dict[str, Any]:
+    """The config dict NeMo Gym's clients read from a head server (`/global_config_dict_yaml`), holding addresses
+    only: `head_server: {host, port}` and, per instance, `{server_type: {implementation: {host, port}}}` of its
+    lowest-numbered replica."""
+    config: dict[str, Any] = {"head_server": {"host": head_host, "port": head_port}}
+    for name, entry in servers.items():
+        config[name] = {entry["server_type"]: {entry["implementation"]: _host_port(entry["url"])}}
+    return config
+
+
 class Registration(BaseModel):
     name: str
     server_type: str
@@ -116,6 +139,9 @@ class Registration(BaseModel):
     url: str
     pid: int
     replica: int = Field(0, ge=0, description="replica index of the instance (0-based; `num_replicas` processes share the name)")
+    external: bool = Field(False, description="a server ng_run did not start (`url:` in the config)")
+    framework: str | None = Field(None, description="`nemo_gym`: a server written for NVIDIA NeMo Gym, run with a NeMo Gym release")
+    send_run_token: bool = Field(True, description="whether clients send the run's token to it (not to external and NeMo Gym servers, unless configured)")
 
 
 class ServerRegistry(dict):
@@ -145,15 +171,16 @@ class ServerRegistry(dict):
         return [{**entry, "replica": index} for index, entry in sorted(self.replicas.get(name, {}).items())]
 
 
-def build_head_app(run_token: str | None = None) -> FastAPI:
+def build_head_app(run_token: str | None = None, peers: PeerPolicy | None = None) -> FastAPI:
     """The head server app; `app.state.servers` (a `ServerRegistry`) maps instance name → registration dict
     of its lowest-numbered replica, and keeps every replica.
 
-    With `run_token`, every route but `/health` answers 401 without it (see `nemo_gym.auth`).
+    With `run_token`, every route but `/health` answers 401 without it, unless `peers` allows the caller (see
+    `nemo_gym.auth`).
     """
     app = FastAPI(title="nemo_gym head server")
     app.add_middleware(RequestLimits)  # registrations are tiny: the default cap is generous
-    app.add_middleware(RunTokenAuth, token=run_token)  # outermost: nothing runs for a caller without the token
+    app.add_middleware(RunTokenAuth, token=run_token, peers=peers)  # outermost: nothing runs for a caller without the token
     app.state.servers = ServerRegistry()
 
     @app.get("/health")
@@ -179,6 +206,17 @@ def build_head_app(run_token: str | None = None) -> FastAPI:
     @app.get("/servers")
     async def servers() -> list[dict]:
         return [entry for name in app.state.servers for entry in app.state.servers.entries(name)]
+
+    @app.get("/global_config_dict_yaml")
+    async def global_config_dict_yaml(request: Request) -> str:
+        """NeMo Gym's discovery answer (a JSON string holding YAML): the head server and each instance's address."""
+        return yaml.safe_dump(nemo_gym_discovery(app.state.servers, request.url.hostname or "127.0.0.1", request.url.port or 80), sort_keys=False)
+
+    @app.get("/server_instances")
+    async def server_instances() -> list[dict]:
+        """NeMo Gym's list of server instances: addresses only."""
+        return [{"process_name": name, "server_type": entry["server_type"], "name": entry["implementation"], **_host_port(entry["url"]), "url": entry["url"]}
+                for name, entry in app.state.servers.items()]  # fmt: skip
 
     @app.get("/servers/{name}", responses={404: {"description": "no server of that name is registered"}})
     async def server(name: str) -> dict:

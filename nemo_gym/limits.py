@@ -58,6 +58,15 @@ class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
 
     _head_open = True
     _head_bytes = 0
+    _connection: dict[str, Any] | None = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # one dict per TCP connection, in every request's scope: where per-connection decisions are kept (the run
+        # token check's caller lookup, nemo_gym.auth.PeerPolicy)
+        if self._connection is None:
+            self._connection = {}
+        self.scope["nemo_gym.connection"] = self._connection  # type: ignore[typeddict-unknown-key]
 
     def data_received(self, data: bytes) -> None:
         if self._head_open:

@@ -67,6 +67,7 @@ class ReplicaPool:
         self.name = name
         self.cooldown_s = cooldown_s
         self.fixed = fixed
+        self.send_run_token = True  # False for a server outside the run's token (external, NeMo Gym's): ServerClient
         self.replicas: dict[int, Replica] = {i: Replica(i, url) for i, url in sorted(urls.items())}
         self.generation = 0  # bumped by each `update`, so concurrent callers re-read the head server once
         self._turn = 0

@@ -11,9 +11,21 @@ name with its index, and clients spread calls over them (`nemo_gym.client`). The
 is healthy; a replica that exits stops the run like any server. SIGINT/SIGTERM stop every process group (SIGTERM, then
 SIGKILL after `stop_grace_s`), so no process is left behind.
 
+Servers ng_run does not start its own way:
+- External servers (`url:` instead of code: one URL, or a list of replica URLs) are checked (their `health_path`;
+  by default `/health`, or `/` for a NeMo Gym server, which has no `/health`) and registered with the head server,
+  so every client reaches them by instance name; nothing is started or stopped for them, and the run token is
+  not sent to them unless `send_run_token: true`. One that does not answer stops the start, named.
+- NeMo Gym server folders (written against NVIDIA NeMo Gym's base classes) run unmodified with a NeMo Gym release
+  in their own environment (`nemo_gym.nemo_gym_servers`): started once this run's own servers answer (they need
+  every address in their config), with a Ray head of their own, and registered by ng_run. Their processes may call
+  this run's servers without the token (`allowed_peers.json`, `nemo_gym.auth.PeerPolicy`).
+
 Exposure: every server binds 127.0.0.1 unless configured otherwise, and the servers of a run accept calls
 only with the run's random token (`nemo_gym.auth`): it goes to each server in its environment, and to the
-user's tools in `<run dir>/token` (mode 0600, removed at stop). `+allow_unauthenticated=true` turns it off.
+user's tools in `<run dir>/token` (mode 0600, removed at stop). `+allow_unauthenticated=true` turns it off;
+`+allow_same_user=true` accepts calls of this user's processes over loopback without it (for NeMo Gym's own
+tools, which cannot send it).
 """
 
 from __future__ import annotations
@@ -35,15 +47,16 @@ import psutil
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.auth import RUN_TOKEN_ENV, TOKEN_FILE_NAME, new_run_token, write_token_file
+from nemo_gym.auth import RUN_TOKEN_ENV, SAME_USER_ENV, TOKEN_FILE_NAME, TOKEN_HEADER, PeerPolicy, new_run_token, write_allowed_peers, write_token_file
 from nemo_gym.client import HEAD_URL_ENV
-from nemo_gym.config import LoadedConfig, ServerInstance, server_instances
+from nemo_gym.config import REPO_ROOT, LoadedConfig, ServerInstance, server_instances
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
+from nemo_gym.nemo_gym_servers import DEFAULT_VERSION, FRAMEWORK, LIVENESS_PATH, RayHead, config_dict_yaml, ensure_release_venv, release_requirements, release_version
 from nemo_gym.limits import UVICORN_LIMITS
 from nemo_gym.processes import die_with_parent
 from nemo_gym.serve import REPLICA_ENV, bind_socket
-from nemo_gym.venvs import ensure_venv
+from nemo_gym.venvs import VenvBuildError, ensure_venv
 
 __all__ = ["RunOptions", "HeadServerOptions", "NgRunProcess", "run_main", "tail"]
 
@@ -65,6 +78,9 @@ class RunOptions(BaseModel):
     stop_grace_s: float = Field(10.0, description="seconds between SIGTERM and SIGKILL when stopping")
     log_lines: int = Field(30, description="how many last log lines to show for a server that died")
     allow_unauthenticated: bool = Field(False, description="serve without the per-run token: any local process (of any user) may then call the servers")
+    allow_same_user: bool = Field(False, description="also accept calls without the run token from this user's processes over loopback (NeMo Gym's own ng_collect_rollouts cannot send it); browsers and other users still need it")
+    nemo_gym_version: str = Field(DEFAULT_VERSION, description="NVIDIA NeMo Gym release that runs NeMo Gym server folders (an instance's own `nemo_gym_version` wins)")
+    external_wait_s: float = Field(30.0, gt=0, description="seconds an external server (`url:`) may take to answer its health check before ng_run stops")
     ray_address: str | None = Field(None, description="place the servers on this Ray cluster (`auto`, `host:port`) instead of this machine; see nemo_gym.ray_placement")
 
 
@@ -78,6 +94,9 @@ class ServerProcess:
     healthy: bool = False
     ray_replica: Any = None  # with +ray_address: its actor (nemo_gym.ray_placement)
     started_at: float = field(default_factory=time.time)
+    kind: str = "own"  # "own": our server process; "external": a `url:` server; "nemo_gym": a NeMo Gym folder run with a release
+    health_path: str = "/health"
+    release: str | None = None  # the NeMo Gym release of a "nemo_gym" server
 
     @property
     def label(self) -> str:
@@ -115,9 +134,19 @@ def _died_message(server: ServerProcess, lines: int, what: str) -> str:
 class Run:
     def __init__(self, loaded: LoadedConfig, options: RunOptions):
         self.options = options
+        self.values = loaded.values
         self.instances = server_instances(loaded)
         if not self.instances:
             raise ConfigError("no server instances in the config: pass +config_paths=[<server yaml>,...] (see configs/quickstart.yaml)")
+        self.external = [i for i in self.instances if i.external_urls is not None]
+        self.nemo_gym = [i for i in self.instances if i not in self.external and i.framework == FRAMEWORK]
+        self.own = [i for i in self.instances if i not in self.external and i not in self.nemo_gym]
+        self.releases = {i.name: release_version(i, options.nemo_gym_version) for i in self.nemo_gym}
+        if self.nemo_gym and options.ray_address:
+            names = ", ".join(i.name for i in self.nemo_gym)
+            raise ConfigError(f"NeMo Gym server folders ({names}) run on this machine only; +ray_address places our own servers. Run them without +ray_address, "
+                              "or start them with NeMo Gym's ng_run and name them here by url:")  # fmt: skip
+        self.ray_head: RayHead | None = None
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.run_dir = runs_dir() / self.run_id
         self.servers: list[ServerProcess] = []
@@ -139,7 +168,7 @@ class Run:
             sock = bind_socket(options.host, 0, "head_server")
         host, port = sock.getsockname()[:2]
         self.head_url = f"http://{host}:{port}"
-        self.head_app = build_head_app(run_token=self.run_token)
+        self.head_app = build_head_app(run_token=self.run_token, peers=PeerPolicy(self.run_dir, same_user=self.options.allow_same_user))
         self.head = uvicorn.Server(uvicorn.Config(self.head_app, log_level="warning", access_log=False, **UVICORN_LIMITS))
         self.head.install_signal_handlers = lambda: None  # signals are ours
         self.head_task = asyncio.create_task(self.head.serve(sockets=[sock]))
@@ -156,22 +185,44 @@ class Run:
             write_token_file(self.run_dir, self.run_token)
 
     async def build_venvs(self) -> dict[str, Path]:
-        if self.options.skip_venv:
-            return {i.name: Path(sys.executable) for i in self.instances}
-        by_requirements: dict[str, list[ServerInstance]] = {}
-        for instance in self.instances:
+        """The Python of every server ng_run starts: one environment per distinct requirements set (ours), or per
+        (NeMo Gym release, requirements) pair; built in parallel, reused across runs.
+
+        Raises:
+            ServerStartError: an environment does not build; the message names its servers and has the installer's error.
+        """
+        groups: dict[tuple[str, ...], list[ServerInstance]] = {}
+        for instance in self.own if not self.options.skip_venv else []:
             requirements = instance.implementation_dir / "requirements.txt"
-            text = requirements.read_text() if requirements.is_file() else ""
-            by_requirements.setdefault(text, []).append(instance)
+            groups.setdefault(("own", requirements.read_text() if requirements.is_file() else ""), []).append(instance)
+        for instance in self.nemo_gym:
+            groups.setdefault(("nemo_gym", self.releases[instance.name], *release_requirements(instance.implementation_dir)), []).append(instance)
         log = self.run_dir / "logs" / "venvs.log"
-        groups = list(by_requirements.values())
-        print(f"Preparing {len(groups)} environment(s) for {len(self.instances)} server(s) (built once, then reused)...", flush=True)
-        pythons = await asyncio.gather(*(ensure_venv(g[0].implementation_dir / "requirements.txt", log_file=log) for g in groups))
-        return {i.name: python for group, python in zip(groups, pythons) for i in group}
+        if groups:
+            releases = sorted(set(self.releases.values()))
+            extra = f"; NeMo Gym {', '.join(releases)} for {len(self.nemo_gym)} NeMo Gym server(s)" if releases else ""
+            print(f"Preparing {len(groups)} environment(s) for {len(self.own) + len(self.nemo_gym)} server(s) (built once, then reused{extra})...", flush=True)
+
+        async def build(key: tuple[str, ...], members: list[ServerInstance]) -> Path:
+            try:
+                if key[0] == "own":
+                    return await ensure_venv(members[0].implementation_dir / "requirements.txt", log_file=log)
+                return await ensure_release_venv(key[1], list(key[2:]), log_file=log)
+            except VenvBuildError as exc:
+                names = ", ".join(f"{m.name!r} ({m.implementation_dir})" for m in members)
+                raise ServerStartError(f"the environment of server {names} could not be built (log: {log}):\n{exc}") from None
+
+        pythons = await asyncio.gather(*(build(key, members) for key, members in groups.items()))
+        chosen = {i.name: python for members, python in zip(groups.values(), pythons) for i in members}
+        if self.options.skip_venv:
+            chosen.update({i.name: Path(sys.executable) for i in self.own})
+        return chosen
 
     async def spawn(self, pythons: dict[str, Path]) -> None:
-        base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV}}
-        for instance in self.instances:
+        base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV, SAME_USER_ENV}}
+        if self.options.allow_same_user:
+            base_env[SAME_USER_ENV] = "1"
+        for instance in self.own:
             for replica in range(instance.num_replicas):
                 server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica)
                 env = {**base_env, "NEMO_GYM_RUN_DIR": str(self.run_dir), "NEMO_GYM_INSTANCE": instance.name, REPLICA_ENV: str(replica),
@@ -187,13 +238,100 @@ class Run:
                     )
                 self.servers.append(server)
 
+    async def add_external(self) -> None:
+        """Register every external server (`url:`) with the head server and check that it answers.
+
+        Raises:
+            ServerStartError: one did not answer its health check within `external_wait_s`, named with what it answered.
+        """
+        for instance in self.external:
+            for replica, url in enumerate(instance.external_urls or []):
+                server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica, kind="external", url=url)
+                self.servers.append(server)
+                self.head_app.state.servers[instance.name] = {
+                    "name": instance.name, "server_type": instance.server_type, "implementation": instance.implementation, "url": url, "pid": 0,
+                    "replica": replica, "registered_at": time.time(), "external": True, "framework": None, "send_run_token": instance.send_run_token}  # fmt: skip
+        if self.external:
+            await asyncio.gather(*(self._check_external(s) for s in self.servers if s.kind == "external"))
+
+    async def _check_external(self, server: ServerProcess) -> None:
+        headers = {TOKEN_HEADER: self.run_token} if self.run_token and server.instance.send_run_token else {}
+        paths = [server.instance.health_path] if server.instance.health_path else ["/health", LIVENESS_PATH]
+        deadline, last = time.monotonic() + self.options.external_wait_s, "no answer"
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False, headers=headers) as http:
+            while time.monotonic() < deadline:
+                for path in paths:
+                    try:
+                        answer = await http.get(f"{server.url}{path}")
+                    except httpx.HTTPError as exc:
+                        last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                        break  # not reachable: wait and try again
+                    last = f"GET {path} answered {answer.status_code}"
+                    if answer.status_code == 200:
+                        server.healthy, server.health_path = True, path
+                        return
+                    if answer.status_code != 404:
+                        break
+                await asyncio.sleep(0.5)
+        tried = " or ".join(paths)
+        raise ServerStartError(f"external server {server.label} at {server.url} did not answer {tried} with 200 within {self.options.external_wait_s:.0f} s "
+                               f"(last: {last}). Start it first, fix its `url` (key '{server.instance.key}.url'), or set its `health_path`.")  # fmt: skip
+
+    async def start_nemo_gym_servers(self, pythons: dict[str, Path]) -> None:
+        """Start the NeMo Gym server folders (once the run's own servers have their addresses): the Ray head they
+        connect to, then each replica with its config dict; ng_run registers them and lets them call this run's
+        servers without the token."""
+        python = pythons[self.nemo_gym[0].name]
+        self.ray_head = RayHead(python.parent / "ray", self.run_dir)
+        print(f"Starting a Ray head for {len(self.nemo_gym)} NeMo Gym server(s) (log: {self.ray_head.log_path})...", flush=True)
+        ray_address = await self.ray_head.start()
+        ports = {(i.name, r): int(i.fields.get("port") or 0) or _free_port() for i in self.nemo_gym for r in range(i.num_replicas)}
+        host = {i.name: str(i.fields.get("host") or "127.0.0.1") for i in self.nemo_gym}
+        sections = self._nemo_gym_sections(ports, host)
+        head_host, head_port = self.head_url.removeprefix("http://").rsplit(":", 1)
+        base_env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", RUN_TOKEN_ENV, SAME_USER_ENV, "RAY_ADDRESS"}}
+        for instance in self.nemo_gym:
+            for replica in range(instance.num_replicas):
+                port = ports[(instance.name, replica)]
+                own = dict(sections)
+                own[instance.name] = (sections[instance.name][0], sections[instance.name][1], {**sections[instance.name][2], "port": port})
+                env = {**base_env, **self.ray_head.env, "PYTHONUNBUFFERED": "1", "NEMO_GYM_CONFIG_PATH": instance.name,
+                       "NEMO_GYM_CONFIG_DICT": config_dict_yaml(self.values, own, head=(head_host, int(head_port)), ray_address=ray_address)}  # fmt: skip
+                url = f"http://{host[instance.name]}:{port}"
+                server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica, kind="nemo_gym", url=url,
+                                       health_path=LIVENESS_PATH, release=self.releases[instance.name])  # fmt: skip
+                with server.log_path.open("ab") as log:
+                    server.process = await asyncio.create_subprocess_exec(
+                        str(pythons[instance.name]), instance.entrypoint, cwd=instance.implementation_dir, env=env, stdout=log, stderr=log,
+                        stdin=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+                self.servers.append(server)
+                self.head_app.state.servers[instance.name] = {
+                    "name": instance.name, "server_type": instance.server_type, "implementation": instance.implementation, "url": url,
+                    "pid": server.process.pid, "replica": replica, "registered_at": time.time(), "external": False, "framework": FRAMEWORK,
+                    "send_run_token": False}  # fmt: skip
+        write_allowed_peers(self.run_dir, [s.process.pid for s in self.servers if s.kind == "nemo_gym" and s.process])
+
+    def _nemo_gym_sections(self, ports: dict[tuple[str, int], int], host: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+        """Each instance's section of a NeMo Gym server's config dict: its fields with the host and port of its
+        replica 0 (ours and external ones as registered, NeMo Gym ones as chosen here)."""
+        sections = {}
+        for instance in self.instances:
+            if instance in self.nemo_gym:
+                where = {"host": host[instance.name], "port": ports[(instance.name, 0)]}
+            else:
+                registered = self.head_app.state.servers.get(instance.name)
+                parsed = httpx.URL(registered["url"]) if registered else None
+                where = {"host": parsed.host, "port": parsed.port or 80} if parsed else {}
+            sections[instance.name] = (instance.server_type, instance.implementation, {**instance.fields, **where})
+        return sections
+
     def spawn_on_ray(self) -> None:
         """With `+ray_address`: one actor per replica; each builds its environment and starts its server on its node."""
         from nemo_gym.ray_placement import RayServers
 
         self.ray = RayServers(self.options.ray_address or "auto", run_id=self.run_id, head_url=self.head_url, run_token=self.run_token, skip_venv=self.options.skip_venv)
-        print(f"Placing {sum(i.num_replicas for i in self.instances)} server process(es) on the Ray cluster at {self.options.ray_address}...", flush=True)
-        for instance in self.instances:
+        print(f"Placing {sum(i.num_replicas for i in self.own)} server process(es) on the Ray cluster at {self.options.ray_address}...", flush=True)
+        for instance in self.own:
             for replica in range(instance.num_replicas):
                 server = ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica)
                 server.ray_replica = self.ray.start(instance, replica)
@@ -223,7 +361,7 @@ class Run:
 
     async def wait_ready(self) -> None:
         deadline = time.monotonic() + self.options.startup_timeout_s
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:  # health routes need no token
             while not all(s.healthy for s in self.servers):
                 await self.check_alive_async()
                 if self.stop_event.is_set():
@@ -237,7 +375,7 @@ class Run:
                         continue
                     server.url = registered["url"]
                     try:
-                        answer = await http.get(f"{server.url}/health")
+                        answer = await http.get(f"{server.url}{server.health_path}")
                         server.healthy = answer.status_code == 200
                     except httpx.HTTPError:
                         pass
@@ -260,7 +398,11 @@ class Run:
     @staticmethod
     def _server_state(server: ServerProcess) -> dict[str, Any]:
         entry = {"name": server.instance.name, "replica": server.replica, "server_type": server.instance.server_type, "implementation": server.instance.implementation,
-                 "pid": server.process.pid if server.process else None, "url": server.url, "log": str(server.log_path)}  # fmt: skip
+                 "pid": server.process.pid if server.process else None, "url": server.url, "log": str(server.log_path) if server.kind != "external" else None}  # fmt: skip
+        if server.kind != "own":
+            entry["kind"] = server.kind
+        if server.release:
+            entry["nemo_gym_version"] = server.release
         if server.ray_replica is not None:  # the process and its log are on a Ray node
             info = server.ray_replica.info or {}
             entry.update({"pid": info.get("pid"), "log": info.get("log"), "node_id": info.get("node_id"), "node_ip": info.get("node_ip")})
@@ -283,6 +425,8 @@ class Run:
             if server.process:
                 _signal_group(server.process.pid, signal.SIGKILL)
                 await server.process.wait()
+        if self.ray_head is not None:
+            await self.ray_head.stop(self.options.stop_grace_s)
         if hasattr(self, "head"):
             self.head.should_exit = True
             await self.head_task
@@ -295,8 +439,10 @@ class Run:
         replicas = f" ({len(self.instances)} instances)" if len(self.instances) != len(self.servers) else ""
         print(f"All {len(self.servers)} / {len(self.servers)} servers ready in {seconds:.1f} s{replicas}. Head server: {self.head_url}")
         for name, s in zip(names, self.servers):
-            where = f"pid {s.process.pid}" if s.process else f"{_node_of(s)}, pid {(s.ray_replica.info or {}).get('pid', '?')}" if s.ray_replica else "pid -"
-            print(f"  {name:<{width}}  {s.instance.server_type}/{s.instance.implementation:<24} {s.url}  {where}")
+            where = f"pid {s.process.pid}" if s.process else f"{_node_of(s)}, pid {(s.ray_replica.info or {}).get('pid', '?')}" if s.ray_replica else "external"
+            if s.release:
+                where += f", NeMo Gym {s.release}"
+            print(f"  {name:<{width}}  {_shown_folder(s.instance):<40} {s.url}  {where}")
         print(f"Logs: {self.run_dir / 'logs'}. Stop with Ctrl-C. Status: ng_status", flush=True)
 
     async def main(self) -> int:
@@ -307,11 +453,17 @@ class Run:
         try:
             self.write_instances()
             await self.start_head()
+            await self.add_external()
+            pythons: dict[str, Path] = {}
             if self.options.ray_address:
                 self.spawn_on_ray()  # in the main thread: Ray's driver installs its signal handlers there
             else:
-                await self.spawn(await self.build_venvs())
+                pythons = await self.build_venvs()
+                await self.spawn(pythons)
             await self.wait_ready()
+            if self.nemo_gym:  # they need every other server's address in their config: started last
+                await self.start_nemo_gym_servers(pythons)
+                await self.wait_ready()
             if self.ray is not None:
                 self._ray_polled_at = 0.0
                 await self.check_alive_async()  # each replica's node and pid, for state.json
@@ -340,6 +492,21 @@ class Run:
                 pass
         print("ng_run: stopping servers...", flush=True)
         return 0
+
+
+def _shown_folder(instance: ServerInstance) -> str:
+    """How the ready message names a server's code: `<type>/<implementation>` for a folder of this repository,
+    else the folder itself (a project's, NeMo Gym's), or `url:` for an external server."""
+    if instance.external_urls is not None:
+        return f"{instance.server_type}/{instance.implementation} (url:)"
+    folder = instance.implementation_dir
+    return f"{instance.server_type}/{instance.implementation}" if folder == REPO_ROOT / instance.server_type / instance.implementation else str(folder)
+
+
+def _free_port() -> int:
+    from nemo_gym.vllm_engine import free_port
+
+    return free_port()
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from nemo_gym.api_schema import add_components, json_body, model_schema
-from nemo_gym.auth import RunTokenAuth
+from nemo_gym.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import DEFAULT_MAX_BODY_MB, RequestLimits, read_json_object
@@ -43,6 +43,7 @@ __all__ = [
     "VerifyRequest",
     "VerifyResult",
     "tool",
+    "forward_optional_route",
 ]
 
 
@@ -154,7 +155,9 @@ class BaseServer:
 
     def build_app(self, *, run_token: str | None = None) -> FastAPI:
         """The FastAPI app of this server. With `run_token` (`ng_run` passes its run's), every route but
-        `/health` answers 401 to a caller without it (`nemo_gym.auth`); without, nothing is checked."""
+        `/health` answers 401 to a caller without it, unless the run's peer policy allows the caller (`nemo_gym.auth`:
+        NeMo Gym servers the run started; with `+allow_same_user=true`, this user's processes); without, nothing is
+        checked."""
         self.ready = False
 
         async def lifespan(app: FastAPI):
@@ -166,8 +169,10 @@ class BaseServer:
             await self.client.aclose()
 
         app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
+        app.add_middleware(SessionCookieEcho)
         app.add_middleware(RequestLimits, max_body_bytes=int(self.config.max_body_mb * 2**20))
-        app.add_middleware(RunTokenAuth, token=run_token)  # outermost: nothing runs for a caller without the token
+        # outermost: nothing runs for a caller without the token (or one the run's peer policy allows: nemo_gym.auth)
+        app.add_middleware(RunTokenAuth, token=run_token, peers=PeerPolicy.from_env() if run_token else None)
         self.openapi_components: dict[str, Any] = {}  # sub-schemas of the declared request bodies
         add_components(app, self.openapi_components)
 
@@ -198,6 +203,67 @@ class BaseServer:
 
         self.add_routes(app)
         return app
+
+
+class SessionCookieEcho:
+    """ASGI middleware: every answer to a request that carries the session cookie sets it again.
+
+    NeMo Gym's agents keep the cookies of the last answer only (NeMo Gym 0.4.0's simple_agent replaces its cookie
+    jar with each tool answer's cookies), so a session that only `/seed_session` set the cookie for would be lost
+    at the first tool answer without one. Requests that name their session with the `X-Session-Id` header (our
+    clients) carry no cookie and pass untouched.
+    """
+
+    _COOKIE = SESSION_COOKIE.encode()
+
+    def __init__(self, app: Callable):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        session_id = _request_cookie(scope, self._COOKIE) if scope["type"] == "http" else None
+        if not session_id:
+            await self.app(scope, receive, send)
+            return
+        cookie = self._COOKIE + b"=" + session_id + b"; HttpOnly; Path=/; SameSite=lax"
+
+        async def send_with_cookie(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"set-cookie" and value.startswith(self._COOKIE + b"=") for name, value in headers):
+                    message = {**message, "headers": [*headers, (b"set-cookie", cookie)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+
+def _request_cookie(scope: Any, name: bytes) -> bytes | None:
+    """The value of cookie `name` in the request's `Cookie` headers, else None (only URL-safe ids are taken)."""
+    for header, value in scope.get("headers", []):
+        if header == b"cookie" and name in value:
+            for part in value.split(b";"):
+                key, _, found = part.strip().partition(b"=")
+                if key == name and found and all(c in _ID_BYTES for c in found):
+                    return found
+    return None
+
+
+_ID_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+async def forward_optional_route(client: ServerClient, server: str, path: str) -> Any:
+    """GET `path` of instance `server` for an agent that forwards one of its environment's optional routes (e.g.
+    `/row_schema`): a 404 or 405 from downstream (a server without the route, such as NeMo Gym's) is answered 404,
+    "not offered", so the caller can go on without it, rather than 424 as a failed call would be.
+
+    Raises:
+        ServerError: any other failure of the call (answered by the app's handler as 424/502).
+    """
+    try:
+        return await client.get(server, path)
+    except ServerHTTPError as exc:
+        if exc.status_code not in (404, 405):
+            raise
+        return JSONResponse({"detail": f"server {server!r} does not offer {path}"}, status_code=404)
 
 
 def _typed_error(body: str) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.config import REPO_ROOT, SERVER_TYPES, did_you_mean
 from nemo_gym.errors import ConfigError
-from nemo_gym.venvs import VenvBuildError, ensure_venv, pip_find_links, uv_executable
+from nemo_gym.venvs import VenvBuildError, ensure_venv, find_links_args, uv_executable
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -163,8 +163,7 @@ def python_for_tests(folder: Path, timeout_s: float = 1800) -> Path:
     with (root.parent / f"{root.name}.test.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not marker.exists():
-            links = [arg for link in pip_find_links() for arg in ("--find-links", link)]
-            command = [uv_executable(), "pip", "install", "--quiet", "--python", str(python), *links, *TEST_PACKAGES]
+            command = [uv_executable(), "pip", "install", "--quiet", "--python", str(python), *find_links_args(), *TEST_PACKAGES]
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=_clean_env())
             if done.returncode != 0:
                 raise VenvBuildError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")

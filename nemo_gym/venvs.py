@@ -20,12 +20,13 @@ import sys
 import tomllib
 from functools import lru_cache
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import NemoGymError
 from nemo_gym.head import nemo_gym_home
 
-__all__ = ["VenvBuildError", "venv_key", "ensure_venv", "pip_find_links", "uv_executable"]
+__all__ = ["VenvBuildError", "venv_key", "venvs_dir", "ensure_venv", "ensure_built", "run_logged", "find_links_args", "pip_find_links", "uv_executable"]
 
 
 class VenvBuildError(NemoGymError):
@@ -80,38 +81,64 @@ async def ensure_venv(requirements_file: Path | None, *, log_file: Path | None =
         VenvBuildError: uv failed or took longer than `timeout_s` seconds.
     """
     text = requirements_file.read_text() if requirements_file and requirements_file.is_file() else ""
-    key = venv_key(text)
-    root = venvs_dir() / key
+
+    async def build(root: Path) -> str:
+        return await _build(root, requirements_file if text.strip() else None, log_file, timeout_s)
+
+    return await ensure_built(venv_key(text), build)
+
+
+async def ensure_built(name: str, build: Callable[[Path], Awaitable[str]]) -> Path:
+    """The Python executable of the environment `venvs_dir()/name`, built by `await build(root)` when it is not
+    complete yet (a `.ready` marker, holding what `build` returns, is written only after a build that finished; a
+    file lock keeps two builders of the same name apart, in this process or another).
+
+    Raises:
+        whatever `build` raises (VenvBuildError for a failed install); the half-built folder is rebuilt next time.
+    """
+    root = venvs_dir() / name
     python = root / "bin" / "python"
     if (root / ".ready").exists():
         return python
     root.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = root.parent / f"{key}.lock"
+    lock_path = root.parent / f"{name}.lock"
     with lock_path.open("w") as lock:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         try:
             if not (root / ".ready").exists():
-                await _build(root, requirements_file if text.strip() else None, log_file, timeout_s)
+                if root.exists():
+                    shutil.rmtree(root)
+                marker = await build(root)
+                (root / ".ready").write_text(marker + "\n")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return python
 
 
-async def _build(root: Path, requirements_file: Path | None, log_file: Path | None, timeout_s: float) -> None:
-    if root.exists():
-        shutil.rmtree(root)
+async def _build(root: Path, requirements_file: Path | None, log_file: Path | None, timeout_s: float) -> str:
     uv = uv_executable()
-    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
-    links = [arg for link in pip_find_links() for arg in ("--find-links", link)]
+    links = find_links_args()
     install = [uv, "pip", "install", "--python", str(root / "bin" / "python"), *links, "-e", str(REPO_ROOT)]
     if requirements_file:
         install += ["-r", str(requirements_file)]
     for command in ([uv, "venv", "--quiet", "--python", sys.executable, str(root)], install):
-        await _run(command, env, log_file, timeout_s, cwd=requirements_file.parent if requirements_file else REPO_ROOT)
-    (root / ".ready").write_text(" ".join(install) + "\n")
+        await run_logged(command, log_file, timeout_s, cwd=requirements_file.parent if requirements_file else REPO_ROOT)
+    return " ".join(install)
 
 
-async def _run(command: list[str], env: dict[str, str], log_file: Path | None, timeout_s: float, cwd: Path) -> None:
+def find_links_args() -> list[str]:
+    """`--find-links <dir>` for each of pip's configured find-links (uv does not read pip's configuration)."""
+    return [arg for link in pip_find_links() for arg in ("--find-links", link)]
+
+
+async def run_logged(command: list[str], log_file: Path | None, timeout_s: float, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run an install command (`VIRTUAL_ENV` and `PYTHONPATH` dropped from the environment), append its output to
+    `log_file`, and return that output.
+
+    Raises:
+        VenvBuildError: it exited non-zero (its last 20 output lines are in the message) or ran past `timeout_s` seconds.
+    """
+    env = env or {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, cwd=cwd)
     try:
         output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
@@ -125,3 +152,4 @@ async def _run(command: list[str], env: dict[str, str], log_file: Path | None, t
     if process.returncode != 0:
         tail = "\n".join(text.splitlines()[-20:])
         raise VenvBuildError(f"{' '.join(command)} failed (exit {process.returncode}):\n{tail}")
+    return text

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from nemo_gym.errors import ServerHTTPError
 from nemo_gym.gymnasium_env import message_text
-from nemo_gym.server import AgentServer, ServerConfig, ServerRef
+from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
 
 
 class StopReason(str, Enum):
@@ -141,7 +141,7 @@ class GymnasiumAgent(AgentServer):
 
         @app.get("/row_schema")
         async def row_schema() -> Any:
-            return await self.client.get(self.config.resources_server.name, "/row_schema")
+            return await forward_optional_route(self.client, self.config.resources_server.name, "/row_schema")
 
         @app.post("/aggregate_metrics")
         async def aggregate_metrics(body: AggregateMetricsRequest) -> Any:

@@ -4,6 +4,8 @@ Each `/run` is one rollout: seed the resources server's session, call the policy
 Responses API, execute every `function_call` against the resources server (same session), feed the outputs
 back, until the model answers without a tool call, hits `max_steps`, or runs out of output tokens; then
 `/verify` the whole trajectory. Tool-argument JSON errors and tool errors go back to the model as text.
+A failed `/verify` (e.g. a reward function that raised) fails the rollout with the verifier's typed error and the
+trajectory it failed on (`error.response`), which the collector keeps in the failures file.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from nemo_gym.api_schema import json_body
-from nemo_gym.errors import ServerHTTPError
+from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import read_json_object
-from nemo_gym.server import AgentServer, ServerConfig, ServerRef
+from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
 
 
 class StopReason(str, Enum):
@@ -44,11 +46,29 @@ class SimpleAgentConfig(ServerConfig):
     tool_timeout_s: float = Field(60.0, gt=0, description="seconds to wait for one tool call")
 
 
+def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
+    """The answer of a rollout whose /verify failed: the typed failure answer every nemo_gym server gives for a
+    failure further down (`{"error": {type, server, message}}`: 424 after a 4xx, else 502; the verifier's own
+    class and server when its answer was typed, e.g. `reward_error`) plus `error.response`, the trajectory the
+    verifier failed on, so that the failure can be debugged from the failures file."""
+    status, failure_class, server = 502, exc.failure_class, exc.server
+    if isinstance(exc, ServerHTTPError):
+        status = 424 if 400 <= exc.status_code < 500 else 502
+        try:
+            inner = json.loads(exc.body).get("error")
+        except (ValueError, AttributeError):
+            inner = None
+        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+            failure_class, server = inner["type"], inner.get("server") or server
+    return JSONResponse({"error": {"type": failure_class, "server": server, "message": str(exc)[:4000], "response": response}}, status_code=status)
+
+
 class SimpleAgent(AgentServer):
     Config = SimpleAgentConfig
     config: SimpleAgentConfig
 
-    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, row: dict[str, Any]) -> dict[str, Any] | JSONResponse:
+        """The verify answer of one rollout, or, when /verify failed, its typed failure answer with the trajectory."""
         session_id = uuid.uuid4().hex
         cookies = httpx.Cookies()
         resources = self.config.resources_server.name
@@ -56,8 +76,10 @@ class SimpleAgent(AgentServer):
         verified = None
         try:
             response, stop_reason = await self.loop(row["responses_create_params"], session_id, cookies)
-            # the verify answer ends the session: one call less per rollout than a separate /close_session
-            verified = await self.client.post(resources, "/verify?close_session=true", {**row, "response": response}, session_id=session_id, cookies=cookies)
+            try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
+                verified = await self.client.post(resources, "/verify?close_session=true", {**row, "response": response}, session_id=session_id, cookies=cookies)
+            except ServerError as exc:
+                return verify_failure_answer(exc, response)
         finally:
             if verified is None:  # the rollout failed before its verify answer: the session is still open
                 try:
@@ -136,7 +158,7 @@ class SimpleAgent(AgentServer):
 
         @app.get("/row_schema")
         async def row_schema() -> Any:
-            return await self.client.get(self.config.resources_server.name, "/row_schema")
+            return await forward_optional_route(self.client, self.config.resources_server.name, "/row_schema")
 
         @app.post("/aggregate_metrics", openapi_extra=json_body({"type": "object", "required": ["verify_responses"], "properties": {"verify_responses": {"type": "array"}}}, required=True))
         async def aggregate_metrics(request: Request) -> Any:

@@ -1,0 +1,78 @@
+"""NVIDIA NeMo Gym 0.4.0 itself, installed for the tests that run it beside ours (its collector, its profiler,
+its servers and its ng_run).
+
+`peer_venv()` installs it once with `../shared/bench/setup_nemo_gym.sh` (the documented install on Python 3.11:
+the wheel's dependencies, then the wheel with its Requires-Python check skipped) into `$NGBENCH_DIR`
+(default /tmp/ngbench) and returns that virtual environment; later calls, in this process or another, reuse it
+(the script is idempotent and a file lock keeps two installers apart). Its `bin/` holds NeMo Gym's own
+commands (`ng_run`, `ng_collect_rollouts`, `ng_reward_profile`, ...); its site-packages hold the wheel's
+`resources_servers/`, `responses_api_agents/` and `responses_api_models/` folders (`peer_server_dir`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO_ROOT.parent / "shared" / "bench"
+SETUP_SCRIPT = BENCH_DIR / "setup_nemo_gym.sh"
+PEER_VERSION = "0.4.0"
+
+
+def peer_root() -> Path:
+    return Path(os.environ.get("NGBENCH_DIR", "/tmp/ngbench"))
+
+
+@lru_cache(maxsize=1)
+def peer_venv() -> Path:
+    """The virtual environment with NeMo Gym 0.4.0 (installed on first use, minutes; then reused).
+
+    Skips the calling test when `../shared/bench` is not beside the repository; fails it when the install fails.
+    """
+    if not SETUP_SCRIPT.is_file():
+        pytest.skip(f"NeMo Gym's install script not found at {SETUP_SCRIPT}")
+    root = peer_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # from a neutral folder: the script's import check must not pick up this repository's server folders
+        result = subprocess.run(["bash", str(SETUP_SCRIPT)], cwd="/tmp", capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"installing NeMo Gym {PEER_VERSION} failed (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return root / "venv"
+
+
+def peer_python() -> Path:
+    return peer_venv() / "bin" / "python"
+
+
+def peer_site_packages() -> Path:
+    """The site-packages folder of the NeMo Gym venv (its `nemo_gym` and the wheel's server folders)."""
+    out = subprocess.run([str(peer_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def peer_server_dir(server_type: str, name: str) -> Path:
+    """A server folder of the NeMo Gym wheel, e.g. `peer_server_dir('resources_servers', 'mcqa')`."""
+    return peer_site_packages() / server_type / name
+
+
+def peer_env(**extra: str) -> dict[str, str]:
+    """An environment for NeMo Gym's commands: its venv first on PATH, Ray on loopback, no telemetry, offline hub."""
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
+    env.update(
+        PATH=f"{peer_venv() / 'bin'}:{env.get('PATH', '')}",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_USAGE_STATS_ENABLED="0",
+        WANDB_MODE="disabled",
+        HF_HUB_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
