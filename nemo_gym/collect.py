@@ -9,8 +9,10 @@ Files next to the output `<out>.jsonl` (ARCHITECTURE §3):
     <out>_materialized_inputs.jsonl  one row per (task, repeat) as dispatched
     <out>_failures.jsonl             rollouts that failed for infrastructure reasons (a `ServerError`, or an
                                      answer without a numeric reward): `failure_class`, `message`, indices,
-                                     `transient` (whether a retry could have helped), `timestamp`. Never in
-                                     the output, never scored as reward 0. Absent when every rollout has a row.
+                                     `transient` (whether a retry could have helped), `timestamp`, and the
+                                     `response` a failed /verify got when the agent returns it (simple_agent
+                                     does). Never in the output, never scored as reward 0. Absent when every
+                                     rollout has a row.
     <out>_aggregate_metrics.json     `{"agents": [{agent_ref, agent_metrics, source}], "collection": {...}}`
     <out>_state.json                 fingerprint of the materialized input rows and num_repeats (for resume)
 
@@ -346,6 +348,8 @@ def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
             message = str(error.get("message") or message)
             if error.get("server"):
                 extra["failed_server"] = error["server"]
+            if isinstance(error.get("response"), dict):  # the trajectory a failed /verify got (simple_agent): to debug the verifier
+                extra["response"] = error["response"]
     return _failure_record(row, failure_class, message, **extra)
 
 

@@ -165,8 +165,10 @@ def rollout_panel(row: dict[str, Any], task: dict[str, Any], title: str) -> Pane
                  title_align="left", border_style="blue", box=box.ROUNDED)  # fmt: skip
 
 
-def failure_panel(failure: dict[str, Any], title: str) -> Panel:
-    """One failed rollout: its failure class and message (and HTTP status, failed server), in red; no reward."""
+def failure_panel(failure: dict[str, Any], title: str, task: dict[str, Any] | None = None) -> Panel:
+    """One failed rollout: its failure class and message (and HTTP status, failed server), in red; no reward.
+    When the failure carries the trajectory a failed verify got (`response`), the conversation comes first, with
+    the prompt of `task` (the row as dispatched): what the verifier (e.g. a reward function) failed on."""
     text = Text()
     text.append("FAILED  ", style="bold red")
     text.append(str(failure.get("failure_class", "?")), style="bold red")
@@ -175,7 +177,10 @@ def failure_panel(failure: dict[str, Any], title: str) -> Panel:
             text.append(f"  {key} {failure[key]}", style="red")
     text.append("\n")
     text.append(str(failure.get("message", "")))
-    return Panel(text, title=Text(title + " · failed", style="bold red"), title_align="left", border_style="red", box=box.ROUNDED)
+    body: Any = text
+    if isinstance(failure.get("response"), dict):
+        body = Group(_conversation({**(task or {}), "response": failure["response"]}), Text(""), text)
+    return Panel(body, title=Text(title + " · failed", style="bold red"), title_align="left", border_style="red", box=box.ROUNDED)
 
 
 def summary_table(labels: dict[int, str], rows: list[dict[str, Any]], failures: list[dict[str, Any]], num_rollouts: int) -> Table:

@@ -25,7 +25,10 @@ rollout, unless `+responses_create_params.seed` is given); without it a seed is 
 Each rollout goes through the collector's single-rollout path (`nemo_gym.collect.run_rollout`): a failed rollout is
 a failure record with its class and message, printed in red, never a reward of 0.
 Output: `+output=FILE` (default `results/try/<name>-<time>.json`): `{command, created_at, source, model, seed,
-entries: [{index, where}], num_rollouts, rollouts: [collector rows], failures: [failure records], summary, interrupted}`.
+entries: [{index, where}], num_rollouts, rollouts: [collector rows], failures: [failure records], summary, interrupted}`;
+a rollout whose verify failed (a reward function raised) is printed with the conversation it failed on, and its
+failure record keeps it: `response`, `responses_create_params` and, for an rnow project, `messages` (what the
+reward functions got).
 Exit status: 0 every rollout finished, 1 one failed, 130 interrupted (the finished ones are saved), 2 bad input.
 """
 
@@ -55,6 +58,7 @@ from nemo_gym.config import load_config, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl, write_json
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
+from nemo_gym.openai_convert import ConversionError, input_items, input_items_to_messages
 from nemo_gym.processes import run_interruptible
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, RNOW_MODEL_FIX, expand_rnow_args, is_sft, load_project, split_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
@@ -65,6 +69,7 @@ __all__ = ["TryOptions", "TrySource", "split_arguments", "choose_entries", "mode
 OPENAI_MODEL_YAML = "responses_api_models/openai_model/configs/openai_model.yaml"
 VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
 POLICY = "policy_model"
+RNOW_LINE = "rnow_line"  # the task rows' field with the entry's train.jsonl line
 MODELS, AGENTS = "responses_api_models", "responses_api_agents"
 
 
@@ -245,7 +250,7 @@ def _rnow_source(options: TryOptions, rest: list[str]) -> TrySource:
     print(f"ng_try: rnow project {root} -> {translated[0]} (the project's servers, as ng_run +rnow_project runs them)", flush=True)
     return TrySource(name=Path(translated[0]).parent.name, tasks_path=Path(translated[0]).parent / "train_tasks.jsonl",
                      run_argv=None if options.head_server_url else run_argv, description={"rnow_project": str(root)},
-                     where_key="rnow_line", where_file=_rnow_train_file(root, rest))  # fmt: skip
+                     where_key=RNOW_LINE, where_file=_rnow_train_file(root, rest))  # fmt: skip
 
 
 def _rnow_train_file(root: Path, overrides: list[str]) -> str:
@@ -341,10 +346,26 @@ async def _run(options: TryOptions, source: TrySource, head_url: str, seed: int,
                 results.rows.append(output)
                 console.print(rollout_panel(output, row, _title(row, where, options.num_rollouts)))
             else:
+                failure = _with_conversation(failure, row, rnow=source.where_key == RNOW_LINE)
                 results.failures.append(failure)
-                console.print(failure_panel(failure, _title(row, where, options.num_rollouts)))
+                console.print(failure_panel(failure, _title(row, where, options.num_rollouts), row))
 
         await asyncio.gather(*(one(entry, rollout) for entry in chosen for rollout in range(options.num_rollouts)))
+
+
+def _with_conversation(failure: dict[str, Any], row: dict[str, Any], *, rnow: bool) -> dict[str, Any]:
+    """A failure record that carries the trajectory its failed verify got (`response`) with the prompt
+    (`responses_create_params`) and, for an rnow project, `messages`: the conversation as the reward functions got it
+    (rnow's chat messages), to call a failing reward with."""
+    if not isinstance(failure.get("response"), dict):
+        return failure
+    failure = {**failure, "responses_create_params": row["responses_create_params"]}
+    if rnow:
+        try:
+            failure["messages"] = input_items_to_messages([*input_items(row["responses_create_params"]), *(failure["response"].get("output") or [])])
+        except ConversionError:
+            pass  # the verifier refused it the same way (malformed output): the response shows it
+    return failure
 
 
 def _summary(results: _Results) -> dict[str, Any]:

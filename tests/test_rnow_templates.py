@@ -178,3 +178,36 @@ def test_ng_try_shows_sft_entries_as_the_trainer_tokenizes_them(tmp_path, monkey
     (root / "config.yml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config.yml").read_text()), "dataset_type": "rl"}))
     assert main("try", [f"+rnow_project={root}", f"+model={tiny_tokenizer_folder}", "+algorithm=sft", "+entries=[1]", f"+output={out}"]) == 0  # +algorithm=sft
     assert f"+model={tiny_tokenizer_folder} +algorithm=sft" in capsys.readouterr().out
+
+
+# -- a reward that fails in ng_try --------------------------------------------------------------------------------
+UNWRITTEN_REWARD = '''
+from rnow.core import RewardArgs, reward
+
+
+@reward
+def accuracy(args: RewardArgs, messages: list) -> float:
+    """Check if the answer matches the expected answer (rnow's tutorial-reward template: the body is yours to write)."""
+    pass
+'''
+
+
+@pytest.mark.integration
+def test_a_failing_reward_shows_and_saves_the_conversation_it_failed_on(tmp_path):
+    """rnow's tutorial templates ship rewards whose body is `pass` (returning None): ng_try fails the rollout with
+    reward_error, and prints and saves the conversation the reward got, which is what its author needs to fix it."""
+    import subprocess
+
+    from test_try import NG_TRY, WIDE
+
+    root = make_project(tmp_path / "tutorial-reward", [{**GOOD, "messages": [{"role": "user", "content": "What is 17 + 25?"}], "tools": []}], rewards=UNWRITTEN_REWARD)
+    out = tmp_path / "try.json"
+    done = subprocess.run([NG_TRY, f"+rnow_project={root}", f"+config_paths=[{REPO / 'tests/configs/rnow_scripted_policy.yaml'}]", "+entries=[0]", f"+output={out}"],
+                          cwd=tmp_path, capture_output=True, text=True, env=WIDE, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    [failure] = json.loads(out.read_text())["failures"]
+    assert failure["failure_class"] == "reward_error" and "reward 'accuracy' returned NoneType None" in failure["message"]
+    assert failure["messages"] == [{"role": "user", "content": "What is 17 + 25?"}, {"role": "assistant", "content": "Answer: 42"}]  # what the reward got
+    assert failure["response"]["output"][-1]["content"][0]["text"] == "Answer: 42" and failure["responses_create_params"]["input"][0]["content"] == "What is 17 + 25?"
+    panel = done.stdout[done.stdout.index("entry 0 (train.jsonl:1)") :]
+    assert "What is 17 + 25?" in panel and "Answer: 42" in panel and panel.index("Answer: 42") < panel.index("FAILED  reward_error")
