@@ -50,7 +50,7 @@ from nemo_gym.errors import DataError
 from nemo_gym.jsonl import iter_jsonl, replace_atomically, write_jsonl
 from nemo_gym.profile import ROLLOUT_INDEX_KEY, STATS, TASK_INDEX_KEY, describe
 
-__all__ = ["RewardProfileConfig", "RewardProfile", "reward_profile", "reward_profile_main", "numeric_fields", "output_paths"]
+__all__ = ["RewardProfileConfig", "RewardProfile", "reward_profile", "reward_profile_main", "profile_groups", "nemo_gym_aggregate_metrics", "numeric_fields", "output_paths"]
 
 Pair = tuple[int, int]  # (task index, rollout index)
 MAX_LISTED = 10
@@ -194,6 +194,32 @@ def reward_profile(cfg: RewardProfileConfig) -> RewardProfile:
             `allow_partial_rollouts`) materialized rows without a rollout.
     """
     inputs, rollouts = _load(cfg)
+    task_rows, agent_rows = profile_groups(inputs, rollouts)
+    profiling_fpath, agent_metrics_fpath = output_paths(cfg.rollouts_jsonl_fpath)
+    write_jsonl(profiling_fpath, task_rows)
+    replace_atomically(agent_metrics_fpath, orjson.dumps(agent_rows))  # one line, as NeMo Gym writes it
+    expected: dict[int, int] = defaultdict(int)
+    for task, _ in inputs:
+        expected[task] += 1
+    completed: dict[int, int] = defaultdict(int)
+    for task, _ in rollouts:
+        completed[task] += 1
+    return RewardProfile(
+        profiling_fpath=profiling_fpath,
+        agent_metrics_fpath=agent_metrics_fpath,
+        expected_rollouts=len(inputs),
+        completed_rollouts=len(rollouts),
+        tasks=len(expected),
+        tasks_complete=sum(1 for t, n in expected.items() if completed.get(t) == n),
+        tasks_partial=sum(1 for t, n in expected.items() if 0 < completed.get(t, 0) < n),
+        tasks_without_rollouts=sum(1 for t in expected if t not in completed),
+    )
+
+
+def profile_groups(inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of `<stem>_reward_profiling.jsonl` (one per task with rollouts) and of `<stem>_agent_metrics.json`
+    (one per agent name) for materialized rows and their rollouts, both keyed by (task, rollout); see the module
+    docstring for the fields. `rollouts` must be sorted by key; every rollout's pair is in `inputs`."""
     fields = {pair: numeric_fields(rollout) for pair, rollout in rollouts.items()}
     field_order = list(dict.fromkeys(k for f in fields.values() for k in f))
     expected: dict[int, int] = defaultdict(int)
@@ -222,21 +248,27 @@ def reward_profile(cfg: RewardProfileConfig) -> RewardProfile:
             }
         )
     agent_rows = [{**_group_stats([fields[p] for p in by_agent[name]], field_order), "agent_ref": {"name": name}} for name in sorted(by_agent)]
+    return task_rows, agent_rows
 
-    profiling_fpath, agent_metrics_fpath = output_paths(cfg.rollouts_jsonl_fpath)
-    write_jsonl(profiling_fpath, task_rows)
-    replace_atomically(agent_metrics_fpath, orjson.dumps(agent_rows))  # one line, as NeMo Gym writes it
-    completed = {task: len(pairs) for task, pairs in by_task.items()}
-    return RewardProfile(
-        profiling_fpath=profiling_fpath,
-        agent_metrics_fpath=agent_metrics_fpath,
-        expected_rollouts=len(inputs),
-        completed_rollouts=len(rollouts),
-        tasks=len(expected),
-        tasks_complete=sum(1 for t, n in expected.items() if completed.get(t) == n),
-        tasks_partial=sum(1 for t, n in expected.items() if 0 < completed.get(t, 0) < n),
-        tasks_without_rollouts=sum(1 for t in expected if t not in completed),
-    )
+
+def nemo_gym_aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+    """NeMo Gym 0.4.0's `/aggregate_metrics` answer (`AggregateMetrics`) for verify answers: `group_level_metrics`
+    (one `profile_groups` task row per `_ng_task_index`), `agent_metrics` (the statistics over all of them) and
+    `key_metrics` (its `mean/*` entries, NeMo Gym's default headline). Answers without indices count as task 0,
+    numbered in order, as NeMo Gym does; `{}`-valued keys for no answers."""
+    if not verify_responses:
+        return {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+    inputs: dict[Pair, dict[str, Any]] = {}
+    rollouts: dict[Pair, dict[str, Any]] = {}
+    for answer in verify_responses:
+        task, rollout = answer.get(TASK_INDEX_KEY, 0), answer.get(ROLLOUT_INDEX_KEY, 0)
+        while (task, rollout) in rollouts:  # repeated or missing indices: the next free rollout number
+            rollout += 1
+        inputs[task, rollout] = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: rollout, "agent_ref": {"name": "agent"}}
+        rollouts[task, rollout] = answer
+    task_rows, agent_rows = profile_groups(inputs, dict(sorted(rollouts.items())))
+    agent_metrics = {k: v for k, v in agent_rows[0].items() if k != "agent_ref"}
+    return {"group_level_metrics": task_rows, "agent_metrics": agent_metrics, "key_metrics": {k: v for k, v in agent_metrics.items() if k.startswith("mean/")}}
 
 
 def reward_profile_main(cfg: RewardProfileConfig) -> int:

@@ -31,6 +31,7 @@ from nemo_gym.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import DEFAULT_MAX_BODY_MB, RequestLimits, read_json_object
+from nemo_gym.reward_profile import nemo_gym_aggregate_metrics
 
 __all__ = [
     "ServerConfig",
@@ -330,7 +331,9 @@ class ResourcesServer(BaseServer):
     """An environment: tools (methods marked `@tool`), `seed_session` and `verify`.
 
     Routes: `POST /<tool>`, `GET /tools`, `POST /seed_session`, `POST /verify` (`?close_session=true`: the answer
-    also ends the session, as `POST /close_session` does), `POST /aggregate_metrics`.
+    also ends the session, as `POST /close_session` does), `POST /aggregate_metrics` (what `aggregate_metrics`
+    returns, plus NeMo Gym 0.4.0's `group_level_metrics`, `agent_metrics` and `key_metrics`:
+    `nemo_gym.reward_profile.nemo_gym_aggregate_metrics`).
     """
 
     server_type = "resources_servers"
@@ -423,7 +426,8 @@ class ResourcesServer(BaseServer):
             responses = body.get("verify_responses")
             if not isinstance(responses, list) or not all(_is_verify_answer(r) for r in responses):
                 return JSONResponse({"detail": "body must be {\"verify_responses\": [{\"reward\": <number>, ...}, ...]}"}, status_code=422)
-            return await self.aggregate_metrics(responses)
+            # ours, over NeMo Gym 0.4.0's AggregateMetrics (group_level_metrics, agent_metrics, key_metrics): a superset
+            return {**nemo_gym_aggregate_metrics(responses), **await self.aggregate_metrics(responses)}
 
     def _add_tool_route(self, app: FastAPI, name: str, fn: Callable) -> None:
         model, session_param = _arguments_model(name, fn)
