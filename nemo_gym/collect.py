@@ -63,6 +63,7 @@ from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
 from nemo_gym.processes import run_interruptible
+from nemo_gym.responses_params import ResponsesCreateParams, unknown_keys
 
 __all__ = [
     "CollectConfig",
@@ -99,8 +100,8 @@ class CollectConfig(BaseModel):
     limit: int | None = Field(None, ge=1, description="use only the first `limit` rows of the input")
     num_repeats: int = Field(1, ge=1, description="rollouts per task (e.g. 4 for mean@4 or a GRPO group of 4)")
     num_samples_in_parallel: int = Field(32, ge=1, description="most rollouts in flight at once")
-    responses_create_params: dict[str, Any] = Field(
-        default_factory=dict, description="merged over each row's responses_create_params, e.g. {temperature: 0.7, max_output_tokens: 512}"
+    responses_create_params: ResponsesCreateParams = Field(
+        default_factory=dict, description="merged over each row's responses_create_params, e.g. {temperature: 0.7, max_output_tokens: 512} (Responses API create parameters)"
     )
     head_server_url: str | None = Field(None, description="head server URL; default $NEMO_GYM_HEAD_URL or the only running ng_run")
     resume: bool = Field(
@@ -194,7 +195,8 @@ def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
     Only the first `cfg.limit` rows are read. Every row is checked before any rollout starts.
 
     Raises:
-        DataError: a line is not a JSON object, has no `responses_create_params` object, has a malformed
+        DataError: a line is not a JSON object, has no `responses_create_params` object or one with a key that is
+            no Responses API create parameter (`nemo_gym.responses_params`), has a malformed
             `agent_ref`, or has no agent (no `agent_ref` and no `agent_name`); or the input has no rows.
     """
     tasks: list[dict[str, Any]] = []
@@ -205,6 +207,8 @@ def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
         if not isinstance(params, dict):
             got = "it is missing" if params is None else f"got {type(params).__name__}"
             raise DataError(f"{path}:{line_no}: needs a `responses_create_params` object ({got})")
+        if problems := unknown_keys(params):
+            raise DataError(f"{path}:{line_no}: responses_create_params: {'; '.join(problems)}")
         agent_ref = row.get(AGENT_REF_KEY)
         if agent_ref is None and cfg.agent_name:
             agent_ref = {"name": cfg.agent_name}

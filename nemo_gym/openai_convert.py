@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "TOKEN_INFO_KEYS",
+    "PASSTHROUGH_SAMPLING",
     "ConversionError",
     "responses_to_chat",
     "input_items",
@@ -47,7 +48,7 @@ __all__ = [
 TOKEN_INFO_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 # Sampling fields that are not Responses fields but that vLLM and other endpoints accept; passed through.
-_PASSTHROUGH_SAMPLING = ("top_k", "min_p", "repetition_penalty", "seed", "stop", "presence_penalty", "frequency_penalty", "n")
+PASSTHROUGH_SAMPLING = ("top_k", "min_p", "repetition_penalty", "seed", "stop", "presence_penalty", "frequency_penalty", "n")
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
@@ -276,7 +277,7 @@ def responses_to_chat(
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    for key in ("temperature", "top_p", "user", "metadata", "store", "service_tier", *_PASSTHROUGH_SAMPLING):
+    for key in ("temperature", "top_p", "user", "metadata", "store", "service_tier", *PASSTHROUGH_SAMPLING):
         if body.get(key) is not None:
             chat[key] = body[key]
     if body.get("top_logprobs"):

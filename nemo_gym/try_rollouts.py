@@ -60,6 +60,7 @@ from nemo_gym.jsonl import iter_jsonl, write_json
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
 from nemo_gym.openai_convert import ConversionError, input_items, input_items_to_messages
 from nemo_gym.processes import run_interruptible
+from nemo_gym.responses_params import ResponsesCreateParams
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, RNOW_MODEL_FIX, expand_rnow_args, is_sft, load_project, split_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
 from nemo_gym.train.prime_toml import offline_models_hint, resolve_model
@@ -89,7 +90,7 @@ class TryOptions(BaseModel):
     seed: int | None = Field(None, description="seed of the random entry choice and (vllm_model) of the sampling; default: drawn and printed")
     output: str | None = Field(None, description="JSON file of the rollouts (default results/try/<name>-<time>.json; the ng_run log goes next to it)")
     head_server_url: str | None = Field(None, description="use the servers of this running ng_run instead of starting them")
-    responses_create_params: dict[str, Any] = Field(default_factory=dict, description="merged over each row's responses_create_params, e.g. {max_output_tokens: 64, temperature: 0.7}")
+    responses_create_params: ResponsesCreateParams = Field(default_factory=dict, description="merged over each row's responses_create_params, e.g. {max_output_tokens: 64, temperature: 0.7} (Responses API create parameters)")
     num_samples_in_parallel: int = Field(4, ge=1, description="most rollouts in flight at once")
     request_timeout_s: float = Field(600.0, gt=0, description="deadline of one rollout (/run call), seconds")
     max_retries: int = Field(3, ge=0, description="retries of a rollout after a transient failure (connection error, timeout, 429, 502/503/504)")

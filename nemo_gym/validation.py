@@ -8,7 +8,7 @@ FastAPI's TestClient. Every problem names the file, the line (1-based; 0 = the w
 |---|---|
 | `json` | each line of a JSONL file is a JSON object |
 | `example-count` | `data/example.jsonl` has exactly 5 rows |
-| `responses-create-params` | each row has a `responses_create_params` object with an `input` (text or a list) |
+| `responses-create-params` | each row has a `responses_create_params` object with an `input` (text or a list), and no key that is not a Responses API create parameter (`nemo_gym.responses_params`) |
 | `tool-exists` | each function tool a row advertises is a tool (route) of the server |
 | `example-metrics` | `data/example_metrics.json` (when present) holds what `ng_prepare_data` computes for the rows |
 | `rollout-reverifies` | each `data/example_rollouts.jsonl` row, verified again, gets its stored `reward` |
@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from fastapi.testclient import TestClient
 
 from nemo_gym.prepare_data import dataset_metrics, metrics_path
+from nemo_gym.responses_params import unknown_keys
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ResourcesServer
 
@@ -92,6 +93,7 @@ def check_row(row: dict[str, Any], shown: str, number: int, tool_names: set[str]
     problems = []
     if not isinstance(params.get("input"), (str, list)):
         problems.append(Problem(shown, number, "responses-create-params", "responses_create_params.input must be a text or a list of messages"))
+    problems += [Problem(shown, number, "responses-create-params", f"responses_create_params: {problem}") for problem in unknown_keys(params)]
     for name in advertised_tools(row):
         if name not in tool_names:
             known = ", ".join(sorted(tool_names)) or "none"

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nemo_gym.responses_params import ResponsesCreateParams
+
 __all__ = [
     "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
     "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm",
@@ -76,7 +78,7 @@ class EvalOptions(BaseModel):
     limit: int | None = Field(None, ge=1, description="use the first `limit` validation tasks")
     num_repeats: int = Field(1, ge=1, description="rollouts per validation task (mean reward and pass@1 over them)")
     pass_threshold: float = Field(1.0, description="a rollout passes when reward >= this")
-    responses_create_params: dict[str, Any] = Field(default_factory=dict, description="sampling overrides for evaluation, e.g. {temperature: 0.0}")
+    responses_create_params: ResponsesCreateParams = Field(default_factory=dict, description="sampling overrides for evaluation, e.g. {temperature: 0.0} (Responses API create parameters)")
 
 
 class WandbOptions(BaseModel):
@@ -161,7 +163,7 @@ class TrainerConfig(BaseModel):
     batch_size: int = Field(4, ge=1, description="tasks per step")
     group_size: int = Field(4, ge=2, description="rollouts per task (a GRPO group)")
     advantage_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="group-relative advantage estimator")
-    responses_create_params: dict[str, Any] = Field(default_factory=lambda: {"temperature": 1.0}, description="merged over each task's responses_create_params (sampling)")
+    responses_create_params: ResponsesCreateParams = Field(default_factory=lambda: {"temperature": 1.0}, description="merged over each task's responses_create_params (sampling; Responses API create parameters)")
     engine: EngineConfig = Field(description="the model under DeepSpeed")
     num_ranks: int = Field(
         1, ge=1, description="training processes (data parallel, DeepSpeed); > 1: ng_train relaunches itself under torch's launcher. Under torchrun / the deepspeed launcher their WORLD_SIZE is used instead"

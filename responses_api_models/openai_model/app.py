@@ -43,6 +43,11 @@ class OpenAIModelConfig(ServerConfig):
     max_retries: int = Field(2, ge=0, description="retries on connection errors, timeouts, 408/409/429 and 5xx (the openai client's rule)")
     allow_private_addresses: bool = Field(True, description="let the endpoint be on loopback or a private network (a local vLLM); false: public addresses only")
     allowed_addresses: list[str] = Field(default_factory=list, description="host names or CIDR blocks always let through by the SSRF guard (e.g. a link-local endpoint)")
+    default_max_output_tokens: int | None = Field(
+        None, ge=1,
+        description="output tokens sent with a call that sets no limit (Responses max_output_tokens, chat max_tokens); null: the endpoint's own "
+        "default (OpenAI's, and vLLM's and SGLang's Responses and Chat APIs: the rest of the context window)",
+    )
 
 class OpenAIModel(ModelServer):
     """Forwards to an OpenAI-compatible endpoint (see the module docstring)."""
@@ -76,6 +81,8 @@ class OpenAIModel(ModelServer):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         body = {**openai_convert.strip_token_info(body), "model": self.config.openai_model}
+        if self.config.default_max_output_tokens and body.get("max_output_tokens") is None:
+            body["max_output_tokens"] = self.config.default_max_output_tokens
         if self.config.use_responses_api:
             return await self._post("/responses", body)
         try:
@@ -87,6 +94,8 @@ class OpenAIModel(ModelServer):
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         body = {**openai_convert.strip_token_info(body), "model": self.config.openai_model}
+        if self.config.default_max_output_tokens and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            body["max_tokens"] = self.config.default_max_output_tokens
         return await self._post("/chat/completions", body)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from nemo_gym.vllm_engine import CPU_PACKAGE, VLLMProcess, ensure_engine_venv, r
 logger = logging.getLogger(__name__)
 _SPLICE_PLACEHOLDER = "\u2026"  # "…"
 
+DEFAULT_MAX_OUTPUT_TOKENS = 1024  # output tokens of a call that sets none (vLLM's completions API: 16)
 # Chat sampling fields that vLLM's /v1/completions accepts under the same name.
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "n", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty")
 
@@ -70,6 +71,11 @@ class VLLMModelConfig(ServerConfig):
     engine_venv_dir: str | None = Field(None, description="venv for vLLM; default $NEMO_GYM_HOME/engines/<hash of the package spec>")
     return_token_id_information: bool = Field(True, description="attach prompt_token_ids, generation_token_ids, generation_log_probs (for training)")
     max_model_len: int | None = Field(4096, ge=1, description="context length in tokens passed to vLLM (--max-model-len), at most the model's own (its config.json's max_position_embeddings); null: the model's")
+    default_max_output_tokens: int = Field(
+        DEFAULT_MAX_OUTPUT_TOKENS, ge=1,
+        description="output tokens of a call that sets no limit (Responses max_output_tokens, chat max_tokens / max_completion_tokens), at most the "
+        "context left after the prompt; vLLM's completions API, which this server calls, would stop at 16",
+    )
     render_tools_in_prompt: bool = Field(True, description="write tools, tool calls and tool results as Hermes-format text (for chat templates without tool support, like SmolLM2's); false: give them to the model's chat template")
     developer_as_system: bool = Field(True, description="map Responses `developer` messages to `system`")
     startup_timeout_s: float = Field(900.0, gt=0, description="seconds to wait for vLLM to answer /health")
@@ -236,7 +242,7 @@ class VLLMModel(ModelServer):
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         prompt_ids = await self.prompt_ids(messages, tools)
         request = {"model": self.served_name, "prompt": prompt_ids, "return_token_ids": True, "skip_special_tokens": True}
-        request["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens")
+        request["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens(len(prompt_ids))
         request.update({key: body[key] for key in _SAMPLING_FIELDS if body.get(key) is not None})
         if self.config.return_token_id_information:
             request["logprobs"] = 0
@@ -250,6 +256,12 @@ class VLLMModel(ModelServer):
             request["structured_outputs"] = constraint
         answer = await self._post_or_get("POST", "/v1/completions", json=request)
         return self._chat_completion(answer, prompt_ids, parse_tools=bool(tools), forced=forced is not None)
+
+    def default_max_tokens(self, prompt_tokens: int) -> int:
+        """The output limit of a call that sets none: `default_max_output_tokens`, at most the context left after a
+        prompt of `prompt_tokens` tokens (at least 1: a prompt that fills the context is vLLM's to refuse)."""
+        room = self.config.max_model_len - prompt_tokens if self.config.max_model_len else self.config.default_max_output_tokens
+        return max(1, min(self.config.default_max_output_tokens, room))
 
     # -- prompt ids ------------------------------------------------------------------------------
     async def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
