@@ -157,6 +157,10 @@ ENV = '[[env]]\nid = "mcqa"\n'
         ('max_steps = "ten"\nbatch_size = 4\nrollouts_per_example = 2\n' + ENV, ["key 'max_steps'", "valid integer"]),
         (BASE, ["key 'env'", "Field required"]),
         (BASE + '[[env]]\nid = "reasoning_gim"\n', ["key 'env[0].id'", "did you mean 'reasoning_gym'", "verifiers environment package"]),
+        # PyPI spellings of our environments: reasoning-gym and math-verify are installed packages, not verifiers environments
+        (BASE + '[[env]]\nid = "reasoning-gym"\n', ["key 'env[0].id'", "has no load_environment()", "did you mean our environment 'reasoning_gym'? Write id = \"reasoning_gym\""]),
+        (BASE + '[[env]]\nid = "math-verify"\n', ["key 'env[0].id'", "did you mean our environment 'math_verify'? Write id = \"math_verify\""]),
+        (BASE + '[[env]]\nid = "example-multi-step"\n', ["key 'env[0].id'", "did you mean our environment 'example_multi_step'"]),
         (BASE + ENV + ENV, ["key 'env[1].id'", "listed twice"]),
         ('model = "Qwen/Qwen3-0.6B"\n' + BASE + ENV, ["key 'model'", "Qwen/Qwen3-0.6B", "local model folder"]),
         ('model = "embedded:gpt5"\n' + BASE + ENV, ["key 'model'", "unknown embedded model"]),

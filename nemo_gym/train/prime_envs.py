@@ -161,13 +161,31 @@ def _verifiers_env(env_id: str, args: dict[str, Any], key: str) -> ResolvedEnv |
     return ResolvedEnv(env_id, agent, [], instances, lambda split, limit: adapter.task_rows(env, split, limit))
 
 
+def _our_spelling(env_id: str) -> str | None:
+    """Our environment that `env_id` names in another spelling (`reasoning-gym`, `Reasoning_Gym`, `owner/math-verify`:
+    a PyPI or Prime Hub name), else None."""
+    name = env_id.strip().split("/")[-1].replace("-", "_").lower()
+    return name if name != env_id and name in our_environments() else None
+
+
 def resolve_env(env_id: str, args: dict[str, Any], key: str) -> ResolvedEnv:
     """Our environment `env_id`, else the installed verifiers package of that id.
 
     Raises:
-        ConfigError: neither exists (with a suggestion among ours), or its `args` are not accepted.
+        ConfigError: neither exists (with a suggestion among ours), or its `args` are not accepted. An id that is
+            one of ours in another spelling (`reasoning-gym`) and no verifiers environment (the PyPI package
+            reasoning-gym has no load_environment()) names ours.
     """
-    resolved = _our_env(env_id, args, key) or _verifiers_env(env_id, args, key)
+    resolved = _our_env(env_id, args, key)
+    ours = _our_spelling(env_id)
+    try:
+        resolved = resolved or _verifiers_env(env_id, args, key)
+    except ConfigError as exc:  # e.g. `reasoning-gym`: the installed PyPI package reasoning_gym, not a verifiers environment
+        if ours is None:
+            raise
+        raise ConfigError(f"{exc}; did you mean our environment {ours!r}? Write id = \"{ours}\"") from exc
+    if resolved is None and ours is not None:
+        raise ConfigError(f"key '{key}.id': {env_id!r} is not an environment here; did you mean our environment {ours!r}? Write id = \"{ours}\"")
     if resolved is None:
         ours = our_environments()
         raise ConfigError(
