@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from nemo_gym.config import did_you_mean
 from nemo_gym.responses_params import ResponsesCreateParams
 
 __all__ = [
     "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
-    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm",
+    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "trainer_problems",
 ]  # fmt: skip
 
 ALGORITHMS = ("grpo", "sft", "pretrain", "on_distill")
@@ -190,6 +191,36 @@ class TrainOptions(BaseModel):
     config_paths: list[str] = Field(default_factory=list, description="YAML files: the trainer section and the server instances (as for ng_run)")
     trainer: TrainerConfig = Field(description="the trainer: GRPO, SFT, continued pre-training or on-policy distillation (trainer.algorithm)")
     background: bool = Field(False, description="start the training detached and print its run id (then: ng_runs list / logs / stop / delete)")
+
+
+def _section_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section model at a pydantic error location's parent (`("engine", "lora", "rnak")` → LoraOptions)."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        found = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def trainer_problems(exc: ValidationError) -> list[str]:
+    """One `trainer.<key>: ...` line per error of validating the trainer section; an unknown key gets a suggestion
+    among the keys of its section and the list of them (as every other config key does)."""
+    problems = []
+    for error in exc.errors():
+        key = "trainer." + ".".join(map(str, error["loc"]))
+        section = _section_at(TrainerConfig, error["loc"]) if error["type"] == "extra_forbidden" else None
+        if section is not None:
+            name = str(error["loc"][-1])
+            problems.append(f"{key}: not a key of {key.rpartition('.')[0]}{did_you_mean(name, section.model_fields)}; its keys: {', '.join(section.model_fields)}")
+        else:
+            problems.append(f"{key}: {error['msg']}")
+    return problems
 
 
 def check_algorithm(cfg: TrainerConfig) -> list[str]:

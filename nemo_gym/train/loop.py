@@ -45,7 +45,7 @@ from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.run import NgRunProcess
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
-from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm
+from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, trainer_problems
 from nemo_gym.train.reporting import MetricsReporter
 from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
 
@@ -378,8 +378,7 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
     try:
         cfg = TrainerConfig.model_validate(section)
     except ValidationError as exc:
-        problems = "; ".join(f"trainer.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{loaded.origin('trainer')}: {problems}") from exc
+        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
     problems = check_algorithm(cfg)
     if problems:
         raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
