@@ -95,11 +95,11 @@ class BoundInstruction:
 INSTRUCTIONS: dict[str, Instruction] = {}
 
 
-def register(instruction_id: str, args_model: type[Args], describe: Callable[[Any], str]) -> Callable:
-    """Decorator: add `check(text, args) -> bool` to `INSTRUCTIONS` under `instruction_id`."""
+def register(instruction_id: str, args_model: type[Args], describe: Callable[[Any], str], registry: dict[str, Instruction] | None = None) -> Callable:
+    """Decorator: add `check(text, args) -> bool` to `registry` (default `INSTRUCTIONS`) under `instruction_id`."""
 
     def decorator(check: Callable[[str, Any], bool]) -> Callable[[str, Any], bool]:
-        INSTRUCTIONS[instruction_id] = Instruction(instruction_id, args_model, check, describe)
+        (INSTRUCTIONS if registry is None else registry)[instruction_id] = Instruction(instruction_id, args_model, check, describe)
         return check
 
     return decorator
@@ -499,9 +499,11 @@ def no_comma(text: str, args: NoArgs) -> bool:
 
 
 # -- rows -----------------------------------------------------------------------------------------------
-def bind_instructions(instruction_ids: list[str], kwargs_list: list[dict[str, Any] | None]) -> list[BoundInstruction]:
+def bind_instructions(
+    instruction_ids: list[str], kwargs_list: list[dict[str, Any] | None], registry: dict[str, Instruction] | None = None
+) -> list[BoundInstruction]:
     """The instructions of a row, with validated keyword arguments (`None` values dropped, as IFEval's HF copy
-    lists every key of every instruction).
+    lists every key of every instruction), looked up in `registry` (default `INSTRUCTIONS`).
 
     Raises:
         ValueError: lists of different lengths, an unknown instruction id (with a close id when there is one),
@@ -510,10 +512,11 @@ def bind_instructions(instruction_ids: list[str], kwargs_list: list[dict[str, An
     if len(instruction_ids) != len(kwargs_list):
         raise ValueError(f"instruction_id_list has {len(instruction_ids)} entries but kwargs has {len(kwargs_list)}")
     bound = []
+    registry = INSTRUCTIONS if registry is None else registry
     for index, (instruction_id, kwargs) in enumerate(zip(instruction_ids, kwargs_list)):
-        instruction = INSTRUCTIONS.get(instruction_id)
+        instruction = registry.get(instruction_id)
         if instruction is None:
-            raise ValueError(f"instruction {index}: unknown instruction id {instruction_id!r}{did_you_mean(instruction_id, INSTRUCTIONS)}")
+            raise ValueError(f"instruction {index}: unknown instruction id {instruction_id!r}{did_you_mean(instruction_id, registry)}")
         arguments = {key: value for key, value in (kwargs or {}).items() if value is not None}
         try:
             args = instruction.args_model.model_validate(arguments)
