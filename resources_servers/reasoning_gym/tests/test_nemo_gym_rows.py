@@ -172,10 +172,11 @@ def test_stated_answer_keeps_a_period_that_belongs_to_it(client):
     as "Smith has to perform" and score 0.75 (3 of 4 words in place: the last is "perform" vs "perform.");
     both readings now go through the library's checker and the better one counts: 1.0."""
     entry = next(e for e in generator_entries("sentence_reordering", 3) if e["answer"] == "Smith has to perform.")
-    row = nemo_gym_row(entry)
     assert library_score(entry, "Smith has to perform") == 0.75
-    result = _verify(client, row, "The sentence reads naturally, so the answer is Smith has to perform.")
-    assert result["reward"] == 1.0 and result["extracted_answer"] == "Smith has to perform."
+    ours = {**nemo_gym_row(entry), "dataset": "sentence_reordering", "entry": json.loads(json.dumps(entry))}
+    for row in (ours, nemo_gym_row(entry)):
+        result = _verify(client, row, "The sentence reads naturally, so the answer is Smith has to perform.")
+        assert result["reward"] == 1.0 and result["extracted_answer"] == "Smith has to perform."
     # A period that only ends the sentence is still dropped: "... the answer is 8." scores "8".
     leg = nemo_gym_row(generator_entries("basic_arithmetic", 1)[0])
     assert _verify(client, leg, f"So the answer is {leg['answer']}.")["reward"] == 1.0
