@@ -72,24 +72,27 @@ def train_in_background(argv: list[str]) -> int:
     """`ng_train +background=true ...`: check the config, start the same training detached, print the run id.
 
     Raises:
-        ConfigError: the config has no valid `trainer:` section, or a running background run writes the same
-            output_dir.
+        ConfigError: the config has no valid `trainer:` section, a running background run writes the same
+            output_dir, or the output_dir holds another run's outputs (`nemo_gym.train.output_dir`).
     """
     from nemo_gym.config import load_config
-    from nemo_gym.train.config import TrainerConfig
+    from nemo_gym.train.config import TrainerConfig, trainer_problems
+    from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir
 
-    section = load_config(argv).values.get("trainer")
+    loaded = load_config(argv)
+    section = loaded.values.get("trainer")
     if not isinstance(section, dict):
         raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
     try:
         cfg = TrainerConfig.model_validate(section)
     except ValidationError as exc:
-        problems = "; ".join(f"trainer.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(problems) from exc
+        raise ConfigError("; ".join(trainer_problems(exc))) from exc
     output_dir = Path(cfg.output_dir).resolve()
     for other in list_records():
         if other.output_dir == str(output_dir) and run_status(other) == "running":
             raise ConfigError(f"background run {other.id} is still writing to {output_dir}; stop it (ng_runs stop {other.id}) or choose another +trainer.output_dir")
+    if prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, dry_run=True)[1] == "finished":  # the run itself resumes or deletes
+        return 0
     record = detach("train", argv, output_dir=output_dir, extra={"num_steps": cfg.num_steps})
     print(record.id)
     print(f"ng_train: training in the background (pid {record.pid}); output in {output_dir}", file=sys.stderr)

@@ -191,6 +191,7 @@ class TrainOptions(BaseModel):
     config_paths: list[str] = Field(default_factory=list, description="YAML files: the trainer section and the server instances (as for ng_run)")
     trainer: TrainerConfig = Field(description="the trainer: GRPO, SFT, continued pre-training or on-policy distillation (trainer.algorithm)")
     background: bool = Field(False, description="start the training detached and print its run id (then: ng_runs list / logs / stop / delete)")
+    overwrite: bool = Field(False, description="delete the outputs of an earlier run in trainer.output_dir and start over (without it: a checkpoint of the same config is resumed, any other earlier run is an error)")
 
 
 def _section_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:

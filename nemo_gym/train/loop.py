@@ -46,6 +46,7 @@ from nemo_gym.run import NgRunProcess
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, trainer_problems
+from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
 from nemo_gym.train.reporting import MetricsReporter
 from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
 
@@ -371,7 +372,14 @@ class GRPOTrainer:
 
 
 def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
-    """`ng_train`: validate the `trainer:` section, run the recipe; returns the exit status."""
+    """`ng_train`: validate the `trainer:` section, run the recipe; returns the exit status. An output_dir that an
+    earlier run used is resumed (a checkpoint of the same config; 0 at once when it is finished) or refused
+    (`nemo_gym.train.output_dir`; `+overwrite=true` starts over).
+
+    Raises:
+        ConfigError: no or a bad `trainer:` section (each key named, an unknown one with a suggestion), or an
+            output_dir that holds another run's outputs.
+    """
     section = loaded.values.get("trainer")
     if not isinstance(section, dict):
         raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
@@ -382,8 +390,15 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
     problems = check_algorithm(cfg)
     if problems:
         raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
+    # an output_dir an earlier run used: resume it (same config, a checkpoint), or stop (nemo_gym.train.output_dir)
+    cfg, state = prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main())
+    if state == "finished":
+        return 0
+    if distributed.is_main():
+        write_run_config(cfg)
     if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
-        return distributed.relaunch(cfg.num_ranks, argv)
+        decided = [arg for arg in argv if arg.lstrip("+").partition("=")[0] != OVERWRITE_KEY] + (["++trainer.resume=true"] if state == "resume" else [])
+        return distributed.relaunch(cfg.num_ranks, decided)
     status = run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
     distributed.shutdown()  # every rank gets here (a failing rank raises instead, and the launcher stops the others)
     return status
