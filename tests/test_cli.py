@@ -61,3 +61,19 @@ def test_config_error_exit_status_and_message(tmp_path):
     result = ng("dump_config", "+config_paths=[c.yaml]", cwd=tmp_path)
     assert result.returncode == 2
     assert "c.yaml: key 'x' has no value" in result.stderr and "+x=<value>" in result.stderr
+
+
+def test_every_command_is_in_the_readmes_command_table():
+    """README's command table lists every ng_* command (ng_viewer was missing); the dataset registry commands are
+    documented together in their own section."""
+    import re
+    from pathlib import Path
+
+    from nemo_gym.cli import COMMANDS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = "\n".join(line for line in readme[readme.index("## Commands") : readme.index("\n## ", readme.index("## Commands") + 1)].splitlines() if line.startswith("| `"))
+    datasets = readme[readme.index("## Datasets: Hugging Face and GitLab") :]
+    datasets = datasets[: datasets.index("\n## ", 1)]
+    missing = [f"ng_{name}" for name in COMMANDS if not re.search(rf"`ng_{name}\b", table) and f"ng_{name} " not in datasets]
+    assert missing == []
