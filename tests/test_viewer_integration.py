@@ -180,3 +180,20 @@ def test_a_200_mb_file_is_indexed_without_loading_it(tmp_path: Path) -> None:
         assert result["growth_mb"] < 100, f"peak RSS grew by {result['growth_mb']:.0f} MB while indexing a {size_mb:.0f} MB file"
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_ng_viewer_prints_its_url_and_no_gradio_share_hint(tmp_path: Path) -> None:
+    """Gradio's own start lines tell the user to "set `share=True` in `launch()`", which an ng_viewer user cannot
+    do: ng_viewer starts Gradio quietly and prints its URL itself."""
+    rollouts = tmp_path / "rollouts.jsonl"
+    row = {"responses_create_params": {"input": "What is 2 + 2?"}, "response": {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}]}, "reward": 1.0}
+    rollouts.write_text(json.dumps(row) + "\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Viewer(rollouts, port, tmp_path / "viewer.log") as viewer:
+        url = viewer.wait_ready()
+        assert httpx.get(url, timeout=30).status_code == 200
+    output = viewer.output()
+    assert f"ng_viewer: Running on local URL: http://127.0.0.1:{port}/ (Ctrl-C stops it" in output
+    assert "share=True" not in output and "public link" not in output

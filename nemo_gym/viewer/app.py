@@ -148,9 +148,11 @@ def build_app(index: RolloutIndex, index_s: float = 0.0) -> gr.Blocks:
 
 
 def viewer_launch_kwargs(host: str, port: int) -> dict[str, Any]:
-    """`Blocks.launch` arguments: no share link, no browser, no server-side rendering, local fonts only."""
+    """`Blocks.launch` arguments: no share link, no browser, no server-side rendering, local fonts only, and quiet:
+    Gradio's own lines would tell the user to "set `share=True` in `launch()`", which ng_viewer's user cannot do
+    (ng_viewer prints the URL itself)."""
     theme = gr.themes.Default(font=_LOCAL_FONTS, font_mono=_LOCAL_MONO_FONTS)
-    return dict(server_name=host, server_port=port, share=False, inbrowser=False, ssr_mode=False, mcp_server=False, theme=theme)
+    return dict(server_name=host, server_port=port, share=False, inbrowser=False, ssr_mode=False, mcp_server=False, theme=theme, quiet=True)
 
 
 def viewer_main(options: ViewerOptions) -> int:
@@ -168,5 +170,7 @@ def viewer_main(options: ViewerOptions) -> int:
         print(f"ng_viewer: port {options.server_port} is in use; using {port}", flush=True)
     print(f"ng_viewer: {len(index)} rollouts from {options.jsonl_fpath} (indexed in {index_s:.1f} s)", flush=True)
     app = build_app(index, index_s)
-    app.launch(**viewer_launch_kwargs(options.server_host, port))
+    app.launch(**viewer_launch_kwargs(options.server_host, port), prevent_thread_lock=True)
+    print(f"ng_viewer: Running on local URL: {app.local_url} (Ctrl-C stops it; +server_host=0.0.0.0 serves other machines)", flush=True)
+    app.block_thread()  # until Ctrl-C
     return 0
