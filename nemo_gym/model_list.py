@@ -317,6 +317,9 @@ def offline_models(results_dir: str = "results") -> list[ModelEntry]:
     return [*embedded_models(table), *cached, *trained]
 
 
+TABLE_MIN_COLUMNS = 160  # narrower terminals get one block per model: seven columns fold every cell there
+
+
 def _table(entries: list[ModelEntry]) -> Any:
     from rich import box
     from rich.table import Table
@@ -332,15 +335,42 @@ def _table(entries: list[ModelEntry]) -> Any:
     return table
 
 
+def _blocks(entries: list[ModelEntry]) -> Any:
+    """One block per model, for terminals narrower than TABLE_MIN_COLUMNS: a title line (name, kind, size, date), then
+    `model`, `path` and `note` lines whose values fold at the width but are never squeezed into a column."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text("Models: +model= (ng_try), vllm_model's model and trainer.engine.model_path take the 'model' value", style="bold"), Text("")]
+    for e in entries:
+        facts = ", ".join(x for x in (e.kind, decimal(e.size_bytes) if e.size_bytes is not None else None, (e.modified or "")[:10] or None) if x)
+        title = Text(e.name, style="bold")
+        title.append(f"  ({facts})", style="dim")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        grid.add_row("  model", e.model or "- (see note)")
+        if e.path and e.path != e.model:
+            grid.add_row("  path", e.path)
+        note = e.note + (f" (run {e.run_id})" if e.run_id else "")
+        if note:
+            grid.add_row("  note", note)
+        parts += [title, grid, Text("")]
+    return Group(*parts)
+
+
 def models_main(options: ModelsOptions) -> int:
-    """`ng_models`: print the list; returns 0. Warnings go to stderr."""
+    """`ng_models`: print the list (a table on terminals of TABLE_MIN_COLUMNS or more, else one block per model);
+    returns 0. Warnings go to stderr."""
     entries, warnings = list_models(options)
     if options.json_output:
         print(json.dumps([dataclasses.asdict(e) for e in entries], indent=2))
     else:
         from rich.console import Console
 
-        Console(emoji=False, markup=False, highlight=False).print(_table(entries))
+        console = Console(emoji=False, markup=False, highlight=False)
+        console.print(_table(entries) if console.width >= TABLE_MIN_COLUMNS else _blocks(entries))
     for warning in warnings:
         print(f"ng_models: warning: {warning}", file=sys.stderr)
     return 0

@@ -132,6 +132,19 @@ def test_table_and_cli_errors(tree, capsys):
     assert main("models", ["+help=true"]) == 0 and "+hf_cache_dir" in capsys.readouterr().out
 
 
+def test_a_narrow_terminal_gets_one_block_per_model(tree):
+    """At 80 columns the seven-column table folded every cell into a few letters ("SmolLM2-" / "135M-Ins" / "truct"):
+    narrow terminals get a block per model, each value on its own line."""
+    done = subprocess.run([str(Path(sys.executable).parent / "ng_models")], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, cwd=tree / "work", timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert f"{EMBEDDED_MODELS['smollm2'].served_name}  (embedded, " in done.stdout and "  model embedded:smollm2" in done.stdout
+    assert "acme/tiny-llama  (hf_cache, " in done.stdout and "run1/checkpoints/step_000002  (checkpoint, " in done.stdout
+    assert "  note  revision main" in done.stdout and "  model - (see note)" in done.stdout  # a checkpoint is served after ng_export
+    assert not any(line.startswith(" ━") for line in lines)  # no table
+
+
 def test_run_server_models_are_listed_and_an_unreachable_server_is_a_warning(tmp_path, monkeypatch, capsys):
     """The run server is an outside service here: its client function is replaced (ng_serve has its own tests)."""
     from nemo_gym.team import client
