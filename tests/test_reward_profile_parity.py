@@ -29,7 +29,7 @@ from nemo_gym.head import build_head_app
 from nemo_gym.profile import profile_rollouts
 from nemo_gym.server import AgentServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
 BIN = Path(sys.executable).parent
 # NeMo Gym 0.4.0 example collections with their _materialized_inputs: blackjack has one task of 5 rollouts with
