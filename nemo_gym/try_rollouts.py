@@ -245,7 +245,7 @@ def _rnow_source(options: TryOptions, rest: list[str]) -> TrySource:
         paths, overrides = paths + extra_paths, overrides + extra
     argv = [f"+rnow_project={options.rnow_project}", *overrides] + ([f"+config_paths=[{','.join(paths)}]"] if paths else [])
     with contextlib.redirect_stdout(io.StringIO()):  # its hint names ng_run and ng_collect_rollouts; ours follows
-        [run_argv] = expand_rnow_args(argv, mode="run")
+        [run_argv] = expand_rnow_args(argv, mode="run", caller="ng_try")
     [(_, translated)] = parse_overrides([run_argv[0]])  # `+config_paths=[<out>/config.yaml, ...]`, tasks beside it
     root = Path(options.rnow_project).expanduser().resolve()
     print(f"ng_try: rnow project {root} -> {translated[0]} (the project's servers, as ng_run +rnow_project runs them)", flush=True)

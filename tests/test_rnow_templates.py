@@ -206,7 +206,7 @@ def test_a_failing_reward_shows_and_saves_the_conversation_it_failed_on(tmp_path
                           cwd=tmp_path, capture_output=True, text=True, env=WIDE, timeout=600)  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     [failure] = json.loads(out.read_text())["failures"]
-    assert failure["failure_class"] == "reward_error" and "reward 'accuracy' returned NoneType None" in failure["message"]
+    assert failure["failure_class"] == "reward_error" and failure["message"].startswith("reward 'accuracy' returned NoneType None")  # the verifier's own message
     assert failure["messages"] == [{"role": "user", "content": "What is 17 + 25?"}, {"role": "assistant", "content": "Answer: 42"}]  # what the reward got
     assert failure["response"]["output"][-1]["content"][0]["text"] == "Answer: 42" and failure["responses_create_params"]["input"][0]["content"] == "What is 17 + 25?"
     panel = done.stdout[done.stdout.index("entry 0 (train.jsonl:1)") :]

@@ -6,11 +6,11 @@ functions, prompt lengths), each problem with its `config.yml` key or `train.jso
 is translated into an ordinary config, written to `<out>/config.yaml` with the task rows in
 `<out>/train_tasks.jsonl` (`<out>`: `results/rnow/<name>` for ng_run, `<trainer.output_dir>/rnow_project` for
 ng_train, whose output_dir defaults to `results/train/<name>`; `<name>`: `Project.output_name`, the project name and a
-hash of its folder, so two projects of one name never share outputs), and the command runs that config. `+key=value` overrides of rnow's keys (`+data.batch_size=8`,
-`+rollout.max_turns=3`, `+model.path=...` or `+model=...` as for ng_try, `+trainer.num_epochs=2`) edit config.yml's
-values; other overrides (`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A
-`policy_model` defined by the user's own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model
-policy.
+hash of its folder, so two projects of one name never share outputs), and the command runs that config.
+`+key=value` overrides of rnow's keys (`+data.batch_size=8`, `+rollout.max_turns=3`, `+model.path=...` or
+`+model=...` as for ng_try, `+trainer.num_epochs=2`) edit config.yml's values; other overrides
+(`+trainer.num_steps=2`, `+config_paths=[...]`) go to the translated config. A `policy_model` defined by the user's
+own `+config_paths` (e.g. scripted_model, openai_model) replaces the vllm_model policy.
 
 | config.yml | nemo_gym |
 |---|---|
@@ -403,6 +403,8 @@ def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str
     rollout = project.config.rollout
     server: dict[str, Any] = {"entrypoint": "app.py", "domain": "other", "description": f"rnow project {project.root.name}",
                               "project_dir": str(project.root), "max_tool_response_chars": rollout.max_tool_response}  # fmt: skip
+    if (project.root / "requirements.txt").is_file():  # the project's own packages go into its server's environment
+        server["extra_requirements"] = [str(project.root / "requirements.txt")]
     agent = {"entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": SERVER_NAME},
              "model_server": {"type": "responses_api_models", "name": "policy_model"}, "max_steps": rollout.max_turns,
              "tool_timeout_s": float(rollout.tool_timeout)}  # fmt: skip
@@ -457,10 +459,11 @@ def _defines_policy(config_paths: list[str]) -> bool:
     return "policy_model" in loaded.values
 
 
-def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[list[str]]:
+def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"], caller: str | None = None) -> list[list[str]]:
     """The arguments of each run for `+rnow_project=DIR` (unchanged, as one run, without it): the project is
     checked and translated, and `+config_paths=[<translated config>, <the user's config_paths>]` replaces it.
-    ng_run gets one run (a `model.path` list is an error there); ng_train one per model.
+    ng_run gets one run (a `model.path` list is an error there); ng_train one per model. `caller` names the command
+    in the notes and warnings printed (default: ng_run or ng_train).
 
     Raises:
         ConfigError: any problem of the project (see `load_project`).
@@ -470,6 +473,7 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
         return [argv]
     project = load_project(project_dir, overrides)
     command = "ng_run" if mode == "run" else "ng_train"
+    speaker = caller or command  # who prints the notes and warnings (ng_try translates as ng_run does)
     if mode == "run" and project.sft:
         raise ConfigError(f"rnow project {project.root} is SFT data (dataset_type sft / +algorithm=sft): there is nothing to serve; train it with ng_train +{RNOW_FLAG}={project_dir} +algorithm=sft")
     if mode == "run" and len(project.models) > 1:
@@ -489,12 +493,12 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"]) -> list[
         translation = translate(project, model, tasks_path=tasks_path, output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
         path = write_translation(translation, out_dir, project, command, tasks_path.name)
         if project.sft:
-            print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} SFT conversations in {tasks_path})", flush=True)
+            print(f"{speaker}: rnow project {project.root} -> {path} ({len(translation.rows)} SFT conversations in {tasks_path})", flush=True)
         else:
-            print(f"{command}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
+            print(f"{speaker}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
                   f"ng_collect_rollouts +agent_name={AGENT_NAME} +input_jsonl_fpath={tasks_path} +output_jsonl_fpath=rollouts.jsonl)", flush=True)  # fmt: skip
         extra = [a for a in rest if not (mode == "train" and suffix and a.lstrip("+").startswith("trainer.output_dir="))]
         runs.append([f"+config_paths=[{','.join([str(path), *user_paths])}]", *extra])
     for warning in project.warnings:
-        print(f"{command}: warning: {warning}", file=sys.stderr)
+        print(f"{speaker}: warning: {warning}", file=sys.stderr)
     return runs

@@ -49,9 +49,9 @@ class SimpleAgentConfig(ServerConfig):
 def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
     """The answer of a rollout whose /verify failed: the typed failure answer every nemo_gym server gives for a
     failure further down (`{"error": {type, server, message}}`: 424 after a 4xx, else 502; the verifier's own
-    class and server when its answer was typed, e.g. `reward_error`) plus `error.response`, the trajectory the
+    class, server and message when its answer was typed, e.g. `reward_error`) plus `error.response`, the trajectory the
     verifier failed on, so that the failure can be debugged from the failures file."""
-    status, failure_class, server = 502, exc.failure_class, exc.server
+    status, failure_class, server, message = 502, exc.failure_class, exc.server, str(exc)
     if isinstance(exc, ServerHTTPError):
         status = 424 if 400 <= exc.status_code < 500 else 502
         try:
@@ -59,8 +59,8 @@ def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONRes
         except (ValueError, AttributeError):
             inner = None
         if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-            failure_class, server = inner["type"], inner.get("server") or server
-    return JSONResponse({"error": {"type": failure_class, "server": server, "message": str(exc)[:4000], "response": response}}, status_code=status)
+            failure_class, server, message = inner["type"], inner.get("server") or server, str(inner.get("message") or message)
+    return JSONResponse({"error": {"type": failure_class, "server": server, "message": message[:4000], "response": response}}, status_code=status)
 
 
 class SimpleAgent(AgentServer):
