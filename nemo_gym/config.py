@@ -70,6 +70,12 @@ class ServerInstance:
         return REPO_ROOT / self.server_type / self.implementation
 
     @property
+    def extra_requirement_files(self) -> list[Path]:
+        """Field `extra_requirements`: requirements files installed into the server's environment besides its
+        folder's requirements.txt (e.g. a ReinforceNow project's own); a relative path is from the server's folder."""
+        return [self.implementation_dir / Path(str(p)).expanduser() for p in self.fields.get("extra_requirements") or []]
+
+    @property
     def entrypoint(self) -> str:
         return str(self.fields.get("entrypoint", "app.py"))
 

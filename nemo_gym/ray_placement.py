@@ -130,7 +130,7 @@ class ServerActor:
         from nemo_gym.venvs import ensure_venv
 
         requirements = self.instance.implementation_dir / "requirements.txt"
-        return asyncio.run(ensure_venv(requirements, log_file=self.log_path.with_suffix(".venv.log")))
+        return asyncio.run(ensure_venv(requirements, extra_requirements=self.instance.extra_requirement_files, log_file=self.log_path.with_suffix(".venv.log")))
 
     def _exit_with_server(self) -> None:
         """The server process exited: unless we are stopping it, exit this actor with an error so that Ray

@@ -56,7 +56,7 @@ from nemo_gym.nemo_gym_servers import DEFAULT_VERSION, FRAMEWORK, LIVENESS_PATH,
 from nemo_gym.limits import UVICORN_LIMITS
 from nemo_gym.processes import die_with_parent
 from nemo_gym.serve import REPLICA_ENV, bind_socket
-from nemo_gym.venvs import VenvBuildError, ensure_venv
+from nemo_gym.venvs import VenvBuildError, ensure_venv, requirements_text
 
 __all__ = ["RunOptions", "HeadServerOptions", "NgRunProcess", "run_main", "tail"]
 
@@ -193,8 +193,8 @@ class Run:
         """
         groups: dict[tuple[str, ...], list[ServerInstance]] = {}
         for instance in self.own if not self.options.skip_venv else []:
-            requirements = instance.implementation_dir / "requirements.txt"
-            groups.setdefault(("own", requirements.read_text() if requirements.is_file() else ""), []).append(instance)
+            text = requirements_text(instance.implementation_dir / "requirements.txt", instance.extra_requirement_files)
+            groups.setdefault(("own", text), []).append(instance)
         for instance in self.nemo_gym:
             groups.setdefault(("nemo_gym", self.releases[instance.name], *release_requirements(instance.implementation_dir)), []).append(instance)
         log = self.run_dir / "logs" / "venvs.log"
@@ -206,7 +206,8 @@ class Run:
         async def build(key: tuple[str, ...], members: list[ServerInstance]) -> Path:
             try:
                 if key[0] == "own":
-                    return await ensure_venv(members[0].implementation_dir / "requirements.txt", log_file=log)
+                    first = members[0]
+                    return await ensure_venv(first.implementation_dir / "requirements.txt", extra_requirements=first.extra_requirement_files, log_file=log)
                 return await ensure_release_venv(key[1], list(key[2:]), log_file=log)
             except VenvBuildError as exc:
                 names = ", ".join(f"{m.name!r} ({m.implementation_dir})" for m in members)

@@ -63,6 +63,7 @@ class ServerConfig(BaseModel):
     entrypoint: str = Field("app.py", description="file of the implementation folder that defines the server class")
     implementation_dir: str | None = Field(None, description="the server's folder when it is not <type>/<implementation> of this repository (e.g. a project made by ng_init); relative to the YAML file that sets it")
     num_replicas: int = Field(1, ge=1, description="processes ng_run starts for this instance; clients balance calls over them, a rollout's calls stay on one")
+    extra_requirements: list[str] = Field(default_factory=list, description="requirements files installed into this server's environment besides its folder's requirements.txt (e.g. a ReinforceNow project's own); relative to the server's folder")
     # placement on a Ray cluster (`ng_run +ray_address=...`; nemo_gym.ray_placement), per replica
     num_cpus: float = Field(1.0, ge=0, description="with +ray_address: CPUs Ray reserves for each replica")
     num_gpus: float = Field(0.0, ge=0, description="with +ray_address: GPUs Ray reserves for each replica")

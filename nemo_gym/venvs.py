@@ -20,13 +20,13 @@ import sys
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import NemoGymError
 from nemo_gym.head import nemo_gym_home
 
-__all__ = ["VenvBuildError", "venv_key", "venvs_dir", "ensure_venv", "ensure_built", "run_logged", "find_links_args", "pip_find_links", "uv_executable"]
+__all__ = ["VenvBuildError", "venv_key", "venvs_dir", "ensure_venv", "ensure_built", "requirements_text", "run_logged", "find_links_args", "pip_find_links", "uv_executable"]
 
 
 class VenvBuildError(NemoGymError):
@@ -73,19 +73,32 @@ def venvs_dir() -> Path:
     return nemo_gym_home() / "venvs"
 
 
-async def ensure_venv(requirements_file: Path | None, *, log_file: Path | None = None, timeout_s: float = 1800) -> Path:
-    """The Python executable of an environment with nemo_gym (editable, from this checkout) and the
-    requirements of `requirements_file`; built if missing, reused otherwise.
+async def ensure_venv(requirements_file: Path | None, *, extra_requirements: Sequence[Path] = (), log_file: Path | None = None,
+                      timeout_s: float = 1800) -> Path:  # fmt: skip
+    """The Python executable of an environment with nemo_gym (editable, from this checkout), the requirements of
+    `requirements_file` and those of each of `extra_requirements` (e.g. a ReinforceNow project's own
+    requirements.txt); built if missing, reused otherwise (one environment per distinct set of their contents).
 
     Raises:
         VenvBuildError: uv failed or took longer than `timeout_s` seconds.
     """
-    text = requirements_file.read_text() if requirements_file and requirements_file.is_file() else ""
+    files = [f for f in (requirements_file, *extra_requirements) if f is not None and f.is_file() and f.read_text().strip()]
+    text = requirements_text(requirements_file, extra_requirements)
 
     async def build(root: Path) -> str:
-        return await _build(root, requirements_file if text.strip() else None, log_file, timeout_s)
+        return await _build(root, files, log_file, timeout_s)
 
     return await ensure_built(venv_key(text), build)
+
+
+def requirements_text(requirements_file: Path | None, extra_requirements: Sequence[Path] = ()) -> str:
+    """What decides an environment's requirements: the text of `requirements_file`, then of each extra file that
+    has one (files that do not exist count as empty; an extra file's text is marked by its position)."""
+    text = requirements_file.read_text() if requirements_file is not None and requirements_file.is_file() else ""
+    for index, extra in enumerate(extra_requirements):
+        if extra.is_file() and extra.read_text().strip():
+            text += f"\n# -- extra requirements {index}\n" + extra.read_text()
+    return text
 
 
 async def ensure_built(name: str, build: Callable[[Path], Awaitable[str]]) -> Path:
@@ -115,14 +128,14 @@ async def ensure_built(name: str, build: Callable[[Path], Awaitable[str]]) -> Pa
     return python
 
 
-async def _build(root: Path, requirements_file: Path | None, log_file: Path | None, timeout_s: float) -> str:
+async def _build(root: Path, requirement_files: list[Path], log_file: Path | None, timeout_s: float) -> str:
     uv = uv_executable()
     links = find_links_args()
     install = [uv, "pip", "install", "--python", str(root / "bin" / "python"), *links, "-e", str(REPO_ROOT)]
-    if requirements_file:
+    for requirements_file in requirement_files:
         install += ["-r", str(requirements_file)]
     for command in ([uv, "venv", "--quiet", "--python", sys.executable, str(root)], install):
-        await run_logged(command, log_file, timeout_s, cwd=requirements_file.parent if requirements_file else REPO_ROOT)
+        await run_logged(command, log_file, timeout_s, cwd=requirement_files[0].parent if requirement_files else REPO_ROOT)
     return " ".join(install)
 
 

@@ -384,6 +384,31 @@ def test_ng_run_and_collect_on_the_sample_project(tmp_path):
     assert tool_outputs and tool_outputs[0]["output"] == "42"
 
 
+@pytest.mark.integration
+def test_a_projects_requirements_go_into_its_server_environment(tmp_path):
+    """A project whose rewards.py imports a package its own requirements.txt lists (not one of ours): ng_run builds
+    the project server's environment with it (issue 18, item 1: it stopped with "cannot import ... install it")."""
+    from ng_process import BIN, NgRun
+
+    root = tmp_path / "project"
+    shutil.copytree(SAMPLE, root)
+    (root / "requirements.txt").write_text("jellyfish==1.3.0\n")
+    rewards = (root / "rewards.py").read_text().replace('"""\n\nfrom nemo_gym.rnow', '"""\n\nimport jellyfish\n\nfrom nemo_gym.rnow', 1)
+    rewards = rewards.replace('    return 1.0 if str(args.metadata["answer"]).lower() in final_answer(messages).lower() else 0.0',
+                              '    return float(jellyfish.jaro_winkler_similarity(str(args.metadata["answer"]).lower(), final_answer(messages).lower()) == 1.0)')
+    assert "import jellyfish" in rewards and "jaro_winkler" in rewards
+    (root / "rewards.py").write_text(rewards)
+    tasks = REPO / "results" / "rnow" / load_project(root).output_name / "train_tasks.jsonl"
+    out = tmp_path / "rollouts.jsonl"
+    with NgRun(f"+rnow_project={root}", "+config_paths=[tests/configs/rnow_scripted_policy.yaml]", timeout_s=600) as run:
+        head = run.wait_ready()
+        done = subprocess.run([str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", f"+agent_name={AGENT_NAME}", f"+input_jsonl_fpath={tasks}",
+                               f"+output_jsonl_fpath={out}", "+progress=false", "+limit=2"], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["rnow_line"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows[1]["reward_components"] == {"answered": 1.0, "accuracy": 1.0, "used_tool": 1.0}  # "42" == "42", scored by jellyfish
+
+
 def test_cli_reports_project_problems_before_running(tmp_path, capsys):
     from nemo_gym.cli import main
 
