@@ -73,6 +73,7 @@ class ServerConfig(BaseModel):
     port: int = Field(0, description="TCP port; 0 lets the OS pick a free one (no port race)")
     domain: str | None = Field(None, description="task domain, e.g. math, coding, knowledge, agent")
     description: str | None = Field(None, description="one line on what this server does")
+    value: str | None = Field(None, description="what training on this environment improves (NeMo Gym's field, e.g. 'Improve benchmarks like MMLU')")
     license: str | None = Field(None, description="license of the environment's data")
     verified: bool | None = Field(None, description="whether the environment was checked by a person")
     datasets: list[dict[str, Any]] = Field(default_factory=list, description="datasets: name, type, jsonl_fpath, ...")
