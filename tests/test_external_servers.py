@@ -83,6 +83,20 @@ def test_an_external_server_is_reached_by_name_and_gets_no_token_unless_told(tmp
         assert registered["weather"]["external"] is True and registered["weather"]["url"] == url
 
 
+def test_ng_eval_reaches_an_external_server_by_name(tmp_path):
+    app, seen = recording_weather_server()
+    with serve(app) as url, NgRun(f"+config_paths=[{config(tmp_path, url)}]") as run:
+        head_url = run.wait_ready()
+        report = tmp_path / "eval.json"
+        command = [str(Path(sys.executable).parent / "ng_eval"), "+agent_name=weather_agent", f"+input_jsonl_fpath={ROWS}", "+num_samples=2",
+                   "+k=[1,2]", "+max_samples=2", f"+output_json_fpath={report}", f"+head_server_url={head_url}", "+progress=false"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        overall = json.loads(report.read_text())["overall"]
+        assert overall["pass@1"] == 1.0 and overall["num_tasks"] == 2
+        assert any(h.get("content-type") == "application/json" for h in seen)
+
+
 def test_replica_urls_are_replicas(tmp_path):
     """A list of URLs: one replica each; the collector's rollouts spread over them, each rollout on one replica."""
     (app_a, seen_a), (app_b, seen_b) = recording_weather_server(), recording_weather_server()
