@@ -7,7 +7,8 @@ release from the package index:
 
 - **Recognised** by the instance field `framework: nemo_gym`, or, when the field is not set, by its entrypoint
   importing a module of NeMo Gym's package that ours does not have (`nemo_gym.base_resources_server`,
-  `nemo_gym.server_utils`, `nemo_gym.openai_utils`, ...; `detect_framework`).
+  `nemo_gym.server_utils`, `nemo_gym.openai_utils`, ...), directly or through a server folder of its own tree
+  (`from resources_servers.mcqa.app import ...`, as NeMo Gym's gpqa_diamond does; `detect_framework`).
 - **Environment**: the release `nemo_gym_version` (instance field, else ng_run's `+nemo_gym_version`, default
   `DEFAULT_VERSION`) plus the folder's `requirements.txt` without the lines that install NeMo Gym from its own
   checkout (those naming `../..`, e.g. `-e nemo-gym[dev] @ ../../`): what NeMo Gym's ng_run installs for a server
@@ -44,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from nemo_gym.config import REPO_ROOT, ServerInstance
+from nemo_gym.config import REPO_ROOT, SERVER_TYPES, ServerInstance
 from nemo_gym.errors import ConfigError
 from nemo_gym.head import nemo_gym_home
 from nemo_gym.processes import die_with_parent, signal_group
@@ -75,19 +76,39 @@ _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0
 
 def detect_framework(folder: Path, entrypoint: str) -> str | None:
     """`'nemo_gym'` when the entrypoint file imports a module of NeMo Gym's package that ours lacks (so it was
-    written for NeMo Gym), else None. A file that does not parse is left to the server's own start to report."""
-    path = folder / entrypoint
+    written for NeMo Gym), or a module of another server folder of its tree (`<tree>/<server type>/<name>/`,
+    e.g. `from resources_servers.mcqa.app import ...`) that does, else None. A file that does not parse is left to
+    the server's own start to report."""
+    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, folder.parent.parent, set()) else None
+
+
+def _imports_nemo_gym(path: Path, tree_root: Path, seen: set[Path]) -> bool:
+    """Whether the Python file `path` imports a NeMo Gym module ours lacks, itself or through the server folders of
+    `tree_root` it imports (each file read once)."""
+    if path in seen:
+        return False
+    seen.add(path)
     try:
         tree = ast.parse(path.read_text(), filename=str(path))
     except (OSError, SyntaxError, ValueError):
-        return None
+        return False
     for node in ast.walk(tree):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # `from a.b import c`: a.b, or the module a.b.c
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            names = []
         for name in names:
             parts = name.split(".")
             if parts[0] == "nemo_gym" and len(parts) > 1 and not _ours(parts[1]):
-                return FRAMEWORK
-    return None
+                return True
+            if parts[0] in SERVER_TYPES and len(parts) > 2:
+                module = tree_root.joinpath(*parts)
+                for candidate in (module.with_suffix(".py"), module / "__init__.py"):
+                    if candidate.is_file() and _imports_nemo_gym(candidate, tree_root, seen):
+                        return True
+    return False
 
 
 def _ours(module: str) -> bool:
