@@ -241,9 +241,15 @@ def _holds_socket(pid: int, inode: int) -> bool:
     target = f"socket:[{inode}]"
     candidates = [pid]
     try:
-        candidates += [c.pid for c in psutil.Process(pid).children() if "multiprocessing" in " ".join(c.cmdline())]
+        children = psutil.Process(pid).children()
     except psutil.Error:
         return False
+    for child in children:
+        try:
+            if "multiprocessing" in " ".join(child.cmdline()):
+                candidates.append(child.pid)
+        except psutil.Error:  # a child that exited (a zombie not yet reaped, or gone): not a caller, and no reason to refuse `pid`
+            continue
     for candidate in candidates:
         fd_dir = f"/proc/{candidate}/fd"
         try:
