@@ -211,3 +211,84 @@ def test_a_failing_reward_shows_and_saves_the_conversation_it_failed_on(tmp_path
     assert failure["response"]["output"][-1]["content"][0]["text"] == "Answer: 42" and failure["responses_create_params"]["input"][0]["content"] == "What is 17 + 25?"
     panel = done.stdout[done.stdout.index("entry 0 (train.jsonl:1)") :]
     assert "What is 17 + 25?" in panel and "Answer: 42" in panel and panel.index("Answer: 42") < panel.index("FAILED  reward_error")
+
+
+# -- ReinforceNow's own templates, on the embedded SmolLM2 (e2e) -------------------------------------------------------
+RNOW_VERSION = "0.4.37"
+
+
+@pytest.fixture(scope="module")
+def rnow_templates() -> Path:
+    """The `rnow/templates` folder of ReinforceNow's PyPI wheel (`uv pip install --no-deps --target`), installed once
+    into $NEMO_GYM_HOME/test_cache and reused; never put on sys.path (rnow_project's `rnow.core` aliases serve it)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from nemo_gym.models import nemo_gym_home
+    from nemo_gym.venvs import uv_executable
+
+    cache = nemo_gym_home() / "test_cache" / f"rnow-{RNOW_VERSION}"
+    if not (cache / "rnow" / "templates").is_dir():
+        partial = cache.with_name(cache.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run([uv_executable(), "pip", "install", "--no-deps", "--python", sys.executable, "--target", str(partial), f"rnow=={RNOW_VERSION}"],
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"rnow {RNOW_VERSION} could not be installed from the package registry: {done.stderr[-500:]}")
+        partial.rename(cache)
+    return cache / "rnow" / "templates"
+
+
+def ng_try_template(rnow_templates: Path, name: str, tmp_path: Path, *extra: str):
+    """ng_try on an unchanged copy of template `name`, from a fresh working folder, on the embedded SmolLM2."""
+    import shutil
+    import subprocess
+
+    from test_try import NG_TRY, WIDE
+
+    project = shutil.copytree(rnow_templates / name, tmp_path / name)
+    out = tmp_path / "try.json"
+    done = subprocess.run([NG_TRY, f"+rnow_project={project}", "+model=embedded:smollm2", "+entries=[0]", "+seed=0", f"+output={out}", *extra],
+                          cwd=tmp_path, capture_output=True, text=True, env=WIDE, timeout=1500)  # fmt: skip
+    return done, json.loads(out.read_text()) if out.is_file() else None
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["tutorial-reward", "tutorial-tool"])
+def test_rnow_tutorial_templates_run_as_they_are(rnow_templates, name, tmp_path):
+    """The tutorial templates (Qwen models, 16000-16384-token windows, rewards and tools whose body is yours to write)
+    run unchanged with +model=embedded:smollm2: the window is lowered to SmolLM2's 8192 with a warning, SmolLM2 answers,
+    and the unwritten reward fails the rollout with the conversation it got, printed and saved."""
+    done, record = ng_try_template(rnow_templates, name, tmp_path, "+responses_create_params={max_output_tokens: 48}")
+    assert done.returncode == 1 and record is not None, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "ng_try: warning: config.yml: key 'rollout.max_context_window'" in done.stderr and "using 8192" in done.stderr
+    [failure] = record["failures"]
+    assert failure["failure_class"] == "reward_error" and failure["message"].startswith("reward 'accuracy' returned NoneType None")
+    roles = [m["role"] for m in failure["messages"]]
+    assert "user" in roles and "assistant" in roles and failure["response"]["model"] == "SmolLM2-135M-Instruct"
+    question = next(m["content"] for m in failure["messages"] if m["role"] == "user")
+    assert "FAILED  reward_error" in done.stdout and question.split()[0] in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["sft", "off-distill-agent"])
+def test_rnow_sft_templates_show_their_entries(rnow_templates, name, tmp_path):
+    """rnow's SFT templates (no rewards.py): their entries as SmolLM2's chat template renders them, with trained tokens."""
+    done, record = ng_try_template(rnow_templates, name, tmp_path)
+    assert done.returncode == 0 and record is not None, done.stdout[-4000:] + done.stderr[-4000:]
+    [entry] = record["entries"]
+    assert entry["where"] == "train.jsonl:1" and 0 < entry["num_trained_tokens"] < entry["num_tokens"] and entry["text"].startswith("<|im_start|>")
+    assert f"{entry['num_tokens']} tokens, {entry['num_trained_tokens']} trained" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["rl-single", "rl-tools"])
+def test_rnow_rl_templates_with_requirements_run_as_they_are(rnow_templates, name, tmp_path):
+    """rl-single (math-verify) and rl-tools (jellyfish, requests, beautifulsoup4, in the project server's environment;
+    its web tools fail offline and the model sees their errors) score real rewards on SmolLM2's rollouts, with the
+    context window lowered as above."""
+    done, record = ng_try_template(rnow_templates, name, tmp_path, "+responses_create_params={max_output_tokens: 48}")
+    assert done.returncode == 0 and record is not None, done.stdout[-4000:] + done.stderr[-4000:]
+    [row] = record["rollouts"]
+    assert 0.0 <= row["reward"] and row["reward_components"]
