@@ -12,8 +12,10 @@ commands (`ng_run`, `ng_collect_rollouts`, `ng_reward_profile`, ...); its site-p
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -76,3 +78,33 @@ def peer_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def peer_install(requirements: list[str]) -> None:
+    """Install `requirements` (requirement lines: a wheel server's `requirements.txt` without its NeMo Gym line, as
+    `nemo_gym.nemo_gym_servers.release_requirements` gives them) into the NeMo Gym venv, where NeMo Gym's own ng_run
+    runs the wheel's servers. Packages the venv already has keep their versions (its `pip freeze` constrains the
+    install), so one server's requirements cannot change what other tests run on: a requirement that needs another
+    version fails, with the installer's message. Done once per requirements set (a marker under `$NGBENCH_DIR`)."""
+    if not requirements:
+        return
+    venv = peer_venv()
+    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:16]
+    folder = peer_root() / "peer_installs"
+    marker = folder / f"{key}.done"
+    if marker.exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with (peer_root() / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return
+        freeze = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True, check=True, timeout=120).stdout
+        (folder / f"{key}.constraints.txt").write_text("".join(f"{line}\n" for line in freeze.splitlines() if "==" in line and " @ " not in line))
+        (folder / f"{key}.requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
+        uv = venv / "bin" / "uv" if (venv / "bin" / "uv").exists() else Path(sys.executable).parent / "uv"
+        command = [str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "-r", str(folder / f"{key}.requirements.txt"), "-c", str(folder / f"{key}.constraints.txt")]
+        result = subprocess.run(command, cwd="/tmp", capture_output=True, text=True, timeout=1800)
+        if result.returncode != 0:
+            raise RuntimeError(f"installing {requirements} into NeMo Gym's venv failed (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        marker.write_text("\n".join(requirements) + "\n")
