@@ -241,8 +241,11 @@ class RayHead:
     """A one-node Ray cluster for the NeMo Gym servers of one run: `ray start --head --block` from the release's
     environment (the servers' Ray must be the same version), its own process group, every port chosen free (Ray's
     fixed defaults, such as the dashboard agent's 52365, clash with other Ray instances), no dashboard, a small
-    object store. Ray's gRPC services listen on every interface, so token authentication is on (`RAY_AUTH_MODE=token`,
-    a random token in a 0600 file of the run): `env` is what a server needs to connect.
+    object store. The node is on loopback (`--node-ip-address=127.0.0.1`, and `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`
+    in `env`, without which Ray replaces a 127.0.0.1 address by the machine's own network address, so the servers
+    connected to Ray over eth0): the servers are on this machine. Ray's gRPC services listen on every interface, so
+    token authentication is on (`RAY_AUTH_MODE=token`, a random token in a 0600 file of the run): `env` is what a
+    server needs to connect.
 
     Args:
         ray_executable: `<release environment>/bin/ray`.
@@ -266,7 +269,7 @@ class RayHead:
             with os.fdopen(fd, "w") as handle:
                 handle.write(secrets.token_hex(32))
         self.temp_dir = Path("/tmp") / f"ray_ng_{os.getpid()}_{int(time.time())}"  # short: Ray's socket paths have a length limit
-        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file), "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file), "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
     async def start(self) -> str:
         """Start the node and wait until it runs. Returns its GCS address (`host:port`).
@@ -277,7 +280,7 @@ class RayHead:
         from nemo_gym.errors import ServerStartError
 
         ports = {name: _free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
-        command = [str(self.ray_executable), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false",
+        command = [str(self.ray_executable), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false", "--node-ip-address=127.0.0.1",
                    f"--num-cpus={self.num_cpus}", "--object-store-memory=200000000", f"--temp-dir={self.temp_dir}",
                    *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip
         env = {**{k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "RAY_AUTH_TOKEN", "RAY_ADDRESS"}}, **self.env}
