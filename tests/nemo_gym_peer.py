@@ -80,6 +80,28 @@ def peer_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def peer_uv_venv_dir(server_dirs: list[str]) -> Path:
+    """A `uv_venv_dir` for NeMo Gym's own ng_run in which each of `server_dirs` (`<type>/<name>`) has its `.venv`
+    pointing at the NeMo Gym venv: with `+uv_venv_dir=<this> +skip_venv_if_present=true` NeMo Gym's ng_run starts
+    those wheel servers without building environments (their `-e nemo-gym @ ../../` line cannot install from a
+    wheel's folder; see ../shared/bench/README.md). Servers whose requirements add packages need `peer_install`."""
+    root = peer_root() / "venvs"
+    for server_dir in server_dirs:
+        link = root / server_dir / ".venv"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(peer_venv())
+    return root
+
+
+def nemo_gym_run_argv(config_paths: list[str], head_port: int, *overrides: str) -> list[str]:
+    """NeMo Gym's own `ng_run` for wheel servers (config paths relative to the wheel's install, as NeMo Gym resolves
+    them), its head server on `head_port` (its default 11000 would clash between runs), venvs as `peer_uv_venv_dir`."""
+    server_dirs = sorted({"/".join(Path(p).parts[:2]) for p in config_paths})
+    return [str(peer_venv() / "bin" / "ng_run"), "+config_paths=[" + ",".join(config_paths) + "]", "+head_server.host=127.0.0.1", f"+head_server.port={head_port}",
+            "+skip_venv_if_present=true", f"+uv_venv_dir={peer_uv_venv_dir(server_dirs + ['responses_api_agents/simple_agent'])}", *overrides]
+
+
 def peer_install(requirements: list[str]) -> None:
     """Install `requirements` (requirement lines: a wheel server's `requirements.txt` without its NeMo Gym line, as
     `nemo_gym.nemo_gym_servers.release_requirements` gives them) into the NeMo Gym venv, where NeMo Gym's own ng_run
