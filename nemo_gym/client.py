@@ -32,6 +32,7 @@ import orjson
 import yaml
 
 from nemo_gym.auth import TOKEN_HEADER
+from nemo_gym.config import server_sections
 from nemo_gym.errors import ServerBadAnswerError, ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, is_transient
 from nemo_gym.head import run_token_for_url
 from nemo_gym.replicas import DEFAULT_COOLDOWN_S, Replica, ReplicaPool
@@ -399,14 +400,8 @@ def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
     if not isinstance(config, dict):
         raise ServerBadAnswerError(f"GET {head_url}/global_config_dict_yaml: expected a YAML mapping of server instances, got {type(config).__name__}", server="head")
     entries = []
-    for name, value in config.items():
-        if not (isinstance(value, dict) and len(value) == 1):
-            continue
-        server_type, inner = next(iter(value.items()))
-        if not (isinstance(inner, dict) and len(inner) == 1):
-            continue
-        implementation, fields = next(iter(inner.items()))
-        if isinstance(fields, dict) and fields.get("host") and fields.get("port"):
+    for name, server_type, implementation, fields in server_sections(config):
+        if fields.get("host") and fields.get("port"):
             host = str(fields["host"])
             url = f"http://[{host}]:{fields['port']}" if ":" in host else f"http://{host}:{fields['port']}"
             entries.append({"name": str(name), "replica": 0, "server_type": str(server_type), "implementation": str(implementation),

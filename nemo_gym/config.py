@@ -33,6 +33,7 @@ __all__ = [
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
+    "server_sections",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -259,14 +260,8 @@ def _anchor_implementation_dirs(cfg: DictConfig, base_dir: Path) -> None:
     """Make each server instance's relative `implementation_dir` absolute, relative to `base_dir` (the folder of
     the YAML file that sets it), so a project's config works from any working directory. Nothing is resolved:
     `${...}` values are left as they are."""
-    for name, value in OmegaConf.to_container(cfg, resolve=False).items():
-        if not (isinstance(value, dict) and len(value) == 1):
-            continue
-        server_type, inner = next(iter(value.items()))
-        if not (isinstance(inner, dict) and len(inner) == 1):
-            continue
-        implementation, fields = next(iter(inner.items()))
-        raw = fields.get(IMPLEMENTATION_DIR_KEY) if isinstance(fields, dict) else None
+    for name, server_type, implementation, fields in server_sections(OmegaConf.to_container(cfg, resolve=False)):
+        raw = fields.get(IMPLEMENTATION_DIR_KEY)
         if isinstance(raw, str) and "${" not in raw and not Path(raw).expanduser().is_absolute():
             cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str((base_dir / Path(raw).expanduser()).resolve())
 
@@ -282,11 +277,7 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
     root = Path(*parts[:-4])
     if root == REPO_ROOT:
         return
-    for name, value in OmegaConf.to_container(cfg, resolve=False).items():
-        if not _looks_like_server(value):
-            continue
-        server_type, inner = next(iter(value.items()))
-        implementation, fields = next(iter(inner.items()))
+    for name, server_type, implementation, fields in _servers(OmegaConf.to_container(cfg, resolve=False)):
         folder = root / str(server_type) / str(implementation)
         if IMPLEMENTATION_DIR_KEY not in fields and "url" not in fields and folder.is_dir():
             cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str(folder)
@@ -351,14 +342,23 @@ def _check_missing(cfg: Any, loaded: LoadedConfig, prefix: str = "") -> None:
             _check_missing(cfg._get_node(index), loaded, f"{prefix}{index}.")
 
 
-def _looks_like_server(value: Any) -> bool:
-    if not (isinstance(value, dict) and len(value) == 1):
-        return False
-    inner = next(iter(value.values()))
-    if not (isinstance(inner, dict) and len(inner) == 1):
-        return False
-    impl = next(iter(inner.values()))
-    return isinstance(impl, dict) and ("entrypoint" in impl or "url" in impl)
+def server_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """`(name, server_type, implementation, fields)` of each top-level key shaped as a server instance
+    (`<name>: <server_type>: <implementation>: {fields}`, one key at each of the two inner levels); other keys are skipped."""
+    for name, value in config.items():
+        if not (isinstance(value, dict) and len(value) == 1):
+            continue
+        server_type, inner = next(iter(value.items()))
+        if not (isinstance(inner, dict) and len(inner) == 1):
+            continue
+        implementation, fields = next(iter(inner.items()))
+        if isinstance(fields, dict):
+            yield str(name), server_type, implementation, fields
+
+
+def _servers(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """The `server_sections` that are server instances: with an `entrypoint` (code to start) or a `url` (external)."""
+    return ((n, t, i, f) for n, t, i, f in server_sections(config) if "entrypoint" in f or "url" in f)
 
 
 def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[ServerInstance]:
@@ -369,11 +369,7 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
             `{type, name}` reference to an instance that does not exist.
     """
     instances = []
-    for name, value in loaded.values.items():
-        if not _looks_like_server(value):
-            continue
-        server_type, inner = next(iter(value.items()))
-        implementation, fields = next(iter(inner.items()))
+    for name, server_type, implementation, fields in _servers(loaded.values):
         where = f"{loaded.origin(name)}: key '{name}.{server_type}'"
         if server_type not in SERVER_TYPES:
             raise ConfigError(f"{where}: unknown server type {server_type!r}{did_you_mean(server_type, SERVER_TYPES)}; use one of {', '.join(SERVER_TYPES)}")
