@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
 # The main job, end to end, on the embedded default (no GPU, no API key, no hub access):
-#   install -> prepare reasoning_gym tasks -> ng_run configs/quickstart.yaml -> ng_collect_rollouts (4 repeats)
-#   -> ng_profile -> stop the servers.
-# Outputs land in results/quickstart/. Settings: REPEATS (4), PARALLEL (16), MAX_OUTPUT_TOKENS (256).
+#   install -> prepare the tasks -> ng_run configs/quickstart.yaml -> ng_collect_rollouts (4 repeats) -> ng_profile
+#   -> ng_train (a short GRPO run on the profiled tasks whose pass rate is strictly between 0 and 1, attached to the
+#   same servers) -> stop the servers.
+# Outputs land in $OUT (results/quickstart/); the trained model in $OUT/train/final. Settings: OUT, REPEATS (4),
+# PARALLEL (16), MAX_OUTPUT_TOKENS (256), TRAIN_STEPS (2). A rerun resumes the collection and trains again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 bash scripts/setup.sh
-OUT=results/quickstart
+OUT=${OUT:-results/quickstart}
 REPEATS=${REPEATS:-4}
 PARALLEL=${PARALLEL:-16}
 MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-256}
+TRAIN_STEPS=${TRAIN_STEPS:-2}
 mkdir -p "$OUT"
-start=$(date +%s)
+times=("install $(( $(date +%s) - t0 ))s")
+stage() { local now; now=$(date +%s); times+=("$1 $(( now - t ))s"); t=$now; }
+t=$(date +%s)
 
-echo "== 1/5 prepare: reasoning_gym tasks from the generators of resources_servers/reasoning_gym/configs/quickstart_tasks.yaml"
-.venv/bin/python resources_servers/reasoning_gym/prepare.py "+config_paths=[resources_servers/reasoning_gym/configs/quickstart_tasks.yaml]" "+output_jsonl_fpath=$OUT/reasoning_gym_tasks.jsonl"
-.venv/bin/python - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-rows = [dict(json.loads(line), agent_ref={"name": "reasoning_gym_simple_agent"}) for line in open(f"{out}/reasoning_gym_tasks.jsonl")]
-rows += [dict(json.loads(line), agent_ref={"name": "mcqa_simple_agent"}) for line in open("resources_servers/mcqa/data/example.jsonl")]
-with open(f"{out}/tasks.jsonl", "w") as fh:
-    fh.writelines(json.dumps(row) + "\n" for row in rows)
-print(f"{len(rows)} tasks -> {out}/tasks.jsonl")
-PY
+echo "== 1/6 prepare: reasoning_gym tasks from the generators of resources_servers/reasoning_gym/configs/quickstart_tasks.yaml, mcqa's example rows"
+.venv/bin/python -W ignore::SyntaxWarning resources_servers/reasoning_gym/prepare.py "+config_paths=[resources_servers/reasoning_gym/configs/quickstart_tasks.yaml]" "+output_jsonl_fpath=$OUT/reasoning_gym_tasks.jsonl"
+.venv/bin/python scripts/quickstart_tasks.py "$OUT/reasoning_gym_tasks.jsonl" "$OUT/tasks.jsonl"
+echo "   mcqa: NeMo Gym's rows, each after one worked example answered \\boxed{B} (SmolLM2 then answers in the box);"
+echo "   graded as NeMo Gym grades them (strict_single_letter_boxed): the right letter in the box, or 0"
+stage prepare
 
-echo "== 2/5 ng_run: SmolLM2-135M-Instruct on vLLM (CPU), simple_agent, reasoning_gym, mcqa (first start builds environments)"
+echo "== 2/6 ng_run: SmolLM2-135M-Instruct on vLLM (CPU), simple_agent, reasoning_gym, mcqa (first start builds environments)"
 .venv/bin/ng_run "+config_paths=[configs/quickstart.yaml]" +head_server.port=0 > "$OUT/ng_run.log" 2>&1 &
 NG_RUN_PID=$!
 trap 'kill -INT $NG_RUN_PID 2>/dev/null || true; wait $NG_RUN_PID 2>/dev/null || true' EXIT
@@ -35,15 +36,24 @@ until grep -q "servers ready in" "$OUT/ng_run.log"; do
 done
 cat "$OUT/ng_run.log"
 HEAD_URL=$(sed -n 's/.*Head server: \(http[^ ]*\).*/\1/p' "$OUT/ng_run.log" | head -1)
+stage servers
 
-echo "== 3/5 ng_collect_rollouts: every task x $REPEATS repeats"
+echo "== 3/6 ng_collect_rollouts: every task x $REPEATS repeats"
 .venv/bin/ng_collect_rollouts "+head_server_url=$HEAD_URL" "+input_jsonl_fpath=$OUT/tasks.jsonl" "+output_jsonl_fpath=$OUT/rollouts.jsonl" \
   "+num_repeats=$REPEATS" "+num_samples_in_parallel=$PARALLEL" "+responses_create_params={temperature: 1.0, max_output_tokens: $MAX_OUTPUT_TOKENS}"
+stage collection
 
-echo "== 4/5 ng_profile"
+echo "== 4/6 ng_profile"
 .venv/bin/ng_profile "+input_jsonl_fpath=$OUT/tasks.jsonl" "+rollouts_jsonl_fpath=$OUT/rollouts.jsonl" "+output_jsonl_fpath=$OUT/profile.jsonl" +pass_threshold=1.0
+stage profile
 
-echo "== 5/5 stopping servers"
+echo "== 5/6 ng_train: $TRAIN_STEPS GRPO steps on the profiled tasks with 0 < pass rate < 1 (configs/train/main_job_grpo.yaml), on the same servers"
+.venv/bin/ng_train "+config_paths=[configs/train/main_job_grpo.yaml]" "+trainer.head_server_url=$HEAD_URL" "++trainer.input_jsonl_fpath=$OUT/profile.jsonl" \
+  "++trainer.output_dir=$OUT/train" "++trainer.num_steps=$TRAIN_STEPS" +overwrite=true
+stage training
+
+echo "== 6/6 stopping servers"
 kill -INT $NG_RUN_PID; wait $NG_RUN_PID || true
 trap - EXIT
-echo "Main job done in $(( $(date +%s) - start )) s. Rollouts: $OUT/rollouts.jsonl  Profile: $OUT/profile.jsonl"
+echo "Main job done in $(( $(date +%s) - t0 )) s (${times[*]})."
+echo "Rollouts: $OUT/rollouts.jsonl  Profile: $OUT/profile.jsonl  Training metrics: $OUT/train/metrics.jsonl  Trained model: $OUT/train/final"
