@@ -1,6 +1,6 @@
 """Seconds per GRPO step: `ng_train` against TRL's `GRPOTrainer`, same model, batch and loss, on this machine.
 
-    .venv/bin/python benchmarks/train_speed_vs_trl.py [--steps 5] [--tasks-per-step 4] [--group-size 8] [--max-tokens 128]
+    .venv/bin/python benchmarks/train_speed_vs_trl.py [--steps 5] [--tasks-per-step 4] [--group-size 8] [--max-tokens 128] [--gpu]
 
 Both sides train SmolLM2-135M-Instruct (the embedded policy, float32) on the reasoning_gym quickstart tasks
 (`data/quickstart/reasoning_gym_tasks.jsonl`, scored by reasoning_gym's own scoring), one optimizer step per
@@ -14,7 +14,10 @@ of 4 sequences accumulated over the step, learning rate 1e-6.
 - TRL: `GRPOTrainer` with transformers generation (TRL's vLLM modes need CUDA), `loss_type="dapo"`; a step
   = `TrainerCallback.on_step_begin` to `on_step_end` (generation + scoring + training).
 Server start-up and model loading are excluded on both sides; the first step of each (warm-up: compilation,
-caches) is excluded from the median. Results go to results/bench/train_speed/ and are printed as a table.
+caches) is excluded from the median. Results go to results/bench/train_speed/ (`--out`) and are printed as a table.
+`--gpu` (the GPU suite, benchmarks/gpu/bench.py): both sides in bfloat16 on CUDA; ng_train's vLLM on CUDA
+(`vllm_package: vllm`, a third of the GPU's memory) with the servers in this venv (`+skip_venv=true`); TRL's
+generation with transformers on the GPU.
 """
 
 from __future__ import annotations
@@ -32,19 +35,30 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "data/quickstart/reasoning_gym_tasks.jsonl"
 OUT = REPO / "results/bench/train_speed"
+POLICY = "policy_model.responses_api_models.vllm_model"
+GPU_OVERRIDES = (
+    "++trainer.engine.dtype=bfloat16", f"++{POLICY}.dtype=bfloat16", f"++{POLICY}.vllm_package=vllm",
+    f"++{POLICY}.memory_utilization=0.3", f"++{POLICY}.max_model_len=2048", "+skip_venv=true",
+)  # fmt: skip
+
+
+def ng_train_command(args: argparse.Namespace, out: Path) -> list[str]:
+    """The ng_train command of the comparison (with the GPU overrides under --gpu)."""
+    return [
+        str(Path(sys.executable).parent / "ng_train"), "+config_paths=[configs/train/quickstart_grpo.yaml]",
+        f"++trainer.num_steps={args.steps}", f"++trainer.batch_size={args.tasks_per_step}", f"++trainer.group_size={args.group_size}",
+        f"++trainer.responses_create_params.max_output_tokens={args.max_tokens}", "++trainer.eval.interval=0", "++trainer.checkpoint_interval=0",
+        f"++trainer.output_dir={out}", f"++trainer.num_samples_in_parallel={args.tasks_per_step * args.group_size}", "+overwrite=true",
+        *(GPU_OVERRIDES if args.gpu else ()),
+    ]  # fmt: skip
 
 
 def run_ours(args: argparse.Namespace) -> list[float]:
     """Per-step seconds of ng_train (a subprocess), from its metrics.jsonl."""
-    out = OUT / "ng_train"
+    out = args.out / "ng_train"
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    command = [
-        str(Path(sys.executable).parent / "ng_train"), "+config_paths=[configs/train/quickstart_grpo.yaml]",
-        f"++trainer.num_steps={args.steps}", f"++trainer.batch_size={args.tasks_per_step}", f"++trainer.group_size={args.group_size}",
-        f"++trainer.responses_create_params.max_output_tokens={args.max_tokens}", "++trainer.eval.interval=0", "++trainer.checkpoint_interval=0",
-        f"++trainer.output_dir={out}", f"++trainer.num_samples_in_parallel={args.tasks_per_step * args.group_size}",
-    ]  # fmt: skip
-    log = OUT / "ng_train.log"
+    command = ng_train_command(args, out)
+    log = args.out / "ng_train.log"
     with log.open("w") as handle:
         if subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT).returncode != 0:
             raise SystemExit(f"ng_train failed; see {log}")
@@ -56,12 +70,12 @@ def run_ours(args: argparse.Namespace) -> list[float]:
 
 def run_trl(args: argparse.Namespace) -> list[float]:
     """Per-step seconds of TRL's GRPOTrainer (a subprocess running `--trl-worker`)."""
-    result = OUT / "trl_steps.json"
+    result = args.out / "trl_steps.json"
     command = [sys.executable, __file__, "--trl-worker", f"--steps={args.steps}", f"--tasks-per-step={args.tasks_per_step}",
-               f"--group-size={args.group_size}", f"--max-tokens={args.max_tokens}"]  # fmt: skip
-    with (OUT / "trl.log").open("w") as handle:
+               f"--group-size={args.group_size}", f"--max-tokens={args.max_tokens}", f"--out={args.out}", *(["--gpu"] if args.gpu else [])]  # fmt: skip
+    with (args.out / "trl.log").open("w") as handle:
         if subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT).returncode != 0:
-            raise SystemExit(f"TRL run failed; see {OUT / 'trl.log'}")
+            raise SystemExit(f"TRL run failed; see {args.out / 'trl.log'}")
     return json.loads(result.read_text())
 
 
@@ -87,10 +101,10 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     model_dir = resolve_model_path("embedded:smollm2")
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16 if args.gpu else torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = GRPOConfig(
-        output_dir=str(OUT / "trl"), use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
+        output_dir=str(args.out / "trl"), use_cpu=not args.gpu, bf16=args.gpu, report_to="none", save_strategy="no", logging_steps=1,
         max_steps=args.steps, learning_rate=1e-6, lr_scheduler_type="constant", per_device_train_batch_size=4,
         gradient_accumulation_steps=args.tasks_per_step * args.group_size // 4, num_generations=args.group_size,
         max_completion_length=args.max_tokens, temperature=1.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0,
@@ -108,20 +122,22 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=config, train_dataset=dataset, callbacks=[StepTimer()])
     trainer.train()
-    (OUT / "trl_steps.json").write_text(json.dumps(times))
+    (args.out / "trl_steps.json").write_text(json.dumps(times))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tasks-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--gpu", action="store_true", help="bfloat16 on CUDA on both sides (vLLM on CUDA for ng_train)")
+    parser.add_argument("--out", type=Path, default=OUT, help="results folder")
     parser.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if (args.tasks_per_step * args.group_size) % 4:
         raise SystemExit("tasks-per-step x group-size must be a multiple of 4 (micro-batches of 4 sequences)")
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.trl_worker:
         trl_worker(args)
         return 0
@@ -129,7 +145,8 @@ def main() -> int:
     results = {"ng_train": run_ours(args), "trl": run_trl(args)}
     medians = {name: statistics.median(times[1:] or times) for name, times in results.items()}
     summary = {"config": vars(args), "steps_s": results, "median_s_per_step": medians, "trl_over_ng_train": medians["trl"] / medians["ng_train"]}
-    (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["config"] = {**summary["config"], "out": str(args.out)}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"{'':10} {'median s/step':>14}  steps (s)")
     for name, times in results.items():
         print(f"{name:10} {medians[name]:14.1f}  {', '.join(f'{t:.1f}' for t in times)}")

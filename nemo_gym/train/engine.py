@@ -5,8 +5,10 @@ One `train_step(batch)` is one optimizer step: the batch is cut into micro-batch
 token ids (`token_logprobs` on the logits), `policy_loss` normalised by the *step's* token and sequence counts,
 and a backward pass; gradients accumulate; then one clipped AdamW step and one LR-schedule step.
 
-Precision: float32 on CPU, bfloat16 on GPU (`dtype`). ZeRO stage 0-3 from the config; stage 0 on one CPU
-process. DeepSpeed runs in unmanaged gradient-accumulation mode (`managed_gradient_accumulation: false`):
+Precision: float32 on CPU, bfloat16 on GPU (`dtype`; bfloat16 also runs on a CPU, slowly, with a warning: it is how
+the GPU path's bf16 code is tested here). ZeRO stage 0-3 from the config; stage 0 on one CPU process. Devices:
+DeepSpeed puts the model on its accelerator (`cuda:<LOCAL_RANK>` on GPUs, the CPU otherwise); each micro-batch is
+moved there (`device`), and `logprobs` returns CPU tensors. DeepSpeed runs in unmanaged gradient-accumulation mode (`managed_gradient_accumulation: false`):
 `step()` is the boundary, so a step may hold any number of micro-batches (groups with zero reward variance are
 dropped, so the count varies), and the loss is scaled by us (global token count), never by DeepSpeed.
 
@@ -133,6 +135,9 @@ class PolicyEngine:
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self._deepspeed_config()
         )
+        self.device = torch.device(self.engine.device)  # where DeepSpeed put the model: cuda:<LOCAL_RANK> or cpu
+        if self.reference is not None:
+            self.reference.to(self.device)
         from nemo_gym.train import safe_checkpoint
 
         safe_checkpoint.install(self.engine)  # checkpoint loads refuse pickled code
@@ -165,15 +170,17 @@ class PolicyEngine:
         return logits.float() / self.config.temperature
 
     def logprobs(self, batch: TrainingBatch) -> torch.Tensor:
-        """[B, T - 1] the current policy's log-probs of the targets (no gradient), for tests and evaluation."""
+        """[B, T - 1] the current policy's log-probs of the targets (no gradient, float32, on the CPU), for tests and
+        evaluation."""
         with torch.no_grad():
-            chunks = [token_logprobs(self._logits(self.module, micro), micro.input_ids[:, 1:]) for micro in self._micro_batches(batch)]
+            chunks = [token_logprobs(self._logits(self.module, micro), micro.input_ids[:, 1:]).cpu() for micro in self._micro_batches(batch)]
         width = batch.loss_mask.shape[1]
         return torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1])) for c in chunks])
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
+        """`batch` cut into micro-batches of `micro_batch_size` rows, each on the engine's device."""
         size = self.config.micro_batch_size
-        return [batch.select(slice(i, i + size)) for i in range(0, len(batch), size)]
+        return [batch.select(slice(i, i + size)).to(self.device) for i in range(0, len(batch), size)]
 
     def _rank_micro_batches(self, batch: TrainingBatch) -> list[tuple[TrainingBatch, float]]:
         """(micro-batch, weight) pairs of this rank: its share of `batch` (`distributed.shard`) cut into micro-batches,
@@ -182,7 +189,7 @@ class PolicyEngine:
         rows = distributed.shard(len(batch), distributed.rank(), world)
         micros = self._micro_batches(batch.select(rows)) if rows.stop > rows.start else []
         count = math.ceil(math.ceil(len(batch) / world) / self.config.micro_batch_size)
-        return [(micro, 1.0) for micro in micros] + [(batch.select(slice(0, 1)), 0.0)] * (count - len(micros))
+        return [(micro, 1.0) for micro in micros] + [(batch.select(slice(0, 1)).to(self.device), 0.0)] * (count - len(micros))
 
     # -- training ------------------------------------------------------------------------------------
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
@@ -249,8 +256,13 @@ class PolicyEngine:
         )
 
     # -- export --------------------------------------------------------------------------------------
-    def export_state_dict(self) -> dict[str, torch.Tensor]:
+    def export_state_dict(self, *, on_device: bool = False) -> dict[str, torch.Tensor]:
         """Full weights as a HF state dict (LoRA merged, ZeRO-3 gathered), untied: `lm_head.weight` is a real tensor.
+
+        A collective under ZeRO-3 (every rank calls it; see `join_export`). Tensors are in the training dtype; copies on
+        the CPU, or with `on_device` the tensors where they are (no host round trip: the NCCL weight sync; they may
+        alias the live parameters, so read them before the next optimizer step). ZeRO-3's gathered dict is on the CPU
+        either way.
 
         Raises:
             NotImplementedError: LoRA together with ZeRO stage 3.
@@ -265,11 +277,20 @@ class PolicyEngine:
             state = self.engine._zero3_consolidated_16bit_state_dict()
         else:
             state = module.state_dict()
-        state = {name: tensor.detach().cpu().contiguous().clone() for name, tensor in state.items()}
+        if on_device:
+            state = {name: tensor.detach() for name, tensor in state.items()}
+        else:
+            state = {name: tensor.detach().cpu().contiguous().clone() for name, tensor in state.items()}
         embed = state.get("model.embed_tokens.weight")
         if embed is not None and ("lm_head.weight" not in state or module.config.tie_word_embeddings):
-            state["lm_head.weight"] = embed.clone()
+            state["lm_head.weight"] = embed if on_device else embed.clone()
         return state
+
+    def join_export(self) -> None:
+        """A rank other than 0 while rank 0 exports the weights (`export_state_dict`, `save_hf`, a weight sync): under
+        ZeRO-3 the export gathers every rank's shards, so this rank must take part; otherwise nothing to do."""
+        if self.config.zero_stage == 3:
+            self.export_state_dict()
 
     def save_hf(self, out_dir: str | Path) -> Path:
         """Write a HF model folder vLLM can serve: model.safetensors, config (untied), tokenizer, generation config.
@@ -281,8 +302,7 @@ class PolicyEngine:
 
         out_dir = Path(out_dir)
         if not distributed.is_main():
-            if self.config.zero_stage == 3:
-                self.export_state_dict()
+            self.join_export()
             return out_dir
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)

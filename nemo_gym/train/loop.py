@@ -45,7 +45,7 @@ from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.run import NgRunProcess
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
-from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, trainer_problems
+from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, check_hardware, trainer_problems
 from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
 from nemo_gym.train.reporting import MetricsReporter
 from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
@@ -173,7 +173,7 @@ class GRPOTrainer:
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
+        from nemo_gym.train.weight_sync import make_weight_sync
 
         cfg = self.cfg
         if self.is_main:  # the other ranks neither read the tasks nor start servers
@@ -185,8 +185,10 @@ class GRPOTrainer:
         self.engine = self.make_engine()
         if self.is_main:
             policy_url = self.servers.server_url(cfg.policy_instance) if cfg.sync_weights else None
-            reload = http_reloader(policy_url, run_token=run_token_for_url(self.servers.head_url)) if policy_url else None
-            self.sync = FilesystemWeightSync(self.out / "weights", reload)
+            self.sync = make_weight_sync(
+                cfg.weight_sync, policy_url=policy_url, weights_dir=self.out / "weights", trainer_device=self.engine.device,
+                host=cfg.weight_sync_host, run_token=run_token_for_url(self.servers.head_url) if policy_url else None,
+            )  # fmt: skip
             self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))  # to TensorBoard and W&B
         if cfg.resume:
             self._resume()
@@ -277,12 +279,12 @@ class GRPOTrainer:
         return metrics
 
     def push_weights(self, step: int) -> None:
-        """Rank 0 writes the weights and has the policy server load them; the other ranks only take part in the
-        export (a collective under ZeRO-3; `save_hf` writes nothing off rank 0)."""
+        """Rank 0 sends the weights to the policy server (`trainer.weight_sync`: a HF folder it reloads, or a broadcast);
+        the other ranks only take part in the export (a collective under ZeRO-3)."""
         if self.is_main:
             self.sync.push(self.engine, step)
         else:
-            self.engine.save_hf(self.out / "weights" / f"step_{step:06d}")
+            self.engine.join_export()
 
     def _rollout_step(self) -> tuple[dict[str, Any], TrainingBatch | None]:
         """Rank 0: the step's rollouts, grouped; (metrics so far, the batch to train on or None)."""
@@ -365,6 +367,8 @@ class GRPOTrainer:
             print(f"ng_train: resumed from {folder / tag} at step {self.step}", flush=True)
 
     def cleanup(self) -> None:
+        if hasattr(getattr(self, "sync", None), "close"):
+            self.sync.close()
         if getattr(self, "reporter", None):
             self.reporter.close()
         if getattr(self, "servers", None):
@@ -387,9 +391,13 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
         cfg = TrainerConfig.model_validate(section)
     except ValidationError as exc:
         raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
-    problems = check_algorithm(cfg)
+    problems, warnings = check_hardware(cfg, cuda_available=torch.cuda.is_available())
+    problems = check_algorithm(cfg) + problems
     if problems:
         raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
+    if distributed.is_main():
+        for warning in warnings:
+            print(f"ng_train: WARNING {warning}", file=sys.stderr, flush=True)
     # an output_dir an earlier run used: resume it (same config, a checkpoint), or stop (nemo_gym.train.output_dir)
     cfg, state = prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main())
     if state == "finished":

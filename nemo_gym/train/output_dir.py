@@ -31,7 +31,7 @@ OVERWRITE_KEY = "overwrite"  # `ng_train ... +overwrite=true`
 TRAINER_OUTPUTS = ("metrics.jsonl", "tensorboard", "checkpoints", "final", "weights", "rollouts", "wandb", "ng_run.log", RUN_CONFIG_FILE)
 # trainer keys that say how long and how to run, not what is trained: a run goes on with other values of them
 RUN_CONTROL_KEYS = frozenset({"num_steps", "max_train_time_s", "resume", "output_dir", "head_server_url", "logging", "eval", "checkpoint_interval",
-                              "num_samples_in_parallel", "request_timeout_s", "num_ranks"})  # fmt: skip
+                              "num_samples_in_parallel", "request_timeout_s", "num_ranks", "weight_sync", "weight_sync_host"})  # fmt: skip
 
 
 @dataclass

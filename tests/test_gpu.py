@@ -1,0 +1,264 @@
+"""The GPU path (marker `gpu`; every test skips without CUDA; `bash benchmarks/gpu/run.sh` runs them).
+
+On one GPU (trainer and vLLM share it):
+- vllm_model on CUDA serves the embedded SmolLM2 in bfloat16 and in float32 with training information (prompt and
+  generation ids, one log-prob per generated token);
+- ng_train in bfloat16 with ZeRO 0 and with ZeRO 3 runs 2 GRPO steps against it (attached to one ng_run), the
+  weights going back by the broadcast sync (auto: gloo, since NCCL cannot join two processes on one GPU);
+- the broadcast sync from a bfloat16 `PolicyEngine` on CUDA into the CUDA vLLM: vLLM's log-probs then agree with
+  the trainer's within the bf16 tolerance below, and differ from the unmodified model's.
+On two GPUs, also: the same sync over NCCL (vLLM on the second GPU), and ng_train with two ranks.
+
+bf16 tolerance. Both sides hold the same bf16 weights but compute with different kernels (vLLM's fused attention
+and GEMMs vs PyTorch's SDPA and cuBLAS), accumulate in fp32, and round activations to bf16 between layers: bf16 keeps
+8 significant bits, a relative step of 2^-8 ≈ 0.4 %, and a logit of magnitude ~20 moves by ~0.05-0.1 when one
+rounding differs. Published vLLM/trainer comparisons in bf16 (verl's and TRL's "logprob diff" metrics) see mean
+|Δ log-prob| of ~1e-3 to 1e-2 and rare tokens near 0.3-1. So: mean |Δ| < BF16_MEAN_TOLERANCE (0.05, 5x the upper
+typical value) and max |Δ| < BF16_MAX_TOLERANCE (1.0); the sync's effect is checked against a change well above
+both (lm_head × LM_HEAD_SCALE moves the mean |Δ| by far more than 0.05). Float32 on GPU is not held to the CPU test's
+1e-4: vLLM may use TF32 matrix units.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+
+from live_servers import serve_vllm_model  # noqa: E402
+from ng_process import REPO, NgRun, clean_env  # noqa: E402
+from nemo_gym.vllm_engine import engine_venv_ready  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+GPUS = torch.cuda.device_count() if CUDA else 0
+VLLM = CUDA and engine_venv_ready("vllm")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
+needs_vllm = pytest.mark.skipif(
+    not VLLM, reason="needs a CUDA GPU" if not CUDA else "no vLLM for CUDA: its engine venv is not built (benchmarks/gpu/setup.sh builds it where a package index is reachable)"
+)
+needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs two GPUs ({GPUS} here)" if CUDA else "needs a CUDA GPU")
+
+BF16_MEAN_TOLERANCE = 0.05
+BF16_MAX_TOLERANCE = 1.0
+LM_HEAD_SCALE = 2.0
+STARTUP_TIMEOUT_S = 300
+QUICKSTART = "+config_paths=[configs/train/quickstart_grpo.yaml]"
+POLICY = "policy_model.responses_api_models.vllm_model"
+# one GPU for vLLM and the trainer: vLLM takes a quarter of its memory (its default, 0.92, leaves the trainer nothing)
+GPU_POLICY = {"vllm_package": "vllm", "memory_utilization": 0.25, "max_model_len": 2048, "startup_timeout_s": STARTUP_TIMEOUT_S}
+MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
+
+
+def generate(url: str, temperature: float = 0.0, max_tokens: int = 32) -> tuple[list[int], list[int], list[float]]:
+    body = {"messages": MESSAGES, "max_tokens": max_tokens, "temperature": temperature, "seed": 0}
+    message = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).raise_for_status().json()["choices"][0]["message"]
+    return message["prompt_token_ids"], message["generation_token_ids"], message["generation_log_probs"]
+
+
+def logprob_gap(engine, generation) -> tuple[float, float]:
+    """(mean, max) |vLLM - trainer| log-prob over the generated tokens of `generation`."""
+    from nemo_gym.train.batch import TrainingSequence, collate
+
+    prompt_ids, generation_ids, vllm_logprobs = generation
+    n_prompt, n_gen = len(prompt_ids), len(generation_ids)
+    batch = collate([TrainingSequence(prompt_ids + generation_ids, [0] * n_prompt + [1] * n_gen, [0.0] * (n_prompt + n_gen))], [0.0])
+    trainer = engine.logprobs(batch)[0][batch.loss_mask[0].bool()]
+    diff = (trainer - torch.tensor(vllm_logprobs)).abs()
+    return float(diff.mean()), float(diff.max())
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """(head URL, policy URL) of one ng_run of the quickstart GRPO config with vLLM on CUDA in bfloat16."""
+    from nemo_gym.run import NgRunProcess
+
+    log = tmp_path_factory.mktemp("ngrun")
+    overrides = [
+        QUICKSTART, "+skip_venv=true", f"++{POLICY}.dtype=bfloat16", f"++{POLICY}.vllm_package=vllm",
+        f"++{POLICY}.memory_utilization={GPU_POLICY['memory_utilization']}", f"++{POLICY}.max_model_len=2048",
+        f"++{POLICY}.log_path={log / 'vllm.log'}",
+    ]  # fmt: skip
+    with NgRun(*overrides, timeout_s=STARTUP_TIMEOUT_S, env=clean_env()) as run:
+        yield run.head_url, NgRunProcess([], run.head_url, log / "attach.log", caller="test_gpu").server_url("policy_model")
+
+
+@pytest.fixture(scope="module")
+def bf16_engine(servers):
+    """The trainer's policy in bfloat16 on this process's GPU, on the folder vLLM serves."""
+    from nemo_gym.train.config import EngineConfig, LossOptions
+    from nemo_gym.train.engine import PolicyEngine
+
+    return PolicyEngine(EngineConfig(model_path="embedded:smollm2", dtype="bfloat16", micro_batch_size=1), LossOptions())
+
+
+def check_training_information(url: str) -> None:
+    prompt_ids, generation_ids, logprobs = generate(url, temperature=1.0)
+    assert prompt_ids and generation_ids and len(logprobs) == len(generation_ids)
+    assert all(-50.0 < value <= 0.0 for value in logprobs)
+
+
+@needs_vllm
+def test_vllm_model_on_cuda_serves_training_information_bf16(servers):
+    check_training_information(servers[1])
+
+
+@needs_vllm
+def test_vllm_model_on_cuda_serves_training_information_float32(tmp_path):
+    with serve_vllm_model({**GPU_POLICY, "dtype": "float32", "log_path": str(tmp_path / "vllm.log")}, STARTUP_TIMEOUT_S) as (url, _):
+        check_training_information(url)
+
+
+def broadcast_and_compare(engine, url: str, expected_backend: str) -> None:
+    """Push the engine's weights (sync), check agreement; scale lm_head, push, check agreement with the new weights and
+    disagreement with the old; push the original back."""
+    from nemo_gym.train.weight_sync import BroadcastWeightSync
+
+    sync = BroadcastWeightSync(url, backend="auto", timeout_s=300)
+    lm_head = engine.module.get_output_embeddings().weight
+    original = lm_head.detach().clone()
+    try:
+        assert sync.connect(engine.device) == expected_backend
+        answer = sync.push(engine, step=1)  # the trainer's weights, whatever earlier tests left in vLLM
+        print(f"{expected_backend}: {answer['tensors']} tensors, {answer['bytes'] / 1e6:.0f} MB in {answer['trainer_seconds']:.2f} s")
+        mean, worst = logprob_gap(engine, generate(url))
+        print(f"bf16 agreement after the sync: mean {mean:.2e}, max {worst:.2e}")
+        assert mean < BF16_MEAN_TOLERANCE and worst < BF16_MAX_TOLERANCE
+        with torch.no_grad():
+            lm_head.mul_(LM_HEAD_SCALE)
+        sync.push(engine, step=2)
+        modified = generate(url)
+        mean_modified, worst_modified = logprob_gap(engine, modified)
+        with torch.no_grad():
+            lm_head.copy_(original)
+        mean_original, _ = logprob_gap(engine, modified)
+        print(f"after scaling lm_head: vs modified mean {mean_modified:.2e} (max {worst_modified:.2e}), vs original mean {mean_original:.2e}")
+        assert mean_modified < BF16_MEAN_TOLERANCE and worst_modified < BF16_MAX_TOLERANCE
+        assert mean_original > 4 * BF16_MEAN_TOLERANCE
+        sync.push(engine, step=3)
+    finally:
+        with torch.no_grad():
+            lm_head.copy_(original)
+        sync.close()
+
+
+@needs_vllm
+def test_broadcast_sync_into_cuda_vllm_agrees_in_bf16(servers, bf16_engine):
+    assert bf16_engine.device.type == "cuda"
+    broadcast_and_compare(bf16_engine, servers[1], expected_backend="gloo")  # one GPU for both: gloo, not NCCL
+
+
+@needs_vllm
+@needs_two_gpus
+def test_nccl_sync_into_vllm_on_another_gpu(bf16_engine, tmp_path):
+    config = {**GPU_POLICY, "dtype": "bfloat16", "engine_env": {"CUDA_VISIBLE_DEVICES": "1"}, "log_path": str(tmp_path / "vllm.log")}
+    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, _):
+        broadcast_and_compare(bf16_engine, url, expected_backend="nccl")
+
+
+def ng_train(head_url: str, out: Path, *extra: str, timeout_s: float = 400) -> tuple[list[dict], str]:
+    """ng_train (2 GRPO steps, bf16) attached to `head_url`; (metrics rows, output). Fails on a non-zero exit."""
+    command = [
+        str(Path(sys.executable).parent / "ng_train"), QUICKSTART, f"+trainer.head_server_url={head_url}",
+        "++trainer.engine.dtype=bfloat16", "++trainer.num_steps=2", "++trainer.batch_size=2", "++trainer.group_size=4",
+        "++trainer.responses_create_params.max_output_tokens=64", "++trainer.eval.interval=0", "++trainer.checkpoint_interval=0",
+        "++trainer.logging.console=false", "++trainer.logging.tensorboard=false", f"++trainer.output_dir={out}", *extra,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, env=clean_env() | {"OMP_NUM_THREADS": "4"}, capture_output=True, text=True, timeout=timeout_s)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return rows, output
+
+
+@needs_vllm
+@pytest.mark.parametrize("zero_stage", [0, 3])
+def test_ng_train_bf16_two_steps(servers, tmp_path, zero_stage):
+    rows, output = ng_train(servers[0], tmp_path / "out", f"++trainer.engine.zero_stage={zero_stage}")
+    assert [row["step"] for row in rows] == [1, 2]
+    assert "weight sync: gloo broadcast" in output  # one GPU: the broadcast through host memory
+    for row in rows:
+        print(f"ZeRO {zero_stage} step {row['step']}: trained {row.get('trained')}, sync {row.get('time_sync_s', float('nan')):.2f} s, "
+              f"training {row.get('time_training_s', float('nan')):.2f} s, generation {row['time_generation_s']:.2f} s")  # fmt: skip
+        if row.get("trained"):
+            assert row["time_sync_s"] > 0 and row["rollout_logprob_abs_diff_mean"] < BF16_MEAN_TOLERANCE
+
+
+@needs_vllm
+@needs_two_gpus
+def test_ng_train_two_ranks_bf16(servers, tmp_path):
+    rows, _ = ng_train(servers[0], tmp_path / "out", "++trainer.engine.zero_stage=2", "++trainer.num_ranks=2")
+    assert [row["step"] for row in rows] == [1, 2]
+
+
+def test_bf16_engine_trains_on_cuda_with_zero_0_and_3(tmp_path):
+    """No vLLM needed: a tiny random Llama in bf16 under DeepSpeed on the GPU, ZeRO 0 and 3 take the same step."""
+    from nemo_gym.train.config import EngineConfig, LossOptions
+    from nemo_gym.train.engine import PolicyEngine
+    from test_train_engine import fixed_batch, make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny")
+    losses = {}
+    for stage in (0, 3):
+        engine = PolicyEngine(EngineConfig(model_path=str(model), dtype="bfloat16", zero_stage=stage, micro_batch_size=2, learning_rate=1e-2), LossOptions())
+        assert engine.device.type == "cuda" and next(engine.module.parameters()).dtype == torch.bfloat16
+        metrics = engine.train_step(fixed_batch())
+        losses[stage] = metrics["loss"]
+        assert metrics["grad_norm"] > 0 and engine.export_state_dict()["lm_head.weight"].dtype == torch.bfloat16
+    assert losses[0] == pytest.approx(losses[3], rel=2e-2)
+
+
+def test_gloo_broadcast_from_cuda_tensors(tmp_path):
+    """No vLLM needed: the trainer's CUDA tensors through the gloo group into another process (the one-GPU path)."""
+    import multiprocessing
+
+    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
+    from weight_sync_receiver import receive_into_queue
+
+    tensors = {"w": torch.randn(64, 64, dtype=torch.bfloat16, device="cuda"), "b": torch.randn(64, device="cuda")}
+    metas = [transport.TensorMeta.of(name, tensor) for name, tensor in tensors.items()]
+    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue))
+    receiver.start()
+    try:
+        group = transport.WeightSyncGroup("gloo", store, 0, 2, timeout_s=120)
+        group.check()
+        transport.send_tensors(group, tensors.items())
+        received = queue.get(timeout=120)
+    finally:
+        receiver.join(120)
+    assert all(torch.equal(received[name], tensor.cpu()) for name, tensor in tensors.items())
+
+
+def test_nccl_group_between_two_gpus():
+    """No vLLM needed: the nccl backend of the same group between two processes on two GPUs."""
+    if GPUS < 2:
+        pytest.skip(f"needs two GPUs ({GPUS} here): NCCL refuses two ranks on one GPU")
+    import multiprocessing
+
+    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
+    from weight_sync_receiver import receive_into_queue
+
+    tensor = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda:0")
+    metas = [transport.TensorMeta.of("w", tensor)]
+    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue, "nccl", "cuda:1"))
+    receiver.start()
+    try:
+        group = transport.WeightSyncGroup("nccl", store, 0, 2, timeout_s=120, device=torch.device("cuda:0"))
+        group.check()
+        transport.send_tensors(group, [("w", tensor)])
+        assert torch.equal(queue.get(timeout=120)["w"], tensor.cpu())
+    finally:
+        receiver.join(120)
