@@ -12,11 +12,11 @@ On two GPUs, also: the same sync over NCCL (vLLM on the second GPU), and ng_trai
 bf16 tolerance. Both sides hold the same bf16 weights but compute with different kernels (vLLM's fused attention
 and GEMMs vs PyTorch's SDPA and cuBLAS), accumulate in fp32, and round activations to bf16 between layers: bf16 keeps
 8 significant bits, a relative step of 2^-8 ≈ 0.4 %, and a logit of magnitude ~20 moves by ~0.05-0.1 when one
-rounding differs. Published vLLM/trainer comparisons in bf16 (verl's and TRL's "logprob diff" metrics) see mean
-|Δ log-prob| of ~1e-3 to 1e-2 and rare tokens near 0.3-1. So: mean |Δ| < BF16_MEAN_TOLERANCE (0.05, 5x the upper
+rounding differs. RL frameworks that log this mismatch in bf16 (TRL's and verl's vLLM/trainer log-prob metrics)
+report means in the 1e-3 to 1e-2 range with rare tokens far larger. So: mean |Δ| < BF16_MEAN_TOLERANCE (0.05, 5x the upper
 typical value) and max |Δ| < BF16_MAX_TOLERANCE (1.0); the sync's effect is checked against a change well above
-both (lm_head × LM_HEAD_SCALE moves the mean |Δ| by far more than 0.05). Float32 on GPU is not held to the CPU test's
-1e-4: vLLM may use TF32 matrix units.
+both: lm_head × LM_HEAD_SCALE must move the mean |Δ| to over 3x the agreement's. Float32 on GPU is not held to the
+CPU test's 1e-4: vLLM may use TF32 matrix units. These bounds are the first GPU run's to confirm (it prints the figures).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs two GPUs ({GPUS} he
 BF16_MEAN_TOLERANCE = 0.05
 BF16_MAX_TOLERANCE = 1.0
 LM_HEAD_SCALE = 2.0
+TRAINING_LOGPROB_SANITY = 0.2  # ng_train's rollout_logprob_abs_diff_mean (vLLM vs trainer on the rollouts) in bf16
 STARTUP_TIMEOUT_S = 300
 QUICKSTART = "+config_paths=[configs/train/quickstart_grpo.yaml]"
 POLICY = "policy_model.responses_api_models.vllm_model"
@@ -58,8 +59,11 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 
 def generate(url: str, temperature: float = 0.0, max_tokens: int = 32) -> tuple[list[int], list[int], list[float]]:
+    from nemo_gym.head import run_token_headers
+
     body = {"messages": MESSAGES, "max_tokens": max_tokens, "temperature": temperature, "seed": 0}
-    message = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).raise_for_status().json()["choices"][0]["message"]
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=run_token_headers(url), timeout=300)
+    message = answer.raise_for_status().json()["choices"][0]["message"]
     return message["prompt_token_ids"], message["generation_token_ids"], message["generation_log_probs"]
 
 
@@ -77,9 +81,8 @@ def logprob_gap(engine, generation) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory) -> Iterator[tuple[str, str]]:
-    """(head URL, policy URL) of one ng_run of the quickstart GRPO config with vLLM on CUDA in bfloat16."""
-    from nemo_gym.run import NgRunProcess
-
+    """(head URL, policy URL) of one ng_run of the quickstart GRPO config with vLLM on CUDA in bfloat16. Requests to
+    its servers carry the run's token (`nemo_gym.head.run_token_headers`)."""
     log = tmp_path_factory.mktemp("ngrun")
     overrides = [
         QUICKSTART, "+skip_venv=true", f"++{POLICY}.dtype=bfloat16", f"++{POLICY}.vllm_package=vllm",
@@ -87,7 +90,8 @@ def servers(tmp_path_factory) -> Iterator[tuple[str, str]]:
         f"++{POLICY}.log_path={log / 'vllm.log'}",
     ]  # fmt: skip
     with NgRun(*overrides, timeout_s=STARTUP_TIMEOUT_S, env=clean_env()) as run:
-        yield run.head_url, NgRunProcess([], run.head_url, log / "attach.log", caller="test_gpu").server_url("policy_model")
+        head_url = run.wait_ready()
+        yield head_url, run.server_url("policy_model")
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +123,10 @@ def test_vllm_model_on_cuda_serves_training_information_float32(tmp_path):
 def broadcast_and_compare(engine, url: str, expected_backend: str) -> None:
     """Push the engine's weights (sync), check agreement; scale lm_head, push, check agreement with the new weights and
     disagreement with the old; push the original back."""
+    from nemo_gym.head import run_token_for_url
     from nemo_gym.train.weight_sync import BroadcastWeightSync
 
-    sync = BroadcastWeightSync(url, backend="auto", timeout_s=300)
+    sync = BroadcastWeightSync(url, backend="auto", run_token=run_token_for_url(url), timeout_s=300)
     lm_head = engine.module.get_output_embeddings().weight
     original = lm_head.detach().clone()
     try:
@@ -138,10 +143,10 @@ def broadcast_and_compare(engine, url: str, expected_backend: str) -> None:
         mean_modified, worst_modified = logprob_gap(engine, modified)
         with torch.no_grad():
             lm_head.copy_(original)
-        mean_original, _ = logprob_gap(engine, modified)
+        mean_original, worst_original = logprob_gap(engine, modified)
         print(f"after scaling lm_head: vs modified mean {mean_modified:.2e} (max {worst_modified:.2e}), vs original mean {mean_original:.2e}")
         assert mean_modified < BF16_MEAN_TOLERANCE and worst_modified < BF16_MAX_TOLERANCE
-        assert mean_original > 4 * BF16_MEAN_TOLERANCE
+        assert mean_original > 3 * mean_modified and worst_original > 0.05  # the change is visible above bf16's noise
         sync.push(engine, step=3)
     finally:
         with torch.no_grad():
@@ -187,8 +192,8 @@ def test_ng_train_bf16_two_steps(servers, tmp_path, zero_stage):
     for row in rows:
         print(f"ZeRO {zero_stage} step {row['step']}: trained {row.get('trained')}, sync {row.get('time_sync_s', float('nan')):.2f} s, "
               f"training {row.get('time_training_s', float('nan')):.2f} s, generation {row['time_generation_s']:.2f} s")  # fmt: skip
-        if row.get("trained"):
-            assert row["time_sync_s"] > 0 and row["rollout_logprob_abs_diff_mean"] < BF16_MEAN_TOLERANCE
+        if row.get("trained"):  # a loose bound: sampled at temperature 1 in bf16; wrong weights would give ~1 and more
+            assert row["time_sync_s"] > 0 and row["rollout_logprob_abs_diff_mean"] < TRAINING_LOGPROB_SANITY
 
 
 @needs_vllm

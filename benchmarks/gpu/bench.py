@@ -245,7 +245,8 @@ def figure(bench: Bench) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        bench.notes.append("no figure: matplotlib is not installed")
+        if "no figure: matplotlib is not installed" not in bench.notes:
+            bench.notes.append("no figure: matplotlib is not installed")
         return
     units = sorted({row["unit"] for row in bench.rows})
     if not units:
@@ -259,6 +260,7 @@ def figure(bench: Bench) -> None:
     fig.suptitle(f"nemo_gym GPU benchmark ({bench.device})")
     fig.tight_layout()
     fig.savefig(bench.out / "bench.png", dpi=110)
+    plt.close(fig)
 
 
 # -- main ---------------------------------------------------------------------------------------------------
@@ -271,7 +273,7 @@ def device_name() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/gpu")
-    parser.add_argument("--budget-s", type=float, default=280.0)
+    parser.add_argument("--budget-s", type=float, default=float(os.environ.get("NG_GPU_STAGE_LIMIT_S", 300)) - 20, help="seconds for all parts (default: the suite stage's limit - 20)")
     parser.add_argument("--models", default="smollm2,qwen2-0.5b")
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check: a tiny model, training and the stand-in broadcast")
     args = parser.parse_args(argv)
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.notes.append("no vLLM for CUDA (no engine venv): generation, the sync into vLLM and the GRPO comparison are not measured; the broadcast goes into a stand-in receiver")
     for model in args.models.split(","):
         bench.part(model, 60, lambda model=model: measure_model(bench, model, vllm, work))
+        figure(bench)  # after each part: a stage stopped at its limit keeps what it measured
     if vllm:
         bench.part("GRPO ng_train vs TRL", 150, lambda: grpo_vs_trl(bench, bench.left_s() - 10))
     figure(bench)

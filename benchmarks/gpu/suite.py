@@ -3,7 +3,7 @@
 Stages run one after the other, each under `timeout` (coreutils) with its own limit, cut to what is left of the
 whole suite's budget (default 570 s, so the suite ends within 10 minutes). A stage that fails or times out does not
 stop the others. A stage skips itself by exiting with SKIP_STATUS (77, automake's convention) after printing a
-line `SKIP: <why>`. Each stage's output goes to `<out>/<stage>.log`; `<out>/suite.json` holds every stage's status,
+line `SKIP: <why>`; it finds its limit in NG_GPU_STAGE_LIMIT_S (seconds). Each stage's output goes to `<out>/<stage>.log`; `<out>/suite.json` holds every stage's status,
 seconds and note; the summary (stages, then the benchmark's figures from `<out>/bench.json` and the tests' counts
 from `<out>/tests.xml`) goes to stdout and `<out>/summary.txt`.
 
@@ -61,7 +61,8 @@ def run_stage(stage: Stage, out: Path, limit_s: float) -> StageResult:
         handle.write(f"$ {' '.join(stage.command)}   (limit {limit_s:.0f} s)\n")
         handle.flush()
         try:
-            process = subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **stage.env}, timeout=limit_s + KILL_GRACE_S + 30)
+            env = {**os.environ, **stage.env, "NG_GPU_STAGE_LIMIT_S": str(int(limit_s))}  # a stage may plan its parts by it
+            process = subprocess.run(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=limit_s + KILL_GRACE_S + 30)
             returncode: int | None = process.returncode
         except FileNotFoundError as exc:  # `timeout` itself missing
             handle.write(f"{exc}\n")

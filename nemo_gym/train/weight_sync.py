@@ -240,7 +240,7 @@ def make_weight_sync(
     has no /weight_sync routes (said on stderr). The broadcast group is formed here, so a bad setting fails at start.
 
     Raises:
-        ConfigError: gloo / nccl asked and the policy server or the devices cannot do it.
+        ConfigError: gloo / nccl asked and the policy server or the devices cannot do it, or the group did not form.
     """
     import torch
 
@@ -251,7 +251,9 @@ def make_weight_sync(
     sync = BroadcastWeightSync(policy_url, backend="auto" if mode == "auto" else mode, host=host, run_token=run_token)
     try:
         backend = sync.connect(trainer_device)
-    except ServerError as exc:
+    except (ServerError, RuntimeError) as exc:  # RuntimeError: torch's DistError family (a rendezvous or NCCL failure)
+        sync.group = None
+        sync.close()
         if mode != "auto":
             raise ConfigError(f"trainer.weight_sync: {mode} failed to start: {exc}") from exc
         print(f"ng_train: weight sync: the broadcast sync did not start ({exc}); using the filesystem sync", file=sys.stderr, flush=True)
