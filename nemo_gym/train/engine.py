@@ -260,8 +260,8 @@ class PolicyEngine:
         """Full weights as a HF state dict (LoRA merged, ZeRO-3 gathered), untied: `lm_head.weight` is a real tensor.
 
         A collective under ZeRO-3 (every rank calls it; see `join_export`). Tensors are in the training dtype; copies on
-        the CPU, or with `on_device` the tensors where they are (no host round trip: the NCCL weight sync; they may
-        alias the live parameters, so read them before the next optimizer step). ZeRO-3's gathered dict is on the CPU
+        the CPU, or with `on_device` the tensors where they are (no copy of the whole model: the broadcast weight sync,
+        which moves one tensor at a time; they may alias the live parameters, so read them before the next optimizer step). ZeRO-3's gathered dict is on the CPU
         either way.
 
         Raises:

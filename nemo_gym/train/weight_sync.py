@@ -203,7 +203,7 @@ class BroadcastWeightSync:
         if self.group is None:
             self.connect(engine.device)
         started = time.monotonic()
-        state = engine.export_state_dict(on_device=self.backend == "nccl")
+        state = engine.export_state_dict(on_device=True)  # no copy; send_tensors moves one tensor at a time to the group's device
         exported = time.monotonic()
         metas = [transport.TensorMeta.of(name, tensor) for name, tensor in state.items()]
         receiving = self._pool.submit(self._post, "update", {"tensors_json": transport.metas_to_json(metas), "version": step})
