@@ -264,3 +264,15 @@ def test_vllm_model_starts_vllm_with_the_worker_extension(monkeypatch):
     assert (WORKER_EXTENSION_DIR / "nemo_gym_weight_sync.py").is_file()
     assert cls({}, name="policy_model")._extension_env() == {"PYTHONPATH": f"{WORKER_EXTENSION_DIR}:/inherited"}
     assert cls({"vllm_args": ["--worker-extension-cls", "my.Ext"]}, name="policy_model")._extension_args() == []
+
+
+def test_the_gpu_config_is_the_quickstart_in_bf16_with_the_broadcast_sync():
+    from nemo_gym.config import load_config
+
+    loaded = load_config(["+config_paths=[configs/train/quickstart_grpo_gpu.yaml]"], cwd=REPO, env_yaml=REPO / "no-env.yaml")
+    cfg = TrainerConfig.model_validate(loaded.values["trainer"])
+    policy = loaded.values["policy_model"]["responses_api_models"]["vllm_model"]
+    assert (cfg.engine.dtype, cfg.weight_sync, cfg.batch_size, cfg.group_size) == ("bfloat16", "auto", 4, 8)
+    assert (policy["dtype"], policy["vllm_package"], policy["memory_utilization"]) == ("bfloat16", "vllm", 0.3)
+    problems, warnings = check_hardware(cfg, cuda_available=False)
+    assert problems == [] and warnings[0].startswith("trainer.engine.dtype: bfloat16 on a machine without a CUDA GPU")
