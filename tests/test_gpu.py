@@ -79,6 +79,74 @@ def logprob_gap(engine, generation) -> tuple[float, float]:
     return float(diff.mean()), float(diff.max())
 
 
+# -- without vLLM first (a stage cut at its time limit still has these) ---------------------------------------
+def test_bf16_engine_trains_on_cuda_with_zero_0_and_3(tmp_path):
+    """No vLLM needed: a tiny random Llama in bf16 under DeepSpeed on the GPU, ZeRO 0 and 3 take the same step."""
+    from nemo_gym.train.config import EngineConfig, LossOptions
+    from nemo_gym.train.engine import PolicyEngine
+    from test_train_engine import fixed_batch, make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny")
+    losses = {}
+    for stage in (0, 3):
+        engine = PolicyEngine(EngineConfig(model_path=str(model), dtype="bfloat16", zero_stage=stage, micro_batch_size=2, learning_rate=1e-2), LossOptions())
+        assert engine.device.type == "cuda" and next(engine.module.parameters()).dtype == torch.bfloat16
+        metrics = engine.train_step(fixed_batch())
+        losses[stage] = metrics["loss"]
+        assert metrics["grad_norm"] > 0 and engine.export_state_dict()["lm_head.weight"].dtype == torch.bfloat16
+    assert losses[0] == pytest.approx(losses[3], rel=2e-2)
+
+
+def test_gloo_broadcast_from_cuda_tensors(tmp_path):
+    """No vLLM needed: the trainer's CUDA tensors through the gloo group into another process (the one-GPU path)."""
+    import multiprocessing
+
+    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
+    from weight_sync_receiver import receive_into_queue
+
+    tensors = {"w": torch.randn(64, 64, dtype=torch.bfloat16, device="cuda"), "b": torch.randn(64, device="cuda")}
+    metas = [transport.TensorMeta.of(name, tensor) for name, tensor in tensors.items()]
+    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue))
+    receiver.start()
+    try:
+        group = transport.WeightSyncGroup("gloo", store, 0, 2, timeout_s=120)
+        group.check()
+        transport.send_tensors(group, tensors.items())
+        received = queue.get(timeout=120)
+    finally:
+        receiver.join(120)
+    assert all(torch.equal(received[name], tensor.cpu()) for name, tensor in tensors.items())
+
+
+def test_nccl_group_between_two_gpus():
+    """No vLLM needed: the nccl backend of the same group between two processes on two GPUs."""
+    if GPUS < 2:
+        pytest.skip(f"needs two GPUs ({GPUS} here): NCCL refuses two ranks on one GPU")
+    import multiprocessing
+
+    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
+    from weight_sync_receiver import receive_into_queue
+
+    tensor = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda:0")
+    metas = [transport.TensorMeta.of("w", tensor)]
+    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue, "nccl", "cuda:1"))
+    receiver.start()
+    try:
+        group = transport.WeightSyncGroup("nccl", store, 0, 2, timeout_s=120, device=torch.device("cuda:0"))
+        group.check()
+        transport.send_tensors(group, [("w", tensor)])
+        assert torch.equal(queue.get(timeout=120)["w"], tensor.cpu())
+    finally:
+        receiver.join(120)
+
+
+# -- with vLLM on CUDA ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory) -> Iterator[tuple[str, str]]:
     """(head URL, policy URL) of one ng_run of the quickstart GRPO config with vLLM on CUDA in bfloat16. Requests to
@@ -201,69 +269,3 @@ def test_ng_train_bf16_two_steps(servers, tmp_path, zero_stage):
 def test_ng_train_two_ranks_bf16(servers, tmp_path):
     rows, _ = ng_train(servers[0], tmp_path / "out", "++trainer.engine.zero_stage=2", "++trainer.num_ranks=2")
     assert [row["step"] for row in rows] == [1, 2]
-
-
-def test_bf16_engine_trains_on_cuda_with_zero_0_and_3(tmp_path):
-    """No vLLM needed: a tiny random Llama in bf16 under DeepSpeed on the GPU, ZeRO 0 and 3 take the same step."""
-    from nemo_gym.train.config import EngineConfig, LossOptions
-    from nemo_gym.train.engine import PolicyEngine
-    from test_train_engine import fixed_batch, make_tiny_model
-
-    model = make_tiny_model(tmp_path / "tiny")
-    losses = {}
-    for stage in (0, 3):
-        engine = PolicyEngine(EngineConfig(model_path=str(model), dtype="bfloat16", zero_stage=stage, micro_batch_size=2, learning_rate=1e-2), LossOptions())
-        assert engine.device.type == "cuda" and next(engine.module.parameters()).dtype == torch.bfloat16
-        metrics = engine.train_step(fixed_batch())
-        losses[stage] = metrics["loss"]
-        assert metrics["grad_norm"] > 0 and engine.export_state_dict()["lm_head.weight"].dtype == torch.bfloat16
-    assert losses[0] == pytest.approx(losses[3], rel=2e-2)
-
-
-def test_gloo_broadcast_from_cuda_tensors(tmp_path):
-    """No vLLM needed: the trainer's CUDA tensors through the gloo group into another process (the one-GPU path)."""
-    import multiprocessing
-
-    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
-    from weight_sync_receiver import receive_into_queue
-
-    tensors = {"w": torch.randn(64, 64, dtype=torch.bfloat16, device="cuda"), "b": torch.randn(64, device="cuda")}
-    metas = [transport.TensorMeta.of(name, tensor) for name, tensor in tensors.items()]
-    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue))
-    receiver.start()
-    try:
-        group = transport.WeightSyncGroup("gloo", store, 0, 2, timeout_s=120)
-        group.check()
-        transport.send_tensors(group, tensors.items())
-        received = queue.get(timeout=120)
-    finally:
-        receiver.join(120)
-    assert all(torch.equal(received[name], tensor.cpu()) for name, tensor in tensors.items())
-
-
-def test_nccl_group_between_two_gpus():
-    """No vLLM needed: the nccl backend of the same group between two processes on two GPUs."""
-    if GPUS < 2:
-        pytest.skip(f"needs two GPUs ({GPUS} here): NCCL refuses two ranks on one GPU")
-    import multiprocessing
-
-    from nemo_gym.engine_ext import nemo_gym_weight_sync as transport
-    from weight_sync_receiver import receive_into_queue
-
-    tensor = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda:0")
-    metas = [transport.TensorMeta.of("w", tensor)]
-    store = transport.tcp_store("127.0.0.1", 0, 2, is_master=True, timeout_s=120)
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    receiver = context.Process(target=receive_into_queue, args=(store.port, transport.metas_to_json(metas), queue, "nccl", "cuda:1"))
-    receiver.start()
-    try:
-        group = transport.WeightSyncGroup("nccl", store, 0, 2, timeout_s=120, device=torch.device("cuda:0"))
-        group.check()
-        transport.send_tensors(group, [("w", tensor)])
-        assert torch.equal(queue.get(timeout=120)["w"], tensor.cpu())
-    finally:
-        receiver.join(120)
