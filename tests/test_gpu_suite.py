@@ -74,6 +74,7 @@ def test_summary_reads_the_tests_and_the_benchmark(tmp_path):
     assert (tmp_path / "summary.txt").read_text() == text + "\n"
 
 
+@pytest.mark.integration
 def test_run_sh_on_a_machine_without_cuda(tmp_path):
     """setup and bench skip themselves; the gpu tests all skip (skip-without-CUDA), so the suite passes."""
     torch = pytest.importorskip("torch")
@@ -93,6 +94,7 @@ def test_run_sh_on_a_machine_without_cuda(tmp_path):
     assert "GPU suite" in done.stdout and f"tests: 0 passed, 0 failed, 0 errors, {counts['skipped']} skipped" in done.stdout
 
 
+@pytest.mark.integration
 def test_bench_smoke_feeds_the_summary(tmp_path):
     pytest.importorskip("deepspeed")
     done = subprocess.run([sys.executable, "benchmarks/gpu/bench.py", "--smoke", f"--out={tmp_path}"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=400)

@@ -42,6 +42,7 @@ TIMEOUT_S = 120
 
 
 # -- two processes, the raw group --------------------------------------------------------------------------
+@pytest.mark.integration
 def test_gloo_group_broadcasts_every_dtype_between_two_processes():
     tensors = {
         "w.bf16": torch.randn(5, 7, dtype=torch.bfloat16),
@@ -126,6 +127,7 @@ def received_state(url: str, path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path, dtype):
     engine = PolicyEngine(EngineConfig(model_path=str(models[0]), dtype=dtype, micro_batch_size=2, learning_rate=1e-2), LossOptions())
@@ -150,6 +152,7 @@ def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path
         sync.close()
 
 
+@pytest.mark.integration
 def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receiver):
     engine = PolicyEngine(EngineConfig(model_path=str(models[0]), micro_batch_size=2), LossOptions())
     renamed = {f"renamed.{name}" if i == 3 else name: t for i, (name, t) in enumerate(engine.export_state_dict().items())}
@@ -165,6 +168,7 @@ def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receive
         sync.group = None  # the group is broken; the receiver process goes with the fixture
 
 
+@pytest.mark.integration
 def test_make_weight_sync_choices(models, receiver, tmp_path):
     assert isinstance(make_weight_sync("auto", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)
     assert isinstance(make_weight_sync("filesystem", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)
@@ -178,6 +182,7 @@ def test_make_weight_sync_choices(models, receiver, tmp_path):
         gloo.close()
 
 
+@pytest.mark.integration
 def test_gloo_asked_of_a_server_without_the_routes_names_the_key(tmp_path):
     from fastapi import FastAPI
 
