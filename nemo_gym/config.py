@@ -21,6 +21,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nemo_gym.errors import ConfigError
+from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
+from nemo_gym.nemo_gym_detect import detect_framework
 
 __all__ = [
     "REPO_ROOT",
@@ -36,8 +38,6 @@ __all__ = [
     "server_sections",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 IMPLEMENTATION_DIR_KEY = "implementation_dir"  # a server's own folder outside this repository (see ServerInstance)
 FRAMEWORKS = ("nemo_gym",)  # `framework:` values: a folder written against NVIDIA NeMo Gym's base classes
 SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
@@ -137,7 +137,7 @@ class ServerInstance:
     @property
     def framework(self) -> str | None:
         """`'nemo_gym'` for a server folder written for NVIDIA NeMo Gym (field `framework`, else detected from its
-        entrypoint's imports; `nemo_gym.nemo_gym_servers`), None for one of ours or an external server.
+        entrypoint's imports; `nemo_gym.nemo_gym_detect`), None for one of ours or an external server.
 
         Raises:
             ConfigError: an unknown `framework` value.
@@ -146,8 +146,6 @@ class ServerInstance:
             return None
         value = self.fields.get("framework")
         if value is None:
-            from nemo_gym.nemo_gym_servers import detect_framework
-
             return detect_framework(self.implementation_dir, self.entrypoint) if self.implementation_dir.is_dir() else None
         if value not in FRAMEWORKS:
             raise ConfigError(f"{self.source}: key '{self.key}.framework': unknown framework {value!r}{did_you_mean(str(value), FRAMEWORKS)}; "

@@ -28,7 +28,6 @@ Facts about NeMo Gym 0.4.0 come from its wheel (`../shared/peer_data/nemo_gym/HO
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import hashlib
 import os
@@ -45,10 +44,11 @@ from typing import Any
 
 import yaml
 
-from nemo_gym.config import REPO_ROOT, SERVER_TYPES, ServerInstance
+from nemo_gym.config import ServerInstance
 from nemo_gym.errors import ConfigError
 from nemo_gym.head import nemo_gym_home
-from nemo_gym.processes import die_with_parent, signal_group
+from nemo_gym.nemo_gym_detect import FRAMEWORK, detect_framework
+from nemo_gym.processes import die_with_parent, free_port, signal_group
 from nemo_gym.venvs import VenvBuildError, ensure_built, find_links_args, run_logged, uv_executable
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "RayHead",
 ]
 
-FRAMEWORK = "nemo_gym"
 DEFAULT_VERSION = "0.4.0"  # the newest release this project is tested against (and that installs on Python 3.11)
 LIVENESS_PATH = "/"  # NeMo Gym 0.4.0's liveness route: GET / answers {"status": "ok"}
 CONFIG_DICT_ENV = "NEMO_GYM_CONFIG_DICT"
@@ -72,49 +71,6 @@ REQUIRES_PYTHON = (3, 12)  # what NeMo Gym's wheels declare
 OWN_FIELDS = frozenset({"framework", "nemo_gym_version", "implementation_dir", "url", "health_path", "send_run_token",
                         "num_replicas", "num_cpus", "num_gpus", "resources", "max_restarts"})  # fmt: skip
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
-
-
-def detect_framework(folder: Path, entrypoint: str) -> str | None:
-    """`'nemo_gym'` when the entrypoint file imports a module of NeMo Gym's package that ours lacks (so it was
-    written for NeMo Gym), or a module of another server folder of its tree (`<tree>/<server type>/<name>/`,
-    e.g. `from resources_servers.mcqa.app import ...`) that does, else None. A file that does not parse is left to
-    the server's own start to report."""
-    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, folder.parent.parent, set()) else None
-
-
-def _imports_nemo_gym(path: Path, tree_root: Path, seen: set[Path]) -> bool:
-    """Whether the Python file `path` imports a NeMo Gym module ours lacks, itself or through the server folders of
-    `tree_root` it imports (each file read once)."""
-    if path in seen:
-        return False
-    seen.add(path)
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # `from a.b import c`: a.b, or the module a.b.c
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        else:
-            names = []
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "nemo_gym" and len(parts) > 1 and not _ours(parts[1]):
-                return True
-            if parts[0] in SERVER_TYPES and len(parts) > 2:
-                module = tree_root.joinpath(*parts)
-                for candidate in (module.with_suffix(".py"), module / "__init__.py"):
-                    if candidate.is_file() and _imports_nemo_gym(candidate, tree_root, seen):
-                        return True
-    return False
-
-
-def _ours(module: str) -> bool:
-    """Whether `nemo_gym.<module>` is a module or package of this repository's nemo_gym."""
-    package = REPO_ROOT / "nemo_gym"
-    return (package / f"{module}.py").is_file() or (package / module / "__init__.py").is_file()
 
 
 def release_version(instance: ServerInstance, default: str) -> str:
@@ -231,12 +187,6 @@ def config_dict_yaml(values: dict[str, Any], sections: dict[str, tuple[str, str,
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _free_port() -> int:
-    from nemo_gym.vllm_engine import free_port
-
-    return free_port()
-
-
 class RayHead:
     """A one-node Ray cluster for the NeMo Gym servers of one run: `ray start --head --block` from the release's
     environment (the servers' Ray must be the same version), its own process group, every port chosen free (Ray's
@@ -279,7 +229,7 @@ class RayHead:
         """
         from nemo_gym.errors import ServerStartError
 
-        ports = {name: _free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
+        ports = {name: free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
         command = [str(self.ray_executable), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false", "--node-ip-address=127.0.0.1",
                    f"--num-cpus={self.num_cpus}", "--object-store-memory=200000000", f"--temp-dir={self.temp_dir}",
                    *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip

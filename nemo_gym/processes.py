@@ -8,12 +8,13 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["die_with_parent", "signal_group", "run_interruptible"]
+__all__ = ["die_with_parent", "signal_group", "run_interruptible", "free_port"]
 
 T = TypeVar("T")
 
@@ -31,6 +32,14 @@ def die_with_parent() -> None:
     thread dies, so a server never outlives the process that started it (no-op on other systems)."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free now on `host`, for a process that binds by itself (vLLM, a NeMo Gym server, Ray): a tiny
+    window for a race remains between this answer and its bind."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def signal_group(pid: int, sig: int) -> None:

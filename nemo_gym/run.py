@@ -54,7 +54,7 @@ from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.nemo_gym_servers import DEFAULT_VERSION, FRAMEWORK, LIVENESS_PATH, RayHead, config_dict_yaml, ensure_release_venv, release_requirements, release_version
 from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.processes import die_with_parent
+from nemo_gym.processes import die_with_parent, free_port
 from nemo_gym.serve import REPLICA_ENV, bind_socket
 from nemo_gym.venvs import VenvBuildError, ensure_venv, requirements_text
 
@@ -286,7 +286,7 @@ class Run:
         self.ray_head = RayHead(python.parent / "ray", self.run_dir)
         print(f"Starting a Ray head for {len(self.nemo_gym)} NeMo Gym server(s) (log: {self.ray_head.log_path})...", flush=True)
         ray_address = await self.ray_head.start()
-        ports = {(i.name, r): int(i.fields.get("port") or 0) or _free_port() for i in self.nemo_gym for r in range(i.num_replicas)}
+        ports = {(i.name, r): int(i.fields.get("port") or 0) or free_port() for i in self.nemo_gym for r in range(i.num_replicas)}
         host = {i.name: str(i.fields.get("host") or "127.0.0.1") for i in self.nemo_gym}
         sections = self._nemo_gym_sections(ports, host)
         head_host, head_port = self.head_url.removeprefix("http://").rsplit(":", 1)
@@ -504,12 +504,6 @@ def _shown_folder(instance: ServerInstance) -> str:
     return f"{instance.server_type}/{instance.implementation}" if folder == REPO_ROOT / instance.server_type / instance.implementation else str(folder)
 
 
-def _free_port() -> int:
-    from nemo_gym.vllm_engine import free_port
-
-    return free_port()
-
-
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -555,8 +549,6 @@ class NgRunProcess:
         if head_server_url:
             self.head_url = head_server_url.rstrip("/")
             return
-        from nemo_gym.vllm_engine import free_port
-
         port = free_port()
         self.head_url = f"http://127.0.0.1:{port}"
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ import psutil
 
 from nemo_gym.errors import ServerStartError
 from nemo_gym.models import nemo_gym_home
-from nemo_gym.processes import die_with_parent
+from nemo_gym.processes import die_with_parent, free_port
 from nemo_gym.venvs import pip_find_links, uv_executable
 
 __all__ = [
@@ -138,13 +137,6 @@ def _build_engine_venv(uv: str, package_spec: str, venv_dir: Path) -> None:
     if unwanted:
         _run_checked([uv, "pip", "uninstall", *target, *unwanted], log, "removing " + ", ".join(unwanted))
     (venv_dir / _DONE_MARKER).write_text(package_spec)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free now on `host`. vLLM binds by itself, so a tiny window for a race remains."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def tail(path: Path, lines: int = 40) -> str:

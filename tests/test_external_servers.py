@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from live_servers import serve
 from nemo_gym.serve import load_server_class
 from nemo_gym.testing import NgRun
-from nemo_gym.vllm_engine import free_port
+from nemo_gym.processes import free_port
 
 pytestmark = pytest.mark.integration
 

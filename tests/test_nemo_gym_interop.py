@@ -30,7 +30,7 @@ import yaml
 
 from nemo_gym.head import runs_dir
 from nemo_gym.testing import NgRun
-from nemo_gym.vllm_engine import free_port
+from nemo_gym.processes import free_port
 from nemo_gym_peer import BENCH_DIR, nemo_gym_run_argv, peer_env, peer_server_dir, peer_venv
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]

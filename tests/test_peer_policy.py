@@ -25,7 +25,7 @@ from fastapi import FastAPI
 
 from nemo_gym.auth import PeerPolicy, RunTokenAuth, TOKEN_COOKIE, write_allowed_peers
 from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.vllm_engine import free_port
+from nemo_gym.processes import free_port
 
 TOKEN = "t0ken-for-tests"
 # a caller: waits for a line on stdin, then GETs the URL (with optional headers) twice on one connection and

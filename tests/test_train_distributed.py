@@ -80,7 +80,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_ranks(tiny_model, tmp_path_factory) -> Path:
     """The worker's output folder after its 2-rank run (engine cases, then the loop in `loop/`)."""
-    from nemo_gym.vllm_engine import free_port
+    from nemo_gym.processes import free_port
 
     out = tmp_path_factory.mktemp("two_ranks")
     command = [
@@ -117,7 +117,7 @@ def test_two_ranks_take_the_one_rank_step(tiny_model, two_ranks):
 def test_deepspeed_launcher_runs_the_same_ranks(tiny_model, two_ranks, tmp_path):
     """The deepspeed launcher (`deepspeed --num_gpus 2`, which on a CPU machine starts 2 gloo ranks) in place of
     torchrun: the same step results as under torchrun."""
-    from nemo_gym.vllm_engine import free_port
+    from nemo_gym.processes import free_port
 
     command = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--no_local_rank", "--master_port", str(free_port()), str(WORKER), str(tiny_model), str(tmp_path)]
     done = subprocess.run(command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)

@@ -84,7 +84,7 @@ def relaunch(num_ranks: int, argv: list[str]) -> int:
     Each rank gets `OMP_NUM_THREADS` = cores / ranks unless it is set. Returns 128 + the signal number when a
     forwarded signal ended the run with a non-zero status (the launcher itself exits with 1).
     """
-    from nemo_gym.vllm_engine import free_port
+    from nemo_gym.processes import free_port
 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_ranks)))
