@@ -14,6 +14,7 @@ from ng_process import BIN, REPO, NgRun
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.long
 def test_all_environments_under_one_run(tmp_path):
     paths = yaml.safe_load((REPO / "configs/all_environments.yaml").read_text())["config_paths"]
     paths = [p for p in paths if "responses_api_models/" not in p] + ["tests/configs/scripted_policy_and_judge.yaml"]

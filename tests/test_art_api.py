@@ -336,6 +336,7 @@ def training_groups() -> list[art.TrajectoryGroup]:
     return [art.TrajectoryGroup([single_turn([10, 11, 12], 1.0, metrics={"correct": True}), single_turn([20, 21], 0.0, metrics={"correct": False})])]
 
 
+@pytest.mark.long
 def test_trainable_model_trains_saves_and_resumes(tmp_path):
     pytest.importorskip("deepspeed")
     base = make_tiny_model(tmp_path / "tiny")

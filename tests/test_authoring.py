@@ -240,6 +240,7 @@ def run_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[s
     return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_new_environment_scaffold_edit_test_run_collect(tmp_path: Path) -> None:
     name = f"word_count_{uuid.uuid4().hex[:8]}"
@@ -293,6 +294,7 @@ def test_ng_test_in_the_server_environment() -> None:
     assert "verifier cases: 3 passed, 0 failed" in done.stdout and str(python) not in done.stdout
 
 
+@pytest.mark.long
 def test_ng_dev_test_prints_coverage_and_enforces_fail_under() -> None:
     done = run_cli("ng_dev_test", "+paths=[tests/test_authoring.py::test_junit_counts]", "+fail_under=99.9", timeout_s=300)
     assert re.search(r"^coverage of nemo_gym: \d+\.\d%$", done.stdout, re.M), done.stdout

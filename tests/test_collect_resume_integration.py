@@ -21,6 +21,7 @@ def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+@pytest.mark.long
 def test_collect_kill_resume_profile(tmp_path):
     out = tmp_path / "rollouts.jsonl"
     collect = [str(BIN / "ng_collect_rollouts"), "+agent_name=weather_agent", f"+input_jsonl_fpath={ROWS}", f"+output_jsonl_fpath={out}",

@@ -252,6 +252,7 @@ def test_prepare_data_downloads_declared_datasets(registries, ng, tmp_path):
     assert len((tmp_path / "prepared" / "train.jsonl").read_text().splitlines()) == 5
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_new_user_path_gitlab_to_hub_to_rollouts(tmp_path):
     """Done-when of issue 7, as a user types it: push to GitLab, migrate to the Hub, pull back, collect rollouts."""

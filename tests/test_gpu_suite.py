@@ -57,6 +57,7 @@ def test_stage_statuses_limits_and_budget(tmp_path):
     assert [row["status"] for row in json.loads((tmp_path / "suite.json").read_text())] == ["passed", "failed", "timed_out", "skipped", "passed"]
 
 
+@pytest.mark.long
 def test_budget_cuts_the_last_stages(tmp_path):
     results = suite.run_stages([stage("first", "sleep 3", limit_s=60), stage("second", "sleep 60", limit_s=60), stage("third", "true")], tmp_path, budget_s=10)
     assert [(r.name, r.status) for r in results] == [("first", "passed"), ("second", "timed_out"), ("third", "skipped")]
@@ -74,6 +75,7 @@ def test_summary_reads_the_tests_and_the_benchmark(tmp_path):
     assert (tmp_path / "summary.txt").read_text() == text + "\n"
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_run_sh_on_a_machine_without_cuda(tmp_path):
     """setup and bench skip themselves; the gpu tests all skip (skip-without-CUDA), so the suite passes."""
@@ -94,6 +96,7 @@ def test_run_sh_on_a_machine_without_cuda(tmp_path):
     assert "GPU suite" in done.stdout and f"tests: 0 passed, 0 failed, 0 errors, {counts['skipped']} skipped" in done.stdout
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_bench_smoke_feeds_the_summary(tmp_path):
     pytest.importorskip("deepspeed")

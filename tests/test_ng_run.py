@@ -192,6 +192,7 @@ def test_sigkill_of_ng_run_leaves_no_server_behind():
         assert processes.left_after_stop(wait_s=30) == ([], [])
 
 
+@pytest.mark.long
 def test_sigkill_of_ng_train_stops_the_ng_run_it_started(tmp_path):
     """ng_train starts ng_run (its config's servers) as a child in its own session; after a SIGKILL of ng_train's
     process group that ng_run gets SIGTERM from Linux and stops every server of the run."""

@@ -254,6 +254,7 @@ def ng_try_template(rnow_templates: Path, name: str, tmp_path: Path, *extra: str
     return done, json.loads(out.read_text()) if out.is_file() else None
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["tutorial-reward", "tutorial-tool"])
 def test_rnow_tutorial_templates_run_as_they_are(rnow_templates, name, tmp_path):

@@ -223,6 +223,7 @@ def test_stop_after_the_optimizer_step_finishes_it_and_saves_nothing(tmp_path, m
 
 
 # -- a real background ng_train ----------------------------------------------------------------------------------
+@pytest.mark.long
 @pytest.mark.integration
 def test_background_train_stop_with_save_model(tmp_path, capsys, monkeypatch):
     """`ng_train +background=true` on a tiny model, attached to a real ng_run whose policy is the scripted model (it

@@ -199,6 +199,7 @@ def _files(paths: Iterable[Path]) -> dict[str, str]:
     return {str(p): p.read_text(errors="replace") for p in paths if p.is_file()}
 
 
+@pytest.mark.long
 def test_canary_secrets_never_leave(tmp_path):
     pytest.importorskip("deepspeed", reason="the sweep includes a training step: pip install 'nemo-gym[train]'")
     from test_train_engine import make_tiny_model

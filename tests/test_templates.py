@@ -253,6 +253,7 @@ def test_project_passes_the_conformance_check(projects: dict[str, Path], templat
     test_resources_server_conformance(projects[template])
 
 
+@pytest.mark.long
 def test_projects_own_tests_pass(all_projects: Projects) -> None:
     """Each project's tests/ (what its README says to run), all in one pytest process, from the projects' folder."""
     code = all_projects.own_tests.wait(timeout=600)
@@ -329,6 +330,7 @@ def no_failures(output_jsonl: Path) -> None:
     assert not failures.is_file() or not failures.read_text().strip(), failures.read_text()[:3000]
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_every_template_runs_under_ng_run_and_collects_the_expected_rewards(projects: dict[str, Path], tmp_path: Path) -> None:
     """One ng_run serves all projects; one ng_collect_rollouts sends every project's example rows, each to its

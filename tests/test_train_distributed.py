@@ -92,6 +92,7 @@ def two_ranks(tiny_model, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_two_ranks_take_the_one_rank_step(tiny_model, two_ranks):
     """Cases (train_distributed_worker.CASES): 5 sequences of uneven length split 3 + 2 over the ranks, token- and
@@ -113,6 +114,7 @@ def test_two_ranks_take_the_one_rank_step(tiny_model, two_ranks):
             torch.testing.assert_close(two["weights"][name], weight, rtol=1e-5, atol=1e-5, msg=lambda m: f"{case} {name}: {m}")
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_deepspeed_launcher_runs_the_same_ranks(tiny_model, two_ranks, tmp_path):
     """The deepspeed launcher (`deepspeed --num_gpus 2`, which on a CPU machine starts 2 gloo ranks) in place of
@@ -168,6 +170,7 @@ def wait_for_steps(out: Path, count: int, process: subprocess.Popen, log: Path, 
     raise TimeoutError(f"no {count} steps in {timeout_s} s:\n{log.read_text()[-6000:]}")
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_ng_train_relaunches_as_two_ranks_and_stops_on_sigterm(tmp_path):
     """`ng_train +trainer.num_ranks=2` (the plain command) attached to a real ng_run whose policy is the scripted model

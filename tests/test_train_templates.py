@@ -87,6 +87,7 @@ def assert_servable_final(project: Path) -> None:
 SHORT = ("+trainer.num_steps=2", "++trainer.batch_size=4", "++trainer.engine.micro_batch_size=4", "++trainer.checkpoint_interval=0", "++trainer.logging.console=false")
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.parametrize("template", list(TRAIN_TEMPLATES))
 def test_train_template_runs_two_steps_with_smollm2(template: str, tmp_path: Path) -> None:

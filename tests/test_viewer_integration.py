@@ -81,6 +81,7 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium); run `apt-get install -y chromium`")
 @pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
 def test_viewer_in_chromium(tmp_path: Path, taken_port: int) -> None:

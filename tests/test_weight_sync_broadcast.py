@@ -42,6 +42,7 @@ TIMEOUT_S = 120
 
 
 # -- two processes, the raw group --------------------------------------------------------------------------
+@pytest.mark.long
 @pytest.mark.integration
 def test_gloo_group_broadcasts_every_dtype_between_two_processes():
     tensors = {
@@ -127,6 +128,7 @@ def received_state(url: str, path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path, dtype):
@@ -152,6 +154,7 @@ def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path
         sync.close()
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receiver):
     engine = PolicyEngine(EngineConfig(model_path=str(models[0]), micro_batch_size=2), LossOptions())
@@ -168,6 +171,7 @@ def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receive
         sync.group = None  # the group is broken; the receiver process goes with the fixture
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_make_weight_sync_choices(models, receiver, tmp_path):
     assert isinstance(make_weight_sync("auto", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)
