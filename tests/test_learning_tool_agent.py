@@ -192,3 +192,26 @@ def test_report_only_on_a_synthetic_run(tmp_path, monkeypatch):
     minutes = summary["minutes"]
     assert minutes["RL training"] == pytest.approx(40 / 60) and minutes["total"] == pytest.approx(8.0)
     assert (tmp_path / "reward_curve.png").stat().st_size > 0 and json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+
+
+def test_readme_commands_fit_the_configs():
+    """The "Train an agent" commands: the files they name exist, the two trainer configs validate, and they chain
+    (the expert's rollouts are SFT's input, SFT's final model is what GRPO serves and trains)."""
+    import re
+
+    import yaml
+
+    from nemo_gym.train.config import TrainerConfig
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("### Train an agent", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    for path in re.findall(r"(?:resources_servers|configs|responses_api_models|benchmarks)/[\w/.]+\.(?:yaml|py|jsonl)", block):
+        assert (REPO / path).is_file(), path
+    sft = TrainerConfig.model_validate(yaml.safe_load((REPO / "configs/train/tool_agent_sft.yaml").read_text())["trainer"])
+    grpo_yaml = yaml.safe_load((REPO / "configs/train/tool_agent_grpo.yaml").read_text())
+    grpo = TrainerConfig.model_validate(grpo_yaml["trainer"])
+    assert f"+output_jsonl_fpath={sft.input_jsonl_fpath}" in block and sft.algorithm == "sft" and sft.supervised.min_reward == 1.0
+    assert grpo.engine.model_path == grpo_yaml["policy_model"]["responses_api_models"]["vllm_model"]["model"] == f"{sft.output_dir}/final"
+    assert grpo.agent_name == "tool_calculator_simple_agent" and "tool_choice" not in grpo.responses_create_params
+    expert_rows = re.search(r"tasks\.py --expert-rows \d+", block)
+    assert expert_rows and "+input_jsonl_fpath=results/train/tool_agent_expert_tasks.jsonl" in block

@@ -6,7 +6,8 @@ number ("What is 347 * 29 + 518?", `multiply` then `add` on its result). Rows ca
 `expected_calls`. The distinct questions drawn from `random.Random(SEED)` are split by the SHA-256 of their text
 into `data/train.jsonl` and `data/heldout.jsonl` (no question in common); `data/example.jsonl` is 5 training rows.
 
-`expert_row(row)` adds the expert's script to a row (`responses_create_params.metadata.script`, read by
+`python resources_servers/tool_calculator/tasks.py --expert-rows 64` writes the first 64 training rows with their
+expert script to results/train/tool_agent_expert_tasks.jsonl: `expert_row(row)` adds the expert's script to a row (`responses_create_params.metadata.script`, read by
 `scripted_model`): the expected calls, one model turn each, then "The answer is N.". Collected through the real
 agent and this server, those rollouts are the SFT data of `benchmarks/learning_tool_agent.py`.
 """
@@ -82,9 +83,24 @@ def write(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-if __name__ == "__main__":
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write tool_calculator's data files, or expert rows")
+    parser.add_argument("--expert-rows", type=int, metavar="N", help="instead: the first N training rows with their expert script, to --output")
+    parser.add_argument("--output", type=Path, default=Path("results/train/tool_agent_expert_tasks.jsonl"))
+    args = parser.parse_args()
+    if args.expert_rows:
+        rows = [json.loads(line) for line in (FOLDER / "data" / "train.jsonl").read_text().splitlines()][: args.expert_rows]
+        write(args.output, [expert_row(row) for row in rows])
+        print(f"{len(rows)} expert rows -> {args.output}")
+        return
     train, heldout = split(draw_tasks())
     write(FOLDER / "data" / "train.jsonl", train)
     write(FOLDER / "data" / "heldout.jsonl", heldout)
     write(FOLDER / "data" / "example.jsonl", train[:5])
     print(f"{len(train)} training tasks, {len(heldout)} held-out tasks")
+
+
+if __name__ == "__main__":
+    main()
