@@ -211,7 +211,7 @@ def report() -> dict[str, Any]:
     }  # fmt: skip
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
     references = {"held-out, base model (before SFT)": summary["sft_over_base"]["mean_reward"]["before"]}
-    plot_reward_curve(metrics, OUT / "reward_curve.png", "SmolLM2-135M-Instruct learns tool_calculator (SFT warm start, then GRPO; CPU)", references)
+    plot_reward_curve(metrics, OUT / "reward_curve.png", "SmolLM2-135M on tool_calculator: SFT warm start, then GRPO (CPU)", references)
     for title, key in (("SFT over base", "sft_over_base"), ("RL over SFT", "rl_over_sft"), ("RL over base", "rl_over_base")):
         print(f"{title}: held-out " + format_comparison("mean_reward", summary[key]["mean_reward"]))
     for stage, b in summary["behaviour"].items():
