@@ -54,7 +54,7 @@ from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.nemo_gym_servers import DEFAULT_VERSION, FRAMEWORK, LIVENESS_PATH, RayHead, config_dict_yaml, ensure_release_venv, release_requirements, release_version
 from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.processes import die_with_parent, free_port
+from nemo_gym.processes import die_with_parent, free_port, signal_group
 from nemo_gym.serve import REPLICA_ENV, bind_socket
 from nemo_gym.venvs import VenvBuildError, ensure_venv, requirements_text
 
@@ -415,7 +415,7 @@ class Run:
             await asyncio.to_thread(self.ray.stop, self.options.stop_grace_s)
         alive = [s.process for s in self.servers if s.process and s.process.returncode is None]
         for process in alive:
-            _signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.options.stop_grace_s
         for process in alive:
             try:
@@ -424,7 +424,7 @@ class Run:
                 pass
         for server in self.servers:  # SIGKILL whatever is left in each group, children included
             if server.process:
-                _signal_group(server.process.pid, signal.SIGKILL)
+                signal_group(server.process.pid, signal.SIGKILL)
                 await server.process.wait()
         if self.ray_head is not None:
             await self.ray_head.stop(self.options.stop_grace_s)
@@ -502,13 +502,6 @@ def _shown_folder(instance: ServerInstance) -> str:
         return f"{instance.server_type}/{instance.implementation} (url:)"
     folder = instance.implementation_dir
     return f"{instance.server_type}/{instance.implementation}" if folder == REPO_ROOT / instance.server_type / instance.implementation else str(folder)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_main(loaded: LoadedConfig) -> int:
@@ -598,5 +591,5 @@ class NgRunProcess:
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:
-            _signal_group(self.process.pid, signal.SIGKILL)
+            signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait()

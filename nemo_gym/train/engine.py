@@ -34,7 +34,6 @@ import copy
 import math
 import os
 import random
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ import torch
 
 from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
 from nemo_gym.paths import resolve_inside
+from nemo_gym.processes import free_port
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import EngineConfig, LossOptions
@@ -56,9 +56,7 @@ def set_single_process_env() -> dict[str, str]:
     """
     wanted = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     if "MASTER_PORT" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            wanted["MASTER_PORT"] = str(sock.getsockname()[1])
+        wanted["MASTER_PORT"] = str(free_port())
     added = {k: v for k, v in wanted.items() if k not in os.environ}
     os.environ.update(added)
     return added
