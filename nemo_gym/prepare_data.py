@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.config import REPO_ROOT, SERVER_TYPES, LoadedConfig
 from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.jsonl import iter_lines
 
 __all__ = ["PrepareDataOptions", "DatasetSpec", "dataset_metrics", "prepare_data", "prepare_main", "metrics_path"]
 
@@ -114,7 +115,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         DataError: `file:line: [rule] message` for every bad row (at most 20 listed).
     """
     rows, problems = [], []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         try:

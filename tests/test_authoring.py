@@ -26,6 +26,7 @@ from nemo_gym.testing import TestReport, junit_counts, run_server_tests, summary
 from nemo_gym.validation import run_verifier_cases, validate_data
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 README_HEADINGS = ["## Description", "## Tools", "## Reward", "## Episode end", "## Arguments", "## Data"]
@@ -37,7 +38,7 @@ def scaffold(tmp_path: Path) -> Path:
 
 
 def rows_of(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 # -- ng_init_resources_server ----------------------------------------------------------------------

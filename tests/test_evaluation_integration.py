@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 ROWS = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
@@ -35,7 +36,7 @@ def test_ng_eval_collects_and_reports(tmp_path):
         again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)  # resumes: nothing to collect
         assert again.returncode == 0, again.stdout + again.stderr
 
-    rollouts = [json.loads(line) for line in rollouts_path.read_text().splitlines()]
+    rollouts = read_jsonl(rollouts_path)
     assert len(rollouts) == 5 * 4
     assert all(r["responses_create_params"]["temperature"] == 0.7 and r["responses_create_params"]["max_output_tokens"] == 64 for r in rollouts)
     report = json.loads(report_path.read_text())

@@ -4,7 +4,6 @@ the task file of scripts/quickstart_tasks.py and the training stage's config, co
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,10 @@ from nemo_gym.config import load_config, server_instances
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.loop import filter_tasks
 from resources_servers.mcqa.app import MCQATask, extract_answer
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
-MCQA_ROWS = [json.loads(line) for line in (REPO / "resources_servers/mcqa/data/example.jsonl").read_text().splitlines()]
+MCQA_ROWS = read_jsonl(REPO / "resources_servers/mcqa/data/example.jsonl")
 
 
 @pytest.fixture(scope="module")

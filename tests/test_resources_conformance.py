@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ResourcesServer, VerifyRequest
+from nemo_gym.jsonl import read_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS_DIR = REPO_ROOT / "resources_servers"
@@ -141,7 +142,7 @@ def load_resources_server(folder: Path) -> type[ResourcesServer]:
 def example_rows(folder: Path) -> list[dict[str, Any]]:
     path = folder / "data" / "example.jsonl"
     assert path.is_file(), f"{folder.name}: no data/example.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(path)
     assert rows, f"{folder.name}: data/example.jsonl is empty"
     return rows
 

@@ -18,6 +18,7 @@ from nemo_gym.train.batch import collate  # noqa: E402
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig  # noqa: E402
 from nemo_gym.train.loop import make_trainer  # noqa: E402
 from nemo_gym.train.stopping import run_stoppable  # noqa: E402
+from nemo_gym.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.train.supervised import (  # noqa: E402
     SupervisedTrainer,
     chat_sequence,
@@ -211,7 +212,7 @@ def run_mode(model: Path, out: Path, algorithm: str, data: Path, **overrides) ->
     trainer = make_trainer(TrainerConfig.model_validate(section), [])
     assert isinstance(trainer, SupervisedTrainer)
     assert run_stoppable(trainer) == 0
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "metrics.jsonl")
 
 
 def test_sft_loss_drops_and_final_model_loads(tiny_chat_model, tmp_path):

@@ -18,6 +18,7 @@ from nemo_gym.cli import main
 from nemo_gym.profile import reward_stats
 from nemo_gym.viewer import RolloutIndex, RowFilter, render_rollout, reward_histogram, task_reward_stats
 from nemo_gym.viewer.index import output_chars
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
@@ -40,7 +41,7 @@ def all_peer_rollouts(tmp_path: Path) -> Path:
 
 def test_index_reads_every_row_back_by_offset(all_peer_rollouts: Path) -> None:
     index = RolloutIndex.build(all_peer_rollouts)
-    rows = [json.loads(line) for line in all_peer_rollouts.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(all_peer_rollouts)
     assert len(index) == len(rows) == 25 and index.skipped_lines == []
     for row_id, row in enumerate(rows):
         assert index.read(row_id) == row

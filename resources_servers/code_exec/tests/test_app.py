@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.serve import load_server_class
 from nemo_gym.testing import assistant_response, post_verify
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 CodeExecServer = load_server_class(SERVER_DIR / "app.py")
@@ -25,7 +26,7 @@ EXAMPLES = SERVER_DIR / "data/example.jsonl"
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 response = assistant_response

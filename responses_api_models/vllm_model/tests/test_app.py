@@ -5,17 +5,17 @@ The server with the real SmolLM2 on vLLM is tested in tests/test_e2e_vllm.py (ma
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
 
 from nemo_gym import openai_convert, tool_calls
 from nemo_gym.serve import load_server_class
+from nemo_gym.jsonl import read_jsonl
 
 HERE = Path(__file__).resolve().parents[1]
 VLLMModel = load_server_class(HERE / "app.py")
-ROWS = [json.loads(line) for line in (HERE / "data" / "example.jsonl").read_text().splitlines()]
+ROWS = read_jsonl(HERE / "data" / "example.jsonl")
 
 
 def test_example_rows_render_to_plain_text_chats():
