@@ -1,6 +1,7 @@
 """Shared pytest setup for the tests under tests/."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -8,10 +9,7 @@ import pytest
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-@pytest.fixture(autouse=True)
-def _launcher_env_stays_in_its_test():
-    """Restore LAUNCHER_ENV after each test: a test that trains in this process leaves MASTER_PORT naming the port its
-    process group still holds, and a later test's ng_train child inheriting it fails with EADDRINUSE."""
+def _restoring_launcher_env() -> Iterator[None]:
     before = {name: os.environ.get(name) for name in LAUNCHER_ENV}
     yield
     for name, value in before.items():
@@ -19,3 +17,17 @@ def _launcher_env_stays_in_its_test():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _launcher_env_stays_in_its_module() -> Iterator[None]:
+    """Restore LAUNCHER_ENV after each module (an autouse fixture is set up before the module's other fixtures):
+    a module-scoped engine fixture leaves MASTER_PORT naming the port its process group still holds, and a later
+    module's ng_train child inheriting it fails with EADDRINUSE."""
+    yield from _restoring_launcher_env()
+
+
+@pytest.fixture(autouse=True)
+def _launcher_env_stays_in_its_test() -> Iterator[None]:
+    """The same after each test, for a test that trains in this process."""
+    yield from _restoring_launcher_env()
