@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import ConfigError
+from nemo_gym.dataset_metrics import dataset_metrics, metrics_path
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.prepare_data import dataset_metrics, metrics_path
 
 __all__ = ["InitOptions", "init_resources_server", "init_main", "TEMPLATES_DIR"]
 

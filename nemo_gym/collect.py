@@ -15,6 +15,7 @@ Files next to the output `<out>.jsonl` (ARCHITECTURE §3):
                                      rollout has a row.
     <out>_aggregate_metrics.json     `{"agents": [{agent_ref, agent_metrics, source}], "collection": {...}}`
     <out>_state.json                 fingerprint of the materialized input rows and num_repeats (for resume)
+(written by `nemo_gym.collect_files`, which also reads them back to resume, and `nemo_gym.collect_metrics`).
 
 Retries: a `/run` call is retried (up to `max_retries`, by `ServerClient`) only after a transient failure
 (`nemo_gym.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
@@ -42,14 +43,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -58,10 +56,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from nemo_gym.client import ClientTimeouts, ServerClient
+from nemo_gym.collect_files import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, OutputPaths, Pair, check_same_input, compact_failures, count_lines, move_aside, now, read_done, read_failures, write_state
+from nemo_gym.collect_metrics import AGENT_REF_KEY, is_reward, write_aggregate_metrics
 from nemo_gym.collect_watchdog import CollectWatchdog
 from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError, is_transient
 from nemo_gym.head import discover_head_url
-from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.jsonl import JsonlAppender, iter_jsonl, write_jsonl
 from nemo_gym.processes import run_interruptible
 from nemo_gym.responses_params import ResponsesCreateParams, unknown_keys
 
@@ -80,12 +80,7 @@ __all__ = [
     "BAD_VERIFY_ANSWER",
 ]
 
-TASK_INDEX_KEY = "_ng_task_index"
-ROLLOUT_INDEX_KEY = "_ng_rollout_index"
-AGENT_REF_KEY = "agent_ref"
 BAD_VERIFY_ANSWER = "bad_verify_answer"
-STATE_FORMAT = 1
-Pair = tuple[int, int]  # (task index, rollout index)
 
 
 class CollectConfig(BaseModel):
@@ -118,29 +113,6 @@ class CollectConfig(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class OutputPaths:
-    """The output file and its side files (`<stem>_<what>` next to it)."""
-
-    output: Path
-    materialized_inputs: Path
-    failures: Path
-    aggregate_metrics: Path
-    state: Path
-
-    @classmethod
-    def for_output(cls, output: str | Path) -> OutputPaths:
-        output = Path(output)
-
-        def side(what: str, suffix: str) -> Path:
-            return output.with_name(f"{output.stem}_{what}{suffix}")
-
-        return cls(output, side("materialized_inputs", ".jsonl"), side("failures", ".jsonl"), side("aggregate_metrics", ".json"), side("state", ".json"))
-
-    def all(self) -> list[Path]:
-        return [self.output, self.materialized_inputs, self.failures, self.aggregate_metrics, self.state]
-
-
 @dataclass
 class CollectSummary:
     """What a collection did. Counts are rollouts; `wall_s` and `rollouts_per_s` cover this run only."""
@@ -168,6 +140,22 @@ class CollectSummary:
     @property
     def exit_status(self) -> int:
         return 0 if self.rollouts_missing == 0 else 1
+
+    def as_metrics(self) -> dict[str, Any]:
+        """The `collection` part of `<out>_aggregate_metrics.json`."""
+        return {
+            "rollouts_expected": self.rollouts_expected,
+            "rollouts_done": self.rollouts_done,
+            "rollouts_this_run": self.rollouts_this_run,
+            "rollouts_resumed": self.rollouts_resumed,
+            "rollouts_failed": self.rollouts_missing,
+            "failures_by_class": self.failures_by_class,
+            "mean_reward": self.mean_reward,
+            "wall_s": self.wall_s,
+            "rollouts_per_s": self.rollouts_per_s,
+            "retries": self.retries,
+            "watchdog": self.watchdog,
+        }
 
     def format(self) -> str:
         mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
@@ -246,85 +234,6 @@ def _all_pairs(num_tasks: int, num_repeats: int) -> Iterator[Pair]:
     return ((t, r) for t in range(num_tasks) for r in range(num_repeats))
 
 
-# -- output and resume ------------------------------------------------------------------------------------
-def _move_aside(paths: OutputPaths) -> None:
-    """`+resume=false`: rename existing files to `<name>.bak` (replacing an older .bak)."""
-    for path in paths.all():
-        if path.exists():
-            os.replace(path, path.with_name(path.name + ".bak"))
-
-
-def _check_same_input(paths: OutputPaths, fingerprint: str, cfg: CollectConfig, num_tasks: int) -> None:
-    """Raise ConfigError when the existing output was made from a different input (saying what differs)."""
-    has_rows = paths.output.is_file() and paths.output.stat().st_size > 0
-    fix = "pass a new +output_jsonl_fpath, or +resume=false to start over (the old files are moved aside as .bak)"
-    if not paths.state.is_file():
-        if has_rows:
-            raise ConfigError(f"{paths.output} already has rollouts but no {paths.state.name}, so it cannot be resumed safely: {fix}")
-        return
-    try:
-        state = orjson.loads(paths.state.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{paths.state}: unreadable ({exc}): {fix}") from None
-    if state.get("fingerprint") == fingerprint:
-        return
-    differences = []
-    if state.get("num_repeats") != cfg.num_repeats:
-        differences.append(f"num_repeats was {state.get('num_repeats')}, now {cfg.num_repeats}")
-    if state.get("num_tasks") != num_tasks:
-        differences.append(f"it had {state.get('num_tasks')} tasks, this input (after limit) has {num_tasks}")
-    if not differences:
-        differences.append("the task rows differ (their content, +responses_create_params or the agent)")
-    raise ConfigError(
-        f"{paths.output} was collected from a different input ({state.get('input_jsonl_fpath')}) than this command's "
-        f"({cfg.input_jsonl_fpath}): {'; '.join(differences)}. To keep both, {fix}"
-    )
-
-
-def _read_done(paths: OutputPaths, num_tasks: int, num_repeats: int) -> dict[Pair, float]:
-    """Rewards of the pairs already in the output (after cutting off an incomplete last line)."""
-    dropped = repair_truncated_tail(paths.output)
-    if dropped:
-        print(f"Dropped an incomplete last line ({dropped} bytes) of {paths.output}; that rollout runs again.", file=sys.stderr)
-    done: dict[Pair, float] = {}
-    if not paths.output.is_file():
-        return done
-    for line_no, row in iter_jsonl(paths.output):
-        pair = (row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY))
-        if not all(isinstance(i, int) for i in pair) or not (0 <= pair[0] < num_tasks and 0 <= pair[1] < num_repeats):
-            raise DataError(
-                f"{paths.output}:{line_no}: no valid ({TASK_INDEX_KEY}, {ROLLOUT_INDEX_KEY}) for this input: {pair}; pass +resume=false to start over"
-            )
-        done.setdefault(pair, float(row.get("reward", math.nan)))
-    return done
-
-
-def _read_failures(path: Path) -> dict[Pair, dict[str, Any]]:
-    """The last failure record of each pair in an earlier failures file."""
-    repair_truncated_tail(path)
-    if not path.is_file():
-        return {}
-    return {(row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]): row for _, row in iter_jsonl(path) if TASK_INDEX_KEY in row and ROLLOUT_INDEX_KEY in row}
-
-
-def _write_state(paths: OutputPaths, cfg: CollectConfig, fingerprint: str, num_tasks: int, **extra: Any) -> None:
-    """Write `<out>_state.json` atomically; `extra` fields (e.g. the last watchdog stall) are added."""
-    state = {
-        "format": STATE_FORMAT,
-        "fingerprint": fingerprint,
-        "input_jsonl_fpath": cfg.input_jsonl_fpath,
-        "num_tasks": num_tasks,
-        "num_repeats": cfg.num_repeats,
-        "updated_at": _now(),
-        **extra,
-    }
-    write_json(paths.state, state)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 # -- one rollout --------------------------------------------------------------------------------------------
 def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
     return {
@@ -334,7 +243,7 @@ def _failure_record(row: dict[str, Any], failure_class: str, message: str, **ext
         "failure_class": failure_class,
         "message": message[:4000],
         **extra,
-        "timestamp": _now(),
+        "timestamp": now(),
     }
 
 
@@ -357,10 +266,6 @@ def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
     return _failure_record(row, failure_class, message, **extra)
 
 
-def _is_reward(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
     `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
@@ -371,7 +276,7 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
         return None, _server_failure(row, exc)
     except ValueError as exc:  # a 2xx answer that is not JSON
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
-    if not isinstance(answer, dict) or not _is_reward(answer.get("reward")):
+    if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
         got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"verify answer has no numeric finite `reward` (got {got})")
     keys = {TASK_INDEX_KEY: row[TASK_INDEX_KEY], ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY], AGENT_REF_KEY: row[AGENT_REF_KEY]}
@@ -492,13 +397,13 @@ async def _prepare(cfg: CollectConfig, client: ServerClient) -> _Plan:
     paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
     fingerprint = input_fingerprint(tasks, cfg.num_repeats)
     if cfg.resume:
-        _check_same_input(paths, fingerprint, cfg, len(tasks))
+        check_same_input(paths, fingerprint, cfg.input_jsonl_fpath, cfg.num_repeats, len(tasks))
     await _check_agents(client, cfg, tasks)
     if not cfg.resume:
-        _move_aside(paths)
-    done = _read_done(paths, len(tasks), cfg.num_repeats)
-    failures = {pair: record for pair, record in _read_failures(paths.failures).items() if pair not in done}
-    _write_state(paths, cfg, fingerprint, len(tasks))
+        move_aside(paths)
+    done = read_done(paths, len(tasks), cfg.num_repeats)
+    failures = {pair: record for pair, record in read_failures(paths.failures).items() if pair not in done}
+    write_state(paths, fingerprint, cfg.input_jsonl_fpath, cfg.num_repeats, len(tasks))
     all_pairs = list(_all_pairs(len(tasks), cfg.num_repeats))
     write_jsonl(paths.materialized_inputs, (_dispatched_row(tasks[t], (t, r)) for t, r in all_pairs))
     pending = [pair for pair in all_pairs if pair not in done]
@@ -539,7 +444,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
             progress.add_failure(failure["failure_class"])
 
     def on_stall(stall: dict[str, Any]) -> None:
-        _write_state(plan.paths, cfg, plan.fingerprint, len(plan.tasks), watchdog_stall=stall)
+        write_state(plan.paths, plan.fingerprint, cfg.input_jsonl_fpath, cfg.num_repeats, len(plan.tasks), watchdog_stall=stall)
 
     watchdog = CollectWatchdog(cfg.watchdog_s, lambda pair: plan.tasks[pair[0]][AGENT_REF_KEY]["name"], on_stall)
     try:
@@ -549,7 +454,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         bar.close()
         outputs.close()
         failure_log.close()
-        _compact_failures(plan.paths.failures, plan.failures)
+        compact_failures(plan.paths.failures, plan.failures)
 
     summary = CollectSummary(
         output_jsonl_fpath=str(plan.paths.output),
@@ -564,87 +469,8 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         failures_jsonl_fpath=str(plan.paths.failures),
         watchdog=watchdog.metrics(),
     )
-    await write_aggregate_metrics(client, plan.paths, summary)
+    await write_aggregate_metrics(client, plan.paths.output, plan.paths.aggregate_metrics, summary.as_metrics())
     return summary
-
-
-def _compact_failures(path: Path, failures: dict[Pair, dict[str, Any]]) -> None:
-    """Rewrite the failures file with the last record of each pair that still has no row (none: no file)."""
-    if failures:
-        write_jsonl(path, (failures[pair] for pair in sorted(failures)))
-    else:
-        path.unlink(missing_ok=True)
-
-
-# -- aggregate metrics ----------------------------------------------------------------------------------
-def _local_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """mean/min/max reward and the count (the keys of `ResourcesServer.aggregate_metrics`), plus `stop_reasons`
-    (how episodes ended → count) when the rows carry a `stop_reason`."""
-    rewards = [float(r["reward"]) for r in verify_responses if _is_reward(r.get("reward"))]
-    if not rewards:
-        return {"num_rollouts": 0}
-    metrics: dict[str, Any] = {"num_rollouts": len(rewards), "mean_reward": sum(rewards) / len(rewards), "min_reward": min(rewards), "max_reward": max(rewards)}
-    stop_reasons = Counter(str(r["stop_reason"]) for r in verify_responses if r.get("stop_reason") is not None)
-    if stop_reasons:
-        metrics["stop_reasons"] = dict(stop_reasons)
-    return metrics
-
-
-def _stripped(row: dict[str, Any]) -> dict[str, Any]:
-    """A rollout row without its heavy fields (`response` keeps only `usage`), as NeMo Gym sends them."""
-    entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params")}
-    usage = (row.get("response") or {}).get("usage") if isinstance(row.get("response"), dict) else None
-    if usage:
-        entry["response"] = {"usage": usage}
-    return entry
-
-
-async def _agent_metrics(client: ServerClient, name: str, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """The agent's `/aggregate_metrics` answer, or local metrics when it has no such route (404/405) or fails."""
-    entry: dict[str, Any] = {AGENT_REF_KEY: {"name": name}}
-    try:
-        metrics = await client.post(name, "/aggregate_metrics", {"verify_responses": verify_responses})
-    except ServerHTTPError as exc:
-        if exc.status_code not in (404, 405):
-            entry["agent_metrics_error"] = str(exc)[:2000]
-        metrics = None
-    except ServerError as exc:
-        entry["agent_metrics_error"] = str(exc)[:2000]
-        metrics = None
-    if isinstance(metrics, dict):
-        return {**entry, "agent_metrics": metrics, "source": "agent"}
-    return {**entry, "agent_metrics": _local_metrics(verify_responses), "source": "local"}
-
-
-async def write_aggregate_metrics(client: ServerClient, paths: OutputPaths, summary: CollectSummary) -> dict[str, Any]:
-    """Write `<out>_aggregate_metrics.json` over every row of the output (this run's and earlier ones).
-
-    Shape: `{"agents": [{"agent_ref": {"name"}, "agent_metrics": {...}, "source": "agent" | "local"}],
-    "collection": {rollouts_expected, rollouts_done, rollouts_this_run, rollouts_resumed, rollouts_failed,
-    failures_by_class, mean_reward, wall_s, rollouts_per_s, retries, watchdog: {watchdog_s, stalls: [{at, idle_s,
-    in_flight_count, in_flight: [{task_index, rollout_index, agent, running_s}]}]}}}`. Returns what it wrote.
-    """
-    by_agent: dict[str, list[dict[str, Any]]] = {}
-    if paths.output.is_file():
-        for _, row in iter_jsonl(paths.output):
-            by_agent.setdefault(row[AGENT_REF_KEY]["name"], []).append(_stripped(row))
-    agents = [await _agent_metrics(client, name, rows) for name, rows in sorted(by_agent.items())]
-    collection = {
-        "rollouts_expected": summary.rollouts_expected,
-        "rollouts_done": summary.rollouts_done,
-        "rollouts_this_run": summary.rollouts_this_run,
-        "rollouts_resumed": summary.rollouts_resumed,
-        "rollouts_failed": summary.rollouts_missing,
-        "failures_by_class": summary.failures_by_class,
-        "mean_reward": summary.mean_reward,
-        "wall_s": summary.wall_s,
-        "rollouts_per_s": summary.rollouts_per_s,
-        "retries": summary.retries,
-        "watchdog": summary.watchdog,
-    }
-    metrics = {"agents": agents, "collection": collection}
-    write_json(paths.aggregate_metrics, metrics)
-    return metrics
 
 
 # -- entry ----------------------------------------------------------------------------------------------
@@ -661,7 +487,7 @@ def collect_main(cfg: CollectConfig) -> int:
         summary = run_interruptible(run())  # SIGINT / SIGTERM: finished rollouts stay saved, exit 130
     except KeyboardInterrupt:
         paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
-        saved = _count_lines(paths.output)
+        saved = count_lines(paths.output)
         print(
             f"\nInterrupted: {saved} finished rollouts are saved in {paths.output}. Rerun the same command to collect only the missing ones.",
             file=sys.stderr,
@@ -669,10 +495,3 @@ def collect_main(cfg: CollectConfig) -> int:
         return 130
     print(summary.format())
     return summary.exit_status
-
-
-def _count_lines(path: Path) -> int:
-    if not path.is_file():
-        return 0
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())

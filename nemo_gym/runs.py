@@ -24,7 +24,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.background import RunRecord, detach, exit_info, list_records, load_record, run_status, signal_run, wait_until_ended, write_stop_request
+from nemo_gym.config import load_config
 from nemo_gym.errors import ConfigError
+from nemo_gym.team.client import remote_runs_main, wants_remote
 
 __all__ = ["RunsOptions", "runs_main", "train_in_background", "pop_flag", "run_summary", "print_training_runs"]
 
@@ -75,7 +77,7 @@ def train_in_background(argv: list[str]) -> int:
         ConfigError: the config has no valid `trainer:` section, a running background run writes the same
             output_dir, or the output_dir holds another run's outputs (`nemo_gym.train.output_dir`).
     """
-    from nemo_gym.config import load_config
+    # the trainer's config imports openai's types: not for ng_runs and ng_status, which import this module too
     from nemo_gym.train.config import TrainerConfig, trainer_problems
     from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir
 
@@ -263,8 +265,6 @@ def runs_main(options: RunsOptions) -> int:
         ConfigError: a verb that needs an id got none, an unknown or ambiguous id, deleting a running run
             without +force=true.
     """
-    from nemo_gym.team.client import remote_runs_main, wants_remote
-
     if wants_remote(options.remote, options.local):
         return remote_runs_main(options)
     if options.verb == "list":

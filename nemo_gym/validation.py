@@ -27,8 +27,8 @@ from typing import Any, Iterator
 
 from fastapi.testclient import TestClient
 
+from nemo_gym.dataset_metrics import dataset_metrics, metrics_path
 from nemo_gym.jsonl import iter_lines
-from nemo_gym.prepare_data import dataset_metrics, metrics_path
 from nemo_gym.responses_params import unknown_keys
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ResourcesServer

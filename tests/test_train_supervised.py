@@ -16,7 +16,7 @@ from nemo_gym import tool_calls  # noqa: E402
 from nemo_gym.errors import DataError  # noqa: E402
 from nemo_gym.train.batch import collate  # noqa: E402
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig  # noqa: E402
-from nemo_gym.train.loop import make_trainer  # noqa: E402
+from nemo_gym.train.recipes import make_trainer  # noqa: E402
 from nemo_gym.train.stopping import run_stoppable  # noqa: E402
 from nemo_gym.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.train.supervised import (  # noqa: E402

@@ -39,13 +39,15 @@ from typing import Any
 import httpx
 import torch
 
+from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.errors import ConfigError, ServerError
+from nemo_gym.head import run_token_for_url
 from nemo_gym.rl import policy_loss, token_entropy, token_logprobs
 from nemo_gym.teacher_scoring import SCORE_ROUTE, parse_prompt_logprobs, prompt_logprobs_request
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate, rollout_to_sequence
 from nemo_gym.train.config import TeacherOptions, TrainerConfig
 from nemo_gym.train.engine import PolicyEngine
-from nemo_gym.train.loop import GRPOTrainer, _stats
+from nemo_gym.train.loop import GRPOTrainer, value_stats
 
 __all__ = ["DistillBatch", "distill_advantages", "distill_batch", "TeacherClient", "DistillEngine", "OnPolicyDistillTrainer"]
 
@@ -116,8 +118,6 @@ class TeacherClient:
                 raise ConfigError(f"trainer.teacher.api_key_env: environment variable {options.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
         elif run_token:
-            from nemo_gym.auth import TOKEN_HEADER
-
             headers[TOKEN_HEADER] = run_token
         self.headers = headers
         self.model = options.model
@@ -169,8 +169,6 @@ class OnPolicyDistillTrainer(GRPOTrainer):
         super().__init__(cfg, argv)
 
     def setup(self) -> None:
-        from nemo_gym.head import run_token_for_url
-
         super().setup()  # tasks, servers, the engine (make_engine), weight sync, reporter, resume
         if self.is_main:
             teacher = self.cfg.teacher
@@ -196,7 +194,7 @@ class OnPolicyDistillTrainer(GRPOTrainer):
             "data_position": (self.step + 1) * cfg.batch_size,
             "rollouts": len(rollouts),
             "rollouts_failed": len(indices) * cfg.group_size - len(rollouts),
-            **_stats("reward", rewards),
+            **value_stats("reward", rewards),
             "pass_rate": sum(r >= cfg.eval.pass_threshold for r in rewards) / max(1, len(rewards)),
             "time_generation_s": generation_s,
         }
@@ -212,5 +210,5 @@ class OnPolicyDistillTrainer(GRPOTrainer):
         metrics["time_teacher_s"] = time.monotonic() - started
         batch = distill_batch(sequences, teacher, pad_token_id=self.engine.pad_token_id)
         kl = -batch.token_advantages[batch.loss_mask > 0]  # log π_student - log π_teacher on the sampled tokens
-        metrics.update(teacher_kl_mean=kl.mean().item(), teacher_kl_max=kl.max().item(), **_stats("advantage", -kl))
+        metrics.update(teacher_kl_mean=kl.mean().item(), teacher_kl_max=kl.max().item(), **value_stats("advantage", -kl))
         return metrics, batch

@@ -24,6 +24,7 @@ import sys
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from nemo_gym import commands
 from nemo_gym.processes import free_port
 
 __all__ = ["world_size", "rank", "is_main", "needs_relaunch", "launcher_command", "relaunch", "broadcast_from_main", "all_gather", "shard", "shutdown"]
@@ -171,7 +172,5 @@ def shard(num_rows: int, rank: int, world_size: int) -> slice:
 
 
 if __name__ == "__main__":  # one rank of ng_train (see `launcher_command`)
-    from nemo_gym.cli import main
-
     # the deepspeed launcher appends --local_rank=<n> (also in LOCAL_RANK, which DeepSpeed reads) unless --no_local_rank
-    sys.exit(main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))]))
+    sys.exit(commands.main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))]))

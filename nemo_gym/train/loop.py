@@ -29,14 +29,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
-from pydantic import ValidationError
 
 from nemo_gym.client import ClientTimeouts, ServerClient
 from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, load_tasks
-from nemo_gym.config import LoadedConfig, mask_secrets
+from nemo_gym.config import mask_secrets
 from nemo_gym.errors import ConfigError
 from nemo_gym.head import run_token_for_url
 from nemo_gym.jsonl import replace_atomically, write_jsonl
@@ -45,15 +44,13 @@ from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.run import NgRunProcess
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
-from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, check_hardware, trainer_problems
-from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
+from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig
+from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.reporting import MetricsReporter
-from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
+from nemo_gym.train.stopping import StopRequested, StopSignal
+from nemo_gym.train.weight_sync import make_weight_sync
 
-__all__ = ["TaskSampler", "filter_tasks", "GroupedStep", "build_step", "GRPOTrainer", "make_trainer", "train_main"]
-
-if TYPE_CHECKING:
-    from nemo_gym.train.engine import PolicyEngine
+__all__ = ["TaskSampler", "filter_tasks", "GroupedStep", "build_step", "value_stats", "GRPOTrainer"]
 
 T = TypeVar("T")
 
@@ -130,7 +127,8 @@ def build_step(rollouts: list[dict[str, Any]], num_tasks: int, group_size: int, 
     return GroupedStep(batch, rewards, advantages=advantages_G.reshape(-1), **counts)
 
 
-def _stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
+def value_stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
+    """`{prefix}_mean`, `_std` (population), `_min` and `_max` of `values: [n]`; {} when there are none."""
     tensor = torch.as_tensor(values, dtype=torch.float64)
     if tensor.numel() == 0:
         return {}
@@ -173,8 +171,6 @@ class GRPOTrainer:
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from nemo_gym.train.weight_sync import make_weight_sync
-
         cfg = self.cfg
         if self.is_main:  # the other ranks neither read the tasks nor start servers
             self.out.mkdir(parents=True, exist_ok=True)
@@ -195,8 +191,6 @@ class GRPOTrainer:
 
     def make_engine(self) -> PolicyEngine:
         """The engine of this recipe: GRPO's PolicyEngine (other recipes return a subclass with their own loss)."""
-        from nemo_gym.train.engine import PolicyEngine
-
         return PolicyEngine(self.cfg.engine, self.cfg.loss, total_steps=self.cfg.num_steps)
 
     def _load(self, path: str, limit: int | None) -> list[dict[str, Any]]:
@@ -303,9 +297,9 @@ class GRPOTrainer:
             "groups_total": grouped.groups_total,
             "groups_zero_variance": grouped.groups_zero_variance,
             "groups_incomplete": grouped.groups_incomplete,
-            **_stats("reward", grouped.rewards),
+            **value_stats("reward", grouped.rewards),
             "pass_rate": sum(r >= cfg.eval.pass_threshold for r in grouped.rewards) / max(1, len(grouped.rewards)),
-            **_stats("advantage", grouped.advantages),
+            **value_stats("advantage", grouped.advantages),
             "time_generation_s": generation_s,
         }
         if grouped.batch is None:
@@ -373,55 +367,3 @@ class GRPOTrainer:
             self.reporter.close()
         if getattr(self, "servers", None):
             self.servers.stop()
-
-
-def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
-    """`ng_train`: validate the `trainer:` section, run the recipe; returns the exit status. An output_dir that an
-    earlier run used is resumed (a checkpoint of the same config; 0 at once when it is finished) or refused
-    (`nemo_gym.train.output_dir`; `+overwrite=true` starts over).
-
-    Raises:
-        ConfigError: no or a bad `trainer:` section (each key named, an unknown one with a suggestion), or an
-            output_dir that holds another run's outputs.
-    """
-    section = loaded.values.get("trainer")
-    if not isinstance(section, dict):
-        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
-    try:
-        cfg = TrainerConfig.model_validate(section)
-    except ValidationError as exc:
-        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
-    problems, warnings = check_hardware(cfg, cuda_available=torch.cuda.is_available())
-    problems = check_algorithm(cfg) + problems
-    if problems:
-        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
-    if distributed.is_main():
-        for warning in warnings:
-            print(f"ng_train: WARNING {warning}", file=sys.stderr, flush=True)
-    # an output_dir an earlier run used: resume it (same config, a checkpoint), or stop (nemo_gym.train.output_dir)
-    cfg, state = prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main())
-    if state == "finished":
-        return 0
-    if distributed.is_main():
-        write_run_config(cfg)
-    if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
-        decided = [arg for arg in argv if arg.lstrip("+").partition("=")[0] != OVERWRITE_KEY] + (["++trainer.resume=true"] if state == "resume" else [])
-        return distributed.relaunch(cfg.num_ranks, decided)
-    status = run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
-    distributed.shutdown()  # every rank gets here (a failing rank raises instead, and the launcher stops the others)
-    return status
-
-
-def make_trainer(cfg: TrainerConfig, argv: list[str]) -> GRPOTrainer:
-    """The recipe of `trainer.algorithm`: GRPO here; sft / pretrain in nemo_gym.train.supervised; on_distill in
-    nemo_gym.train.distill (each a GRPOTrainer with its own data and loss)."""
-    if cfg.algorithm in ("sft", "pretrain"):
-        from nemo_gym.train.supervised import SupervisedTrainer, check_supervised
-
-        check_supervised(cfg)
-        return SupervisedTrainer(cfg, argv)
-    if cfg.algorithm == "on_distill":
-        from nemo_gym.train.distill import OnPolicyDistillTrainer
-
-        return OnPolicyDistillTrainer(cfg, argv)
-    return GRPOTrainer(cfg, argv)

@@ -51,7 +51,7 @@ from nemo_gym.jsonl import iter_jsonl
 from nemo_gym.rl import token_logprobs
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig
-from nemo_gym.train.engine import PolicyEngine
+from nemo_gym.train.engine import PolicyEngine, resolve_model_path
 from nemo_gym.train.loop import GRPOTrainer, TaskSampler
 from nemo_gym.train.reporting import MetricsReporter
 
@@ -326,8 +326,6 @@ class SupervisedTrainer(GRPOTrainer):
 
     def setup(self) -> None:
         from transformers import AutoTokenizer
-
-        from nemo_gym.train.engine import resolve_model_path
 
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.engine.model_path))
