@@ -18,7 +18,6 @@ Pure Python (no numpy): this is core, and ng_eval runs without the viewer's extr
 from __future__ import annotations
 
 import hashlib
-import random
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -204,7 +203,7 @@ def paired_reward_difference(pairs: Iterable[TaskPair], resamples: int = DEFAULT
     return PairedDifference(
         num_tasks=len(deltas),
         mean_difference=statistics.fmean(deltas) if deltas else None,
-        ci95=bootstrap_mean_ci(deltas, resamples, rng=random.Random(seed)) if deltas else None,
+        ci95=bootstrap_mean_ci(deltas, resamples, seed=seed) if deltas else None,
         improved=sum(d > 0 for d in deltas),
         worsened=sum(d < 0 for d in deltas),
         unchanged=sum(d == 0 for d in deltas),

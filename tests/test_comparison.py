@@ -137,3 +137,19 @@ def test_bootstrap_is_the_one_the_learning_benchmark_had():
 def test_bootstrap_bad_arguments(values, resamples, confidence):
     with pytest.raises(ValueError):
         bootstrap_mean_ci(values, resamples, confidence)
+
+
+def test_bootstrap_numpy_and_pure_python_draws_agree(monkeypatch):
+    """numpy's draws (vectorized, in chunks) and the pure-Python ones give the same interval up to Monte Carlo error."""
+    import nemo_gym.bootstrap_ci as bootstrap_ci
+
+    draw = random.Random(5)
+    values = [float(draw.random() < 0.3) - float(draw.random() < 0.1) for _ in range(200)]  # per-task deltas in {-1, 0, 1}
+    with_numpy = bootstrap_mean_ci(values, 4000)
+    assert with_numpy == bootstrap_mean_ci(values, 4000)  # seeded
+    monkeypatch.setattr(bootstrap_ci, "_CHUNK_DRAWS", 1000)  # 5 resamples a chunk: 800 chunks
+    assert bootstrap_mean_ci(values, 4000) == with_numpy  # chunking does not change the draws
+    monkeypatch.setattr(bootstrap_ci, "_numpy", lambda: None)  # a core-only install
+    pure_python = bootstrap_mean_ci(values, 4000)
+    # the mean's standard error is about sd / sqrt(200) ~ 0.03; the bounds' Monte Carlo error is a small part of it
+    assert pure_python != with_numpy and all(abs(a - b) < 0.01 for a, b in zip(pure_python, with_numpy))

@@ -232,7 +232,7 @@ def test_compared_files_summary_tasks_and_difference(tmp_path: Path) -> None:
     # paired deltas: task 0 +0.5, task 1 +1, tasks 2-3 0: mean 0.375
     assert compared.difference.mean_difference == pytest.approx(0.375)
     assert (compared.difference.improved, compared.difference.worsened, compared.difference.unchanged) == (2, 0, 2)
-    assert "**+0.3750**" in compared.headline() and "Only in baseline: 1 tasks" in compared.headline()
+    assert "**+0.3750**" in compared.headline() and "Tasks only in baseline: 1;" in compared.headline()
     assert len(compared.filter_tasks("improved")) == 2 and len(compared.filter_tasks("baseline only")) == 1 and len(compared.filter_tasks("all")) == 5
 
 

@@ -218,7 +218,7 @@ def test_ng_viewer_compares_two_files_over_http(tmp_path: Path) -> None:
         assert f"compared with 5 baseline rollouts from {before}" in viewer.output()
         client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
         headline, summary = client.predict(api_name="/compare_overview")
-        assert "paired by task over **4** tasks" in headline and "**+0.3750**" in headline and "Only in baseline: 1 tasks" in headline
+        assert "paired by task over **4** tasks" in headline and "**+0.3750**" in headline and "Tasks only in baseline: 1;" in headline
         assert summary["headers"] == ["metric", "baseline", "candidate", "difference"] and summary["data"][0] == ["tasks", 5, 4, -1]
         tasks, note = client.predict("improved", api_name="/compare_tasks")
         assert note.startswith("**2** of 5 tasks") and [row[2] for row in tasks["data"]] == ["both", "both"]

@@ -60,6 +60,11 @@ def side_tallies(index: RolloutIndex, pass_threshold: float) -> tuple[dict[TaskK
     return tallies, int((~rated).sum())
 
 
+def _shown(value: float | int | None) -> float | int | None:
+    """A number as the page shows it: 4 decimals for a float (0.4, not 0.3999999999999999)."""
+    return round(value, 4) if isinstance(value, float) else value
+
+
 def _tally_columns(tally: TaskTally | None) -> list[float | int | None]:
     if tally is None:
         return [0, None, None, None, None]
@@ -105,7 +110,8 @@ class ComparedFiles:
         rows = []
         for label, name in _SUMMARY_METRICS:
             base, cand = (getattr(self.summaries[side], name) for side in SIDES)
-            rows.append([label, base, cand, None if base is None or cand is None else cand - base])
+            diff = None if base is None or cand is None else cand - base
+            rows.append([label, *(_shown(v) for v in (base, cand, diff))])
         return pd.DataFrame(rows, columns=["metric", "baseline", "candidate", "difference"], dtype=object)  # counts stay integers
 
     def headline(self) -> str:
@@ -121,7 +127,7 @@ class ComparedFiles:
                 f"**{diff.mean_difference:+.4f}**, 95 % bootstrap interval [{low:+.4f}, {high:+.4f}]; "
                 f"improved {diff.improved}, worsened {diff.worsened}, unchanged {diff.unchanged}."
             )
-        text += f" Only in baseline: {counts.get('baseline only', 0)} tasks; only in candidate: {counts.get('candidate only', 0)} tasks."
+        text += f" Tasks only in baseline: {counts.get('baseline only', 0)}; only in candidate: {counts.get('candidate only', 0)}."
         if diff.prompt_mismatches:
             text += f" **{len(diff.prompt_mismatches)} paired tasks have different prompts** (column same_prompt)."
         unrated = {side: n for side, n in self.unrated_rows.items() if n}

@@ -43,7 +43,7 @@ class CompareViews:
         rows = self.compared.filter_tasks(status or "all")
         shown = min(len(rows), MAX_TASK_ROWS)
         note = f"**{len(rows)}** of {len(self.compared.tasks)} tasks ({status or 'all'}); showing {shown}, sorted by task."
-        return rows.head(MAX_TASK_ROWS), note
+        return rows.head(MAX_TASK_ROWS).round(4), note
 
     def side(self, side: str, key: TaskKey, repeat: int) -> str:
         """One file's rollout `repeat` (0-based, in repeat order) of task `key`, with its reward, tool calls and turns."""
