@@ -184,7 +184,9 @@ def load_task_results(rollouts_jsonl_fpath: str | Path, max_tasks: int | None = 
         if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
             raise DataError(f"{paths.output}:{line_no}: rollout has no finite numeric reward (got {reward!r})")
         key = task_key(row)
-        task = tasks.setdefault(key, TaskResult(key, environment_of(row), [], prompt_digest=prompt_digest(row)))
+        if key not in tasks:
+            tasks[key] = TaskResult(key, environment_of(row), [], prompt_digest=prompt_digest(row))
+        task = tasks[key]
         calls, turns = tool_calls_and_turns(row.get("response"))
         task.rewards.append(float(reward))
         task.tool_calls.append(calls)

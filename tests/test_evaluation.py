@@ -255,3 +255,11 @@ def test_baseline_ks_exclusions_and_unknown_keys(tmp_path, capsys):
         eval_main(EvalConfig(input_jsonl_fpath="tasks.jsonl", baseline_rollouts=str(tmp_path / "no_such.jsonl"), output_json_fpath=str(report_path)))
     assert main("eval", [f"+from_rollouts={cand}", f"+baseline_rollout={base}"]) == 2
     assert "did you mean 'baseline_rollouts'" in capsys.readouterr().err
+
+
+def test_a_bad_baseline_line_names_the_file_and_line(tmp_path):
+    cand = write_jsonl(tmp_path / "c.jsonl", [rollout(0, 0, 1)])
+    base = tmp_path / "b.jsonl"
+    base.write_text(json.dumps(rollout(0, 0, 0)) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"b.jsonl:2: not valid JSON"):
+        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(tmp_path / "e.json")))

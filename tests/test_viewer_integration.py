@@ -227,3 +227,47 @@ def test_ng_viewer_compares_two_files_over_http(tmp_path: Path) -> None:
         assert "This file has 1 rollout(s)" in left and "rollout 2 of 2" in right and "reward <b>0.0</b>" in right
         left, right = client.predict(task, 0, api_name="/compare_task")
         assert "tool calls 0 · turns 1" in left and "tool calls 1 · turns 2" in right and "get_weather" in right
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium); run `apt-get install -y chromium`")
+@pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+def test_compare_tab_in_chromium_shows_two_columns(tmp_path: Path) -> None:
+    """The Compare tab in a real browser: a click on a task renders its baseline and candidate rollouts side by side
+    (two columns at the same height, the baseline left); screenshot results/viewer_test/compare.png."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from test_viewer import before_after
+
+    before, after = before_after(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Viewer(after, port, tmp_path / "viewer.log", f"+baseline_jsonl_fpath={before}") as viewer, sync_playwright() as playwright:
+        url = viewer.wait_ready()
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            outside = []
+            page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).hostname not in ("127.0.0.1", None) else None)
+            page.goto(url)
+            page.get_by_role("tab", name="Compare").click()
+            expect(page.locator("#compare-headline")).to_contain_text("paired by task over 4 tasks", timeout=60_000)
+            expect(page.locator("#compare-summary")).to_contain_text("turns per rollout")
+            expect(page.locator("#compare-tasks")).to_contain_text("baseline only", timeout=30_000)
+            page.locator("#compare-status input").fill("improved")
+            page.keyboard.press("Enter")
+            page.locator("#compare-show").click()
+            expect(page.locator("#compare-note")).to_contain_text("2 of 5 tasks (improved)", timeout=30_000)
+            page.locator('#compare-tasks [data-testid="cell-0-0"]').click()  # first improved task
+            left, right = page.locator("#compare-baseline"), page.locator("#compare-candidate")
+            expect(right).to_contain_text("tool calls 1 · turns 2", timeout=30_000)
+            expect(left).to_contain_text("tool calls 0 · turns 1")
+            expect(right.locator(".ng-tool-name").first).to_have_text("get_weather")
+            left_box, right_box = left.bounding_box(), right.bounding_box()
+            assert left_box["x"] + left_box["width"] <= right_box["x"] and abs(left_box["y"] - right_box["y"]) < 5, (left_box, right_box)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT.with_name("compare.png")), full_page=True)
+            assert outside == [], f"the page fetched from outside loopback: {outside}"
+        finally:
+            browser.close()
