@@ -278,3 +278,14 @@ def test_compare_task_indexed_files_flags_other_prompts_and_unrated_rows(tmp_pat
     assert compared.difference.prompt_mismatches == [1] and compared.unrated_rows == {"baseline": 0, "candidate": 1}
     assert "1 paired tasks have different prompts" in compared.headline() and "candidate 1" in compared.headline()
     assert compared.summary_table().set_index("metric").loc["pass rate"].tolist() == [1.0, 1.0, 0.0]  # 2.0 >= 2.0
+
+
+def test_baseline_with_broken_lines_is_said_in_the_page(tmp_path: Path) -> None:
+    from nemo_gym.viewer.app import _header
+    from nemo_gym.viewer.compare import ComparedFiles
+
+    before, after = before_after(tmp_path)
+    before.write_text(before.read_text() + "{half-written\n")
+    baseline = RolloutIndex.build(before)
+    ComparedFiles.build(baseline, RolloutIndex.build(after))  # the rows that parse are compared
+    assert "Skipped 1 line(s) that are not JSON objects (line 6)" in _header(baseline, 0.0, "Baseline") and "### Baseline:" in _header(baseline, 0.0, "Baseline")

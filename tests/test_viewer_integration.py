@@ -215,7 +215,7 @@ def test_ng_viewer_compares_two_files_over_http(tmp_path: Path) -> None:
         port = sock.getsockname()[1]
     with Viewer(after, port, tmp_path / "viewer.log", f"+baseline_jsonl_fpath={before}") as viewer:
         url = viewer.wait_ready()
-        assert f"compared with 5 baseline rollouts from {before}" in viewer.output()
+        assert f"compared with 5 baseline rollouts from {before} in " in viewer.output()
         client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
         headline, summary = client.predict(api_name="/compare_overview")
         assert "paired by task over **4** tasks" in headline and "**+0.3750**" in headline and "Tasks only in baseline: 1;" in headline

@@ -109,8 +109,8 @@ class _Views:
         return row_id, self.open_row(row_id)
 
 
-def _header(index: RolloutIndex, index_s: float) -> str:
-    text = f"### Rollouts: `{index.path}`\n{len(index)} rollouts, indexed in {index_s:.1f} s."
+def _header(index: RolloutIndex, index_s: float, label: str = "Rollouts") -> str:
+    text = f"### {label}: `{index.path}`\n{len(index)} rollouts, indexed in {index_s:.1f} s."
     if index.skipped_lines:
         shown = ", ".join(map(str, index.skipped_lines[:10]))
         text += f" Skipped {len(index.skipped_lines)} line(s) that are not JSON objects (line {shown}{', ...' if len(index.skipped_lines) > 10 else ''})."
@@ -124,7 +124,7 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
     with gr.Blocks(title="nemo_gym rollouts", analytics_enabled=False) as app:
         gr.Markdown(_header(index, index_s))
         if compared is not None and compared.baseline.skipped_lines:
-            gr.Markdown(_header(compared.baseline, 0.0).replace("### Rollouts:", "### Baseline:"))
+            gr.Markdown(_header(compared.baseline, index_s, "Baseline"))
         with gr.Row():
             # Text boxes, not gr.Number: an empty gr.Number sends 0, and blank must mean "no bound".
             reward_min = gr.Textbox(label="reward ≥", placeholder="any", elem_id="reward-min")
@@ -172,16 +172,16 @@ def viewer_main(options: ViewerOptions) -> int:
     """
     start = time.perf_counter()
     index = RolloutIndex.build(options.jsonl_fpath)
-    compared = None
-    if options.baseline_jsonl_fpath:
-        compared = ComparedFiles.build(RolloutIndex.build(options.baseline_jsonl_fpath), index, options.pass_threshold)
+    baseline = RolloutIndex.build(options.baseline_jsonl_fpath) if options.baseline_jsonl_fpath else None
     index_s = time.perf_counter() - start
+    compared = None if baseline is None else ComparedFiles.build(baseline, index, options.pass_threshold)
     port = free_port(options.server_host, options.server_port)
     if port != options.server_port:
         print(f"ng_viewer: port {options.server_port} is in use; using {port}", flush=True)
     print(f"ng_viewer: {len(index)} rollouts from {options.jsonl_fpath} (indexed in {index_s:.1f} s)", flush=True)
     if compared is not None:
-        print(f"ng_viewer: compared with {len(compared.baseline)} baseline rollouts from {options.baseline_jsonl_fpath} (tab Compare)", flush=True)
+        compare_s = time.perf_counter() - start - index_s
+        print(f"ng_viewer: compared with {len(compared.baseline)} baseline rollouts from {options.baseline_jsonl_fpath} in {compare_s:.1f} s (tab Compare)", flush=True)
     app = build_app(index, index_s, compared)
     app.launch(**viewer_launch_kwargs(options.server_host, port), prevent_thread_lock=True)
     print(f"ng_viewer: Running on local URL: {app.local_url} (Ctrl-C stops it; +server_host=0.0.0.0 serves other machines)", flush=True)

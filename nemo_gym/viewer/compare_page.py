@@ -100,6 +100,7 @@ def add_compare_tab(compared: ComparedFiles, app: gr.Blocks) -> None:
     app.load(views.overview, None, [headline, summary], api_name="compare_overview")
     app.load(views.tasks, status, [tasks, note], api_name="compare_tasks_on_load")
     show.click(views.tasks, status, [tasks, note], api_name="compare_tasks")
+    status.change(views.tasks, status, [tasks, note])
     tasks.select(views.select, None, [key, repeat, baseline, candidate])
     open_button.click(views.open_task, [key, repeat], [baseline, candidate], api_name="compare_task")
     key.submit(views.open_task, [key, repeat], [baseline, candidate])

@@ -4,7 +4,7 @@ The viewer never holds the file in memory: `RolloutIndex.build` reads it line by
 each row's byte offset and length plus a few small table fields, and drops the parsed row. A trajectory is read
 back with `RolloutIndex.read(row_id)` (one seek and one read). Text search streams the candidate rows' bytes.
 
-Per row the index keeps (numeric columns in `array`s, strings as category codes, ~60 bytes a row):
+Per row the index keeps (numeric columns in `array`s, strings as category codes, ~85 bytes a row):
 
     row            position among the file's non-blank lines (0-based); the id used everywhere here
     line           line number in the file (1-based, blank lines counted)
