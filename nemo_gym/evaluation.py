@@ -26,7 +26,9 @@ With `+baseline_rollouts=<before.jsonl>` the report also scores that file (same 
 the two on the tasks scored in both: each metric for the baseline, the candidate (the rollouts evaluated) and
 their difference, per environment and overall, and the mean reward difference paired by task with its 95 %
 percentile bootstrap interval over tasks (`nemo_gym.comparison`). Tool calls and turns per sample are reported
-too (`nemo_gym.comparison.tool_calls_and_turns`).
+too (`nemo_gym.comparison.tool_calls_and_turns`). With `+baseline_agent_name=<agent>` as well, ng_eval collects the
+baseline itself: the same tasks, samples and sampling parameters through that agent (two policies served side by
+side in one ng_run, each behind its own agent), then the candidate through `agent_name`; each file resumes.
 
 `max_turns` is not sent: neither bundled agent takes a per-request turn limit (simple_agent reads `max_steps`,
 gymnasium_agent `max_turns`, both from their config at `ng_run` time). It is recorded in the JSON with
@@ -55,7 +57,7 @@ from nemo_gym.client import ServerClient
 from nemo_gym.collect import AGENT_REF_KEY, TASK_INDEX_KEY, CollectConfig, OutputPaths, collect_rollouts
 from nemo_gym.comparison import TaskPair, TaskTally, pair_tasks, paired_reward_difference, prompt_digest, task_key, tool_calls_and_turns
 from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.evaluation_table import format_comparison_table, format_table
+from nemo_gym.evaluation_table import format_table, print_report
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import iter_jsonl, write_json
 
@@ -87,6 +89,11 @@ class EvalConfig(BaseModel):
     from_rollouts: str | None = Field(None, description="evaluate this existing rollouts JSONL instead of collecting")
     baseline_rollouts: str | None = Field(
         None, description="also score this rollouts JSONL (e.g. the model before training) and compare: both side by side and the paired difference"
+    )
+    baseline_agent_name: str | None = Field(
+        None,
+        description="collect the baseline too: the same tasks through this agent (e.g. one whose model serves the policy before training) "
+        "into baseline_rollouts (default <output_json stem>_baseline_rollouts.jsonl); the rows must carry no agent_ref",
     )
     bootstrap_resamples: int = Field(DEFAULT_RESAMPLES, ge=1, description="bootstrap resamples of the paired mean reward difference's 95 % interval")
     num_samples_in_parallel: int = Field(32, ge=1, description="most rollouts in flight at once")
@@ -332,7 +339,7 @@ def _pair_row(pair: TaskPair) -> dict[str, Any]:
     return row
 
 
-def _resolve_both_ks(cfg: EvalConfig, candidate: list[TaskResult], baseline: list[TaskResult]) -> list[int]:
+def _resolve_both_ks(candidate: list[TaskResult], baseline: list[TaskResult], requested: list[int] | None, baseline_path: str) -> list[int]:
     """The ks valid for both files: each k at most the fewest samples of a scored task in either.
 
     Raises:
@@ -340,17 +347,18 @@ def _resolve_both_ks(cfg: EvalConfig, candidate: list[TaskResult], baseline: lis
     """
     min_n = min((len(t.rewards) for t in [*candidate, *baseline] if t.excluded is None), default=0)
     try:
-        return resolve_ks(cfg.k, min_n)
+        return resolve_ks(requested, min_n)
     except ConfigError as exc:
-        raise ConfigError(f"{exc} (n is the fewest samples of a task in either file; baseline: {cfg.baseline_rollouts})") from None
+        raise ConfigError(f"{exc} (n is the fewest samples of a task in either file; baseline: {baseline_path})") from None
 
 
 # -- entry ------------------------------------------------------------------------------------------------
-def _paths(cfg: EvalConfig) -> tuple[str, str]:
-    """(rollouts JSONL, report JSON) of `cfg`, with defaults filled in.
+def _paths(cfg: EvalConfig) -> tuple[str, str, str | None]:
+    """(rollouts JSONL, report JSON, baseline rollouts JSONL or None) of `cfg`, with defaults filled in.
 
     Raises:
-        ConfigError: neither input_jsonl_fpath nor from_rollouts, or both; no path to write to.
+        ConfigError: neither input_jsonl_fpath nor from_rollouts, or both; no path to write to; baseline_agent_name
+            without input_jsonl_fpath.
     """
     if (cfg.input_jsonl_fpath is None) == (cfg.from_rollouts is None):
         raise ConfigError("ng_eval: pass +input_jsonl_fpath=<tasks> to collect rollouts, or +from_rollouts=<rollouts.jsonl> to evaluate existing ones (not both)")
@@ -361,14 +369,33 @@ def _paths(cfg: EvalConfig) -> tuple[str, str]:
         out = Path(cfg.output_json_fpath)
         rollouts = str(out.with_name(f"{out.stem}_rollouts.jsonl"))
     report = cfg.output_json_fpath or str(Path(rollouts).with_name(f"{Path(rollouts).stem}_eval.json"))
-    return rollouts, report
+    baseline = cfg.baseline_rollouts
+    if cfg.baseline_agent_name:
+        if cfg.input_jsonl_fpath is None:
+            raise ConfigError("ng_eval: +baseline_agent_name collects the baseline from +input_jsonl_fpath=<tasks>; to compare two existing files pass +from_rollouts= and +baseline_rollouts=")
+        baseline = baseline or str(Path(report).with_name(f"{Path(report).stem}_baseline_rollouts.jsonl"))
+    return rollouts, report, baseline
 
 
-def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str) -> str:
-    """Collect with the collector; returns its summary text. Raises what `collect_rollouts` raises."""
+def _check_rows_name_no_agent(cfg: EvalConfig) -> None:
+    """With two agents chosen by name, a row's own agent_ref would send both collections to one agent.
+
+    Raises:
+        ConfigError: a row (of the first max_samples) has an agent_ref.
+    """
+    for line_no, row in iter_jsonl(cfg.input_jsonl_fpath, limit=cfg.max_samples):  # type: ignore[arg-type]  # set: _paths checked
+        if row.get(AGENT_REF_KEY) is not None:
+            raise ConfigError(
+                f"{cfg.input_jsonl_fpath}:{line_no}: the row names its agent (agent_ref), so +agent_name and +baseline_agent_name would not choose "
+                "the agents; remove agent_ref from the rows"
+            )
+
+
+def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str, agent_name: str | None) -> str:
+    """Collect with the collector through `agent_name`; returns its summary text. Raises what `collect_rollouts` raises."""
     overrides = {key: value for key in ("temperature", "max_output_tokens") if (value := getattr(cfg, key)) is not None}
     collect_cfg = CollectConfig(
-        agent_name=cfg.agent_name,
+        agent_name=agent_name,
         input_jsonl_fpath=cfg.input_jsonl_fpath,
         output_jsonl_fpath=rollouts_jsonl_fpath,
         limit=cfg.max_samples,
@@ -390,7 +417,7 @@ def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str) -> str:
 
 def eval_main(cfg: EvalConfig) -> int:
     """`ng_eval`: collect (or read) rollouts, print the table, write the JSON report; returns 0, 1 or 130."""
-    rollouts, report_path = _paths(cfg)
+    rollouts, report_path, baseline_path = _paths(cfg)
     if cfg.from_rollouts is None and cfg.k is not None:
         resolve_ks(cfg.k, cfg.num_samples)  # a k above num_samples is an error before collecting anything
     if cfg.max_turns is not None:
@@ -399,15 +426,22 @@ def eval_main(cfg: EvalConfig) -> int:
             f"e.g. +<agent>.responses_api_agents.simple_agent.max_steps={cfg.max_turns}",
             file=sys.stderr,
         )
-    baseline = load_task_results(cfg.baseline_rollouts, cfg.max_samples) if cfg.baseline_rollouts else []  # a bad file fails before collecting
+    if cfg.baseline_agent_name:
+        _check_rows_name_no_agent(cfg)
+    elif baseline_path:
+        load_task_results(baseline_path, cfg.max_samples)  # a bad baseline file fails before collecting
     if cfg.from_rollouts is None:
         try:
-            print(_collect(cfg, rollouts))
+            if cfg.baseline_agent_name:
+                print(_collect(cfg, baseline_path, cfg.baseline_agent_name))  # type: ignore[arg-type]  # set with baseline_agent_name
+            print(_collect(cfg, rollouts, cfg.agent_name))
         except KeyboardInterrupt:
-            print(f"\nInterrupted: finished rollouts are saved in {rollouts}. Rerun the same command to resume.", file=sys.stderr)
+            saved = f"{baseline_path} and {rollouts}" if cfg.baseline_agent_name else rollouts
+            print(f"\nInterrupted: finished rollouts are saved in {saved}. Rerun the same command to resume.", file=sys.stderr)
             return 130
     candidate = load_task_results(rollouts, cfg.max_samples)
-    ks = _resolve_both_ks(cfg, candidate, baseline) if cfg.baseline_rollouts else cfg.k
+    baseline = load_task_results(baseline_path, cfg.max_samples) if baseline_path else []
+    ks = _resolve_both_ks(candidate, baseline, cfg.k, baseline_path) if baseline_path else cfg.k
     report = evaluate(candidate, ks, cfg.pass_threshold)
     report = {
         **report,
@@ -415,29 +449,12 @@ def eval_main(cfg: EvalConfig) -> int:
         "max_turns": {"requested": cfg.max_turns, "applied": False},
         "config": cfg.model_dump(),
     }
-    if cfg.baseline_rollouts:
+    if baseline_path:
         report["comparison"] = {
-            "baseline_rollouts_jsonl_fpath": cfg.baseline_rollouts,
+            "baseline_rollouts_jsonl_fpath": baseline_path,
+            "baseline_agent_name": cfg.baseline_agent_name,
             "baseline": evaluate(baseline, report["k"], cfg.pass_threshold),
             "paired": compare(candidate, baseline, report["k"], cfg.pass_threshold, cfg.bootstrap_resamples),
         }
     write_json(report_path, report)
-    return _print_report(report, report_path)
-
-
-def _print_report(report: dict[str, Any], report_path: str) -> int:
-    """Print the table(s) and the report's path; returns eval_main's status (1 when a task is excluded)."""
-    print(format_table(report))
-    excluded = len(report["excluded_tasks"])
-    if excluded:
-        print(f"{excluded} tasks excluded (infrastructure failures or missing samples); see excluded_tasks in the report.")
-    if "comparison" in report:
-        comparison = report["comparison"]
-        print(f"\nbaseline: {comparison['baseline_rollouts_jsonl_fpath']}\ncandidate: {report['rollouts_jsonl_fpath']}")
-        print(format_comparison_table(report))
-        baseline_excluded = len(comparison["baseline"]["excluded_tasks"])
-        if baseline_excluded:
-            print(f"{baseline_excluded} baseline tasks excluded; see comparison.baseline.excluded_tasks in the report.")
-        excluded += baseline_excluded
-    print(f"Report: {report_path}")
-    return 1 if excluded else 0
+    return print_report(report, report_path)

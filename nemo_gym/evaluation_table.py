@@ -1,6 +1,6 @@
 """`ng_eval`'s tables: one report (`format_table`), and a baseline and a candidate side by side with their
-difference (`format_comparison_table`). Both take the JSON report `nemo_gym.evaluation` writes; rich renders them
-when installed, else aligned plain text.
+difference (`format_comparison_table`); `print_report` prints them. All take the JSON report `nemo_gym.evaluation`
+writes; rich renders the tables when installed, else aligned plain text.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-__all__ = ["format_comparison_table", "format_table"]
+__all__ = ["format_comparison_table", "format_table", "print_report"]
 
 _SIDES = ("baseline", "candidate", "difference")
 
@@ -82,3 +82,21 @@ def _difference_line(paired: dict[str, Any]) -> str:
     if paired["prompt_mismatches"]:
         text += f"\nWarning: {len(paired['prompt_mismatches'])} paired tasks have different prompts in the two files (prompt_mismatches in the report)."
     return text
+
+
+def print_report(report: dict[str, Any], report_path: str) -> int:
+    """Print the table(s), the exclusions and the report's path; returns ng_eval's exit status (1 when a task of either file is excluded)."""
+    print(format_table(report))
+    excluded = len(report["excluded_tasks"])
+    if excluded:
+        print(f"{excluded} tasks excluded (infrastructure failures or missing samples); see excluded_tasks in the report.")
+    if "comparison" in report:
+        comparison = report["comparison"]
+        print(f"\nbaseline: {comparison['baseline_rollouts_jsonl_fpath']}\ncandidate: {report['rollouts_jsonl_fpath']}")
+        print(format_comparison_table(report))
+        baseline_excluded = len(comparison["baseline"]["excluded_tasks"])
+        if baseline_excluded:
+            print(f"{baseline_excluded} baseline tasks excluded; see comparison.baseline.excluded_tasks in the report.")
+        excluded += baseline_excluded
+    print(f"Report: {report_path}")
+    return 1 if excluded else 0

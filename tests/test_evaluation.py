@@ -263,3 +263,11 @@ def test_a_bad_baseline_line_names_the_file_and_line(tmp_path):
     base.write_text(json.dumps(rollout(0, 0, 0)) + "\n{not json\n")
     with pytest.raises(DataError, match=r"b.jsonl:2: not valid JSON"):
         eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(tmp_path / "e.json")))
+
+
+def test_baseline_agent_name_needs_tasks_without_agent_ref(tmp_path):
+    with pytest.raises(ConfigError, match=r"\+baseline_agent_name collects the baseline from \+input_jsonl_fpath"):
+        eval_main(EvalConfig(from_rollouts=str(tmp_path / "r.jsonl"), baseline_agent_name="before"))
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"responses_create_params": {"input": "q"}}, {"responses_create_params": {"input": "r"}, "agent_ref": {"name": "a"}}])
+    with pytest.raises(ConfigError, match=r"tasks.jsonl:2: the row names its agent"):  # before any collection: no server needed
+        eval_main(EvalConfig(input_jsonl_fpath=str(tasks), agent_name="after", baseline_agent_name="before", output_json_fpath=str(tmp_path / "e.json")))

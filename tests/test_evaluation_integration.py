@@ -74,3 +74,28 @@ def test_ng_eval_compares_two_rollout_files(tmp_path):
     out = result.stdout
     assert "baseline vs candidate on the 4 tasks scored in both" in out and f"95 % bootstrap interval [{low:+.4f}, {high:+.4f}]" in out
     assert "Tasks scored in one file only (not compared): baseline 1, candidate 0." in out
+
+
+@pytest.mark.long
+def test_ng_eval_collects_two_policies_and_compares(tmp_path):
+    """`ng_eval +agent_name=... +baseline_agent_name=...`: two policies in one ng_run, each behind its own agent, the
+    same 5 tasks x 2 samples through both; the baseline's policy never calls get_weather (reward 0), the candidate's
+    always does (reward 1)."""
+    report_path = tmp_path / "compare.json"
+    with NgRun("+config_paths=[tests/configs/weather_scripted.yaml,tests/configs/weather_two_policies.yaml]", "+skip_venv=true") as run:
+        head = run.wait_ready()
+        command = [str(BIN / "ng_eval"), "+agent_name=weather_agent", "+baseline_agent_name=weather_agent_before", f"+input_jsonl_fpath={ROWS}",
+                   f"+output_json_fpath={report_path}", "+num_samples=2", "+progress=false", f"+head_server_url={head}"]
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    baseline_rollouts = tmp_path / "compare_baseline_rollouts.jsonl"
+    rows = [json.loads(line) for line in baseline_rollouts.read_text().splitlines()]
+    assert len(rows) == 10 and {r["agent_ref"]["name"] for r in rows} == {"weather_agent_before"} and {r["reward"] for r in rows} == {0.0}
+    report = json.loads(report_path.read_text())
+    assert report["comparison"]["baseline_agent_name"] == "weather_agent_before"
+    paired = report["comparison"]["paired"]
+    # keyed by _ng_task_index (one input file): 5 tasks in both; pass@1 0 -> 1; every per-task delta is +1
+    assert paired["num_tasks"] == 5 and paired["overall"]["difference"]["pass@1"] == 1.0
+    assert paired["mean_reward_difference"]["ci95"] == [1.0, 1.0] and paired["mean_reward_difference"]["improved"] == 5
+    assert paired["overall"]["baseline"]["tool_calls_per_sample"] == 0.0 and paired["overall"]["candidate"]["tool_calls_per_sample"] == 1.0
+    assert "+1.0000" in result.stdout
