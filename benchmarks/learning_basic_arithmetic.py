@@ -75,11 +75,6 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit("ng_train failed")
 
 
-def _bootstrap(per_task: list[float], resamples: int, rng: random.Random) -> tuple[float, float]:
-    means = sorted(sum(rng.choices(per_task, k=len(per_task))) / len(per_task) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
-
-
 def eval_per_task(rollouts_file: Path, key: str) -> dict[int, list[float]]:
     """Per held-out task (its index in the eval file), the rewards (key `reward`) or passes (`pass`) of its samples."""
     per_task: dict[int, list[float]] = defaultdict(list)
@@ -91,6 +86,8 @@ def eval_per_task(rollouts_file: Path, key: str) -> dict[int, list[float]]:
 
 
 def report() -> dict[str, Any]:
+    from nemo_gym.bootstrap_ci import bootstrap_mean_ci  # the percentile bootstrap, draw for draw as this script had it
+
     run_dir = OUT / "run"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = sorted((run_dir / "rollouts").glob("eval_step_*.jsonl"))
@@ -106,9 +103,9 @@ def report() -> dict[str, Any]:
         diff = [y - x for x, y in zip(b, a)]
         name = "mean_reward" if key == "reward" else "pass_at_1"
         summary[name] = {
-            "before": sum(b) / len(b), "before_ci95": _bootstrap(b, 10_000, rng),
-            "after": sum(a) / len(a), "after_ci95": _bootstrap(a, 10_000, rng),
-            "difference": sum(diff) / len(diff), "difference_ci95": _bootstrap(diff, 10_000, rng), "tasks": len(tasks),
+            "before": sum(b) / len(b), "before_ci95": bootstrap_mean_ci(b, 10_000, rng=rng),
+            "after": sum(a) / len(a), "after_ci95": bootstrap_mean_ci(a, 10_000, rng=rng),
+            "difference": sum(diff) / len(diff), "difference_ci95": bootstrap_mean_ci(diff, 10_000, rng=rng), "tasks": len(tasks),
         }  # fmt: skip
     summary["train_minutes"] = sum(m.get("time_step_s", 0.0) for m in metrics) / 60  # generation + training + sync (nemo_gym.train.reporting)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
