@@ -89,7 +89,7 @@ COMMANDS: dict[str, Command] = {
         Command("dump_config", "print the resolved config with secrets masked", "nemo_gym.commands:DumpConfigOptions", "nemo_gym.commands:dump_config_main", strict=False, takes_argv=True),
         Command("init_resources_server", "scaffold a working resources server folder (app, config, data, tests, README)", "nemo_gym.authoring:InitOptions", "nemo_gym.authoring:init_main"),
         Command("init", "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows them)", "nemo_gym.project_templates:ProjectInitOptions", "nemo_gym.project_templates:init_main"),
-        Command("test", "run a server's tests (and verifier cases, data checks) in its own environment", "nemo_gym.testing:TestOptions", "nemo_gym.testing:test_main"),
+        Command("test", "run a server's tests (and verifier cases, conformance checks, data checks) in its own environment", "nemo_gym.testing:TestOptions", "nemo_gym.testing:test_main"),
         Command("test_all", "ng_test every server folder, a few at a time, with a summary table", "nemo_gym.testing:TestAllOptions", "nemo_gym.testing:test_all_main"),
         Command("dev_test", "run the core tests with coverage and print the coverage figure", "nemo_gym.testing:DevTestOptions", "nemo_gym.testing:dev_test_main"),
         Command("pip_list", "list the packages of a server's environment (uv pip list)", "nemo_gym.testing:PipListOptions", "nemo_gym.testing:pip_list_main"),

@@ -4,7 +4,9 @@
 one `ng_run` uses, keyed by its requirements.txt) plus pytest, then runs there, with the repository root as
 working directory: the server's pytest suite (`<folder>/tests/`), its verifier fixtures
 (`tests/verifier_cases.jsonl`, no model) and, with `+should_validate_data=true`, the data checks of
-`nemo_gym.validation`. `ng_test_all` does that for every server folder, a few at a time.
+`nemo_gym.validation`, and, on a resources server, the conformance checks of `nemo_gym.checks` (each check a
+test: one that fails is reported by name with what was wrong; `+run_conformance=false` skips them; agent and model
+servers have none). `ng_test_all` does that for every server folder, a few at a time.
 
 The helpers a server's own tests share (`server_client`, `assistant_response`, `post_verify`, `NgRun`, ...) live
 in `nemo_gym.server_testing` and are importable from here too.
@@ -65,6 +67,7 @@ class TestOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     entrypoint: str = Field(description="the server folder, <type>/<name>, e.g. resources_servers/mcqa")
     should_validate_data: bool = Field(False, description="also check data/example.jsonl (5 valid rows, known tools) and re-verify example_rollouts.jsonl")
+    run_conformance: bool = Field(True, description="run the conformance checks of nemo_gym.checks on a resources server (health, tool schemas, malformed /verify bodies, sessions, example rows, bad answers)")
     markers: str = Field("not e2e", description="pytest -m expression selecting the tests ('' = all)")
     skip_venv: bool = Field(False, description="run with this Python instead of the server's own uv environment (development)")
     timeout_s: float = Field(1800.0, description="seconds allowed for the environment build, then for the tests")
@@ -76,6 +79,7 @@ class TestAllOptions(BaseModel):
     __test__ = False
     model_config = ConfigDict(extra="forbid")
     should_validate_data: bool = Field(False, description="also validate each resources server's data (see ng_test)")
+    run_conformance: bool = Field(True, description="run the conformance checks on each resources server (see ng_test)")
     fail_on_total_and_test_mismatch: bool = Field(False, description="fail when a server folder has no tests")
     num_workers: int = Field(min(2, os.cpu_count() or 1), ge=1, description="servers tested at the same time (default: CPU cores, at most 2)")
     markers: str = Field("not e2e", description="pytest -m expression selecting the tests ('' = all)")
@@ -103,7 +107,7 @@ class PipListOptions(BaseModel):
 
 @dataclass
 class TestReport:
-    """Outcome of `ng_test` on one server. `passed`/`failed` count pytest tests and verifier cases."""
+    """Outcome of `ng_test` on one server. `passed`/`failed` count pytest tests, verifier cases and conformance checks."""
 
     __test__ = False
     server: str
@@ -112,7 +116,7 @@ class TestReport:
     skipped: int = 0
     has_tests: bool = False
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)  # data/verifier problems and setup errors, one line each
+    problems: list[str] = field(default_factory=list)  # data/verifier problems, failed conformance checks and setup errors, one line each
     log: str = ""
 
     @property
@@ -185,8 +189,9 @@ def junit_counts(path: Path) -> tuple[int, int, int]:
 
 
 def run_server_tests(folder: Path, *, should_validate_data: bool = False, markers: str = "not e2e", skip_venv: bool = False,
-                timeout_s: float = 1800, stream: bool = True) -> TestReport:
-    """Run a server's tests, verifier cases and (optionally) data checks in its environment.
+                timeout_s: float = 1800, stream: bool = True, run_conformance: bool = True) -> TestReport:
+    """Run a server's tests, verifier cases, conformance checks (`run_conformance`, resources servers only) and
+    (optionally) data checks in its environment.
 
     `stream`: print the tools' output as it comes (else it is kept in `report.log`).
     """
@@ -208,6 +213,8 @@ def run_server_tests(folder: Path, *, should_validate_data: bool = False, marker
                 report.problems.append(f"{report.server}: pytest exited with code {code}")
         if folder.parent.name == "resources_servers":
             _validate(python, folder, report, should_validate_data, stream, timeout_s, Path(tmp) / "validation.json")
+        if run_conformance and folder.parent.name not in ("responses_api_agents", "responses_api_models"):
+            _conformance(python, folder, report, stream, timeout_s, Path(tmp) / "conformance.json")
     report.seconds = time.monotonic() - start
     return report
 
@@ -234,6 +241,20 @@ def _validate(python: Path, folder: Path, report: TestReport, data: bool, stream
     report.problems += [f"{p['file']}:{p['line']}: [{p['rule']}] {p['message']}" for p in result["problems"] if p["rule"] != "verifier-case"]
 
 
+def _conformance(python: Path, folder: Path, report: TestReport, stream: bool, timeout_s: float, out: Path) -> None:
+    """The conformance checks (`python -m nemo_gym.checks`) in the server's environment: each check that passed counts
+    as a passed test, each that failed as a failed test and a problem naming it. A folder outside `resources_servers/`
+    whose server is an agent or a model is skipped there (the checks are for resources servers)."""
+    code = _run([str(python), "-m", "nemo_gym.checks", str(folder), "--json-out", str(out), "--quiet"], report, stream, timeout_s)
+    if not out.is_file():
+        report.problems.append(f"{report.server}: the conformance checks crashed (exit {code})")
+        return
+    result = json.loads(out.read_text())
+    report.passed += len(result["passed"])
+    report.failed += len(result["problems"])
+    report.problems += [f"{report.server}: conformance check {p['check']} failed: {p['message']}" for p in result["problems"]]
+
+
 def _run(command: list[str], report: TestReport, stream: bool, timeout_s: float) -> int:
     """Run `command` in the repository root; its output goes to stdout (`stream`) or to `report.log`."""
     try:
@@ -249,7 +270,7 @@ def _run(command: list[str], report: TestReport, stream: bool, timeout_s: float)
 def test_main(options: TestOptions) -> int:
     folder = server_folder(options.entrypoint)
     report = run_server_tests(folder, should_validate_data=options.should_validate_data, markers=options.markers,
-                         skip_venv=options.skip_venv, timeout_s=options.timeout_s)
+                              skip_venv=options.skip_venv, timeout_s=options.timeout_s, run_conformance=options.run_conformance)
     for problem in report.problems:
         print(problem)
     verdict = "passed" if report.ok else "FAILED"
@@ -276,7 +297,7 @@ def test_all_main(options: TestAllOptions) -> int:
 
     def one(folder: Path) -> TestReport:
         report = run_server_tests(folder, should_validate_data=options.should_validate_data, markers=options.markers,
-                             skip_venv=options.skip_venv, stream=False)
+                                  skip_venv=options.skip_venv, stream=False, run_conformance=options.run_conformance)
         print(f"  {report.server}: {'ok' if report.ok else 'FAILED'} ({report.seconds:.1f} s)", flush=True)
         return report
 
