@@ -11,7 +11,7 @@ that only keep cookies). User code never registers a route or touches a cookie:
             return {"city": city, "weather": "cold"}
 
         async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
-            return VerifyResult(reward=float(any(c.name == "get_weather" for c in function_calls(request.response))))
+            return VerifyResult(reward=float(bool(Trajectory.of(request.response).calls_named("get_weather"))))
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.api_schema import add_components, json_body, model_schema
+from nemo_gym.api_schema import AGGREGATE_BODY, add_components, json_body, model_schema, row_schema
 from nemo_gym.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.errors import ServerError, ServerHTTPError
@@ -44,6 +44,7 @@ __all__ = [
     "AgentServer",
     "ModelServer",
     "Session",
+    "SeedRequest",
     "VerifyRequest",
     "VerifyResult",
     "tool",
@@ -83,9 +84,18 @@ class ServerConfig(BaseModel):
     max_body_mb: float = Field(DEFAULT_MAX_BODY_MB, gt=0, description="largest request body accepted, MiB; larger ones get 413 before they are read")
 
 
+class SeedRequest(BaseModel):
+    """The `/seed_session` body: the dataset row (every field kept). A server that reads task fields when it seeds
+    declares them on a subclass, its `seed_request_type`: the row is validated (422) and `seed_session` gets it typed."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class VerifyRequest(BaseModel):
     """The `/verify` body: the dataset row (any extra task fields are kept) plus the rollout's `response`
-    (an OpenAI Responses `Response` as a dict; `output` holds the whole trajectory)."""
+    (an OpenAI Responses `Response` as a dict; `output` holds the whole trajectory: `nemo_gym.trajectory`
+    reads it). A server declares the task fields it reads on a subclass and names it `verify_request_type`:
+    the framework validates every body with it (422 when invalid)."""
 
     model_config = ConfigDict(extra="allow")
     responses_create_params: dict[str, Any]
@@ -246,9 +256,11 @@ class ResourcesServer(BaseServer):
     server_type = "resources_servers"
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     verify_request_type: ClassVar[type[VerifyRequest]] = VerifyRequest  # a subclass declares required task fields
+    seed_request_type: ClassVar[type[SeedRequest] | None] = None  # a subclass: seed_session gets the row as it
 
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        """Start the rollout's state from the dataset row. Returns data for the agent (default `{}`)."""
+    async def seed_session(self, row: dict[str, Any] | SeedRequest, session: Session) -> dict[str, Any]:
+        """Start the rollout's state from the dataset row: a dict, or the `seed_request_type` instance when the
+        server sets one (a row it rejects got a 422 before this is called). Returns data for the agent (default `{}`)."""
         return {}
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
@@ -268,12 +280,9 @@ class ResourcesServer(BaseServer):
         }
 
     def row_schema(self) -> dict[str, Any]:
-        """JSON Schema of a dataset row: `verify_request_type` without `response`. The collector checks every
-        row against it before the first rollout, so a row missing a task field fails with `file:line`."""
-        schema = self.verify_request_type.model_json_schema()
-        schema.get("properties", {}).pop("response", None)
-        schema["required"] = [name for name in schema.get("required", []) if name != "response"]
-        return schema
+        """JSON Schema of a dataset row (`nemo_gym.api_schema.row_schema`). The collector checks every row against
+        it before the first rollout, so a row missing a task field fails with `file:line`."""
+        return row_schema(self.verify_request_type, self.seed_request_type)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
@@ -293,6 +302,7 @@ class ResourcesServer(BaseServer):
         @app.post("/seed_session", openapi_extra=json_body({"type": "object", "description": "a dataset row"}))
         async def seed_session(request: Request) -> Any:
             row = await _json_object(request)
+            row = row if isinstance(row, JSONResponse) else self._typed_seed_row(row)
             if isinstance(row, JSONResponse):
                 return row
             session = self.session_for(request)
@@ -325,7 +335,7 @@ class ResourcesServer(BaseServer):
             exclude = {"reward_components"} if result.reward_components is None else None
             return {**body, **result.model_dump(exclude=exclude)}
 
-        @app.post("/aggregate_metrics", openapi_extra=json_body(_AGGREGATE_BODY, required=True))
+        @app.post("/aggregate_metrics", openapi_extra=json_body(AGGREGATE_BODY, required=True))
         async def aggregate_metrics(request: Request) -> Any:
             body = await _json_object(request)
             if isinstance(body, JSONResponse):
@@ -335,6 +345,13 @@ class ResourcesServer(BaseServer):
                 return JSONResponse({"detail": "body must be {\"verify_responses\": [{\"reward\": <number>, ...}, ...]}"}, status_code=422)
             # ours, over NeMo Gym 0.4.0's AggregateMetrics (group_level_metrics, agent_metrics, key_metrics): a superset
             return {**nemo_gym_aggregate_metrics(responses), **await self.aggregate_metrics(responses)}
+
+    def _typed_seed_row(self, row: dict[str, Any]) -> dict[str, Any] | SeedRequest | JSONResponse:
+        """`row` as `seed_request_type` (as given when there is none), or the 422 answer saying why it is invalid."""
+        try:
+            return row if self.seed_request_type is None else self.seed_request_type.model_validate(row)
+        except ValidationError as exc:
+            return _validation_answer(exc)
 
     def _add_tool_route(self, app: FastAPI, name: str, fn: Callable) -> None:
         model, session_param = arguments_model(name, fn)
@@ -356,13 +373,6 @@ class ResourcesServer(BaseServer):
 
         schema = json_body(model_schema(model, self.openapi_components))
         app.add_api_route(f"/{name}", call_tool, methods=["POST"], name=name, description=inspect.getdoc(fn) or "", openapi_extra=schema)
-
-
-_AGGREGATE_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["verify_responses"],
-    "properties": {"verify_responses": {"type": "array", "items": {"type": "object", "properties": {"reward": {"type": "number"}}}}},
-}
 
 
 def _is_verify_answer(item: Any) -> bool:
@@ -467,10 +477,7 @@ class ModelServer(BaseServer):
                 return problem
             stream = bool(body.pop("stream", False))
             answer = await self.responses(body)
-            if not stream:
-                return answer
-
-            return responses_sse(answer)
+            return responses_sse(answer) if stream else answer
 
         @app.post("/v1/chat/completions", openapi_extra=json_body(model_schema(_ChatCreate, self.openapi_components), required=True, streams=True))
         async def chat_completions(request: Request) -> Any:
@@ -482,10 +489,7 @@ class ModelServer(BaseServer):
             stream = bool(body.pop("stream", False))
             body.pop("stream_options", None)
             answer = await self.chat_completions(body)
-            if not stream:
-                return answer
-
-            return chat_sse(answer)
+            return chat_sse(answer) if stream else answer
 
         @app.get("/v1/models")
         async def models() -> dict[str, Any]:
