@@ -21,12 +21,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nemo_gym.answers import first_answer, last_assistant_text, strip_thinking
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 from nemo_gym.trajectory import Trajectory
 
-rules = import_sibling(__file__, "rules.py")
-text_rules = import_sibling(__file__, "text_rules.py")
+from . import rules, text_rules
+
 Rule, RuleOptions = rules.Rule, rules.RuleOptions
 GradingRule = Literal["rules", "exact", "seq_match", "weighted_seq_match"]
 

@@ -15,11 +15,11 @@ from typing import Any, get_type_hints
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
 from nemo_gym.trajectory import Trajectory
 
-workplace = import_sibling(__file__, "workplace.py")
+from . import workplace
+
 STATE = "state"
 
 

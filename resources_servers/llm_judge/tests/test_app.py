@@ -7,9 +7,7 @@ a middleware on its app.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from nemo_gym.config import load_config, server_instances
 from nemo_gym.head import build_head_app
 from nemo_gym.serve import load_server_class
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 REPO = SERVER_DIR.parents[1]
@@ -33,16 +32,7 @@ EQUAL, NOT_EQUAL = "Same meaning. [[A=B]]", "Different answers. [[A!=B]]"
 OCEAN_ROW = json.loads((SERVER_DIR / "data/example.jsonl").read_text().splitlines()[0])  # expected "The Pacific Ocean"
 
 
-def _sibling(filename: str) -> Any:
-    name = f"llm_judge_test_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-judge, group, generate_data = _sibling("judge.py"), _sibling("group_judge.py"), _sibling("generate_data.py")
+judge, group, generate_data = (import_file(SERVER_DIR / name) for name in ("judge.py", "group_judge.py", "generate_data.py"))
 
 
 def response(text: str) -> dict[str, Any]:
