@@ -85,7 +85,9 @@ def script_package(file: str | Path) -> str:
 
 
 def import_file(path: str | Path) -> ModuleType:
-    """The module of the Python file at `path`, a submodule of its folder's package, imported once (`sys.modules`).
+    """The module of the Python file at `path`, a submodule of its folder's package, imported once (`sys.modules`)
+    and again only when the file changed since (its modification time or size), so that a process checking a folder
+    twice (ng_test's checks, an edited `app.py` in a notebook) sees the edit.
 
     Raises:
         ImportError: `path` is not a Python file, or it (or a file it imports) imports a file of its folder
@@ -96,12 +98,16 @@ def import_file(path: str | Path) -> ModuleType:
     if path.suffix != ".py" or not path.is_file() or "." in path.stem:
         raise ImportError(f"cannot import {path}: not a Python file")
     name = f"{folder_package(path.parent).__name__}.{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = sys.modules.get(name)
+    if cached is not None and getattr(cached, "__nemo_gym_file_stamp__", stamp) == stamp:
+        return cached
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
+    module.__nemo_gym_file_stamp__ = stamp
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)

@@ -80,3 +80,13 @@ def test_a_failing_module_is_not_cached(tmp_path: Path) -> None:
             import_file(bad)
     with pytest.raises(ImportError, match="not a Python file"):
         import_file(tmp_path / "missing.py")
+
+
+def test_an_edited_file_is_imported_again_an_unchanged_one_is_not(tmp_path):
+    folder = tmp_path / "resources_servers" / "edited"
+    folder.mkdir(parents=True)
+    (folder / "app.py").write_text("VALUE = 1\n")
+    first = import_file(folder / "app.py")
+    assert import_file(folder / "app.py") is first and first.VALUE == 1
+    (folder / "app.py").write_text("VALUE = 22\n")
+    assert import_file(folder / "app.py").VALUE == 22
