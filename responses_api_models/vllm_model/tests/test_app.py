@@ -5,6 +5,7 @@ The server with the real SmolLM2 on vLLM is tested in tests/test_e2e_vllm.py (ma
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -61,7 +62,7 @@ def test_response_format_becomes_a_structured_output_constraint():
     import pytest
     from fastapi import HTTPException
 
-    module = __import__(VLLMModel.__module__)
+    module = sys.modules[VLLMModel.__module__]
     constraint = module._response_format_constraint
     schema = {"type": "object", "properties": {"verdict": {"enum": ["[[A=B]]", "[[A!=B]]"]}}, "required": ["verdict"]}
     assert constraint(None) is None and constraint({"type": "text"}) is None
