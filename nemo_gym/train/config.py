@@ -6,12 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nemo_gym.config import validation_problems
+from nemo_gym.config import LoadedConfig, validation_problems
+from nemo_gym.errors import ConfigError
 from nemo_gym.responses_params import ResponsesCreateParams
 
 __all__ = [
     "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
-    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "check_hardware", "trainer_problems",
+    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "check_hardware", "trainer_problems", "trainer_config",
 ]  # fmt: skip
 
 ALGORITHMS = ("grpo", "sft", "pretrain", "on_distill")
@@ -210,6 +211,22 @@ def trainer_problems(exc: ValidationError) -> list[str]:
     """One `trainer.<key>: ...` line per error of validating the trainer section; an unknown key gets a suggestion
     among the keys of its section and the list of them (as every other config key does)."""
     return validation_problems(TrainerConfig, exc, "trainer.{key}")
+
+
+def trainer_config(loaded: LoadedConfig) -> TrainerConfig:
+    """The `trainer:` section of a loaded config, validated (ng_train, and ng_train +background=true before it detaches).
+
+    Raises:
+        ConfigError: no `trainer:` section, or a bad one: each key named with the file that set it, an unknown one
+            with a suggestion.
+    """
+    section = loaded.values.get("trainer")
+    if not isinstance(section, dict):
+        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
+    try:
+        return TrainerConfig.model_validate(section)
+    except ValidationError as exc:
+        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
 
 
 def check_algorithm(cfg: TrainerConfig) -> list[str]:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import sys
 
 import torch
-from pydantic import ValidationError
 
 from nemo_gym.config import LoadedConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.train import distributed
-from nemo_gym.train.config import TrainerConfig, check_algorithm, check_hardware, trainer_problems
+from nemo_gym.train.config import TrainerConfig, check_algorithm, check_hardware, trainer_config
 from nemo_gym.train.distill import OnPolicyDistillTrainer
 from nemo_gym.train.loop import GRPOTrainer
 from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
@@ -32,13 +31,7 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
         ConfigError: no or a bad `trainer:` section (each key named, an unknown one with a suggestion), or an
             output_dir that holds another run's outputs.
     """
-    section = loaded.values.get("trainer")
-    if not isinstance(section, dict):
-        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
-    try:
-        cfg = TrainerConfig.model_validate(section)
-    except ValidationError as exc:
-        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
+    cfg = trainer_config(loaded)
     problems, warnings = check_hardware(cfg, cuda_available=torch.cuda.is_available())
     problems = check_algorithm(cfg) + problems
     if problems:
