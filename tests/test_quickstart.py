@@ -10,7 +10,7 @@ import pytest
 
 from nemo_gym.config import load_config, server_instances
 from nemo_gym.train.config import TrainerConfig
-from nemo_gym.train.loop import filter_tasks
+from nemo_gym.train.policy_gym import filter_tasks
 from resources_servers.mcqa.app import MCQARequest, extract_answer
 from nemo_gym.jsonl import read_jsonl
 

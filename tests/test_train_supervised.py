@@ -20,7 +20,7 @@ from nemo_gym.train.recipes import make_trainer  # noqa: E402
 from nemo_gym.train.stopping import run_stoppable  # noqa: E402
 from nemo_gym.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.train.supervised import (  # noqa: E402
-    SupervisedTrainer,
+    SupervisedRecipe,
     chat_sequence,
     cross_entropy,
     load_sft_sequences,
@@ -210,7 +210,7 @@ def run_mode(model: Path, out: Path, algorithm: str, data: Path, **overrides) ->
         **overrides,
     }  # fmt: skip
     trainer = make_trainer(TrainerConfig.model_validate(section), [])
-    assert isinstance(trainer, SupervisedTrainer)
+    assert isinstance(trainer.recipe, SupervisedRecipe)
     assert run_stoppable(trainer) == 0
     return read_jsonl(out / "metrics.jsonl")
 

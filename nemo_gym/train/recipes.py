@@ -1,7 +1,7 @@
 """`ng_train`'s entry into training: the `trainer:` section validated, the output_dir resumed or refused, the ranks
-launched, and the recipe of `trainer.algorithm` run (GRPO: `nemo_gym.train.loop`; sft / pretrain:
-`nemo_gym.train.supervised`; on_distill: `nemo_gym.train.distill`). Apart from the recipes so that none of them
-imports another's module back."""
+launched, and the recipe of `trainer.algorithm` (GRPO: `nemo_gym.train.grpo`; sft / pretrain:
+`nemo_gym.train.supervised`; on_distill: `nemo_gym.train.distill`) run by the one training loop
+(`nemo_gym.train.loop.TrainingLoop`). Apart from the recipes, which are siblings: none imports another."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from nemo_gym.config import LoadedConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.train import distributed
 from nemo_gym.train.config import TrainerConfig, check_algorithm, check_hardware, trainer_config
-from nemo_gym.train.distill import OnPolicyDistillTrainer
-from nemo_gym.train.loop import GRPOTrainer
+from nemo_gym.train.distill import OnPolicyDistillRecipe
+from nemo_gym.train.grpo import GRPORecipe
+from nemo_gym.train.loop import Recipe, TrainingLoop
 from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
 from nemo_gym.train.stopping import run_stoppable
-from nemo_gym.train.supervised import SupervisedTrainer, check_supervised
+from nemo_gym.train.supervised import SupervisedRecipe, check_supervised
 
-__all__ = ["make_trainer", "train_main"]
+__all__ = ["make_recipe", "make_trainer", "train_main"]
 
 
 def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
@@ -53,12 +54,21 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
     return status
 
 
-def make_trainer(cfg: TrainerConfig, argv: list[str]) -> GRPOTrainer:
-    """The recipe of `trainer.algorithm`: GRPO in nemo_gym.train.loop; sft / pretrain in nemo_gym.train.supervised;
-    on_distill in nemo_gym.train.distill (each a GRPOTrainer with its own data and loss)."""
+def make_recipe(cfg: TrainerConfig, argv: list[str]) -> Recipe:
+    """The recipe of `trainer.algorithm`: GRPO (nemo_gym.train.grpo), sft / pretrain (nemo_gym.train.supervised) or
+    on_distill (nemo_gym.train.distill).
+
+    Raises:
+        ConfigError: a supervised mode's config it cannot run (`check_supervised`).
+    """
     if cfg.algorithm in ("sft", "pretrain"):
         check_supervised(cfg)
-        return SupervisedTrainer(cfg, argv)
+        return SupervisedRecipe(cfg, argv)
     if cfg.algorithm == "on_distill":
-        return OnPolicyDistillTrainer(cfg, argv)
-    return GRPOTrainer(cfg, argv)
+        return OnPolicyDistillRecipe(cfg, argv)
+    return GRPORecipe(cfg, argv)
+
+
+def make_trainer(cfg: TrainerConfig, argv: list[str]) -> TrainingLoop:
+    """The training loop running the recipe of `trainer.algorithm` (`make_recipe`)."""
+    return TrainingLoop(make_recipe(cfg, argv))
