@@ -105,3 +105,38 @@ def test_read_tasks_names_file_and_line(tmp_path):
     path.write_text('{"responses_create_params": {"input": "a"}}\n{"responses_create_params": {"input": "b", "bogus_key": 1}}\n')
     with pytest.raises(DataError, match=r"tasks\.jsonl:2: responses_create_params: .*bogus_key"):
         read_tasks(str(path), agent_name="agent")
+
+
+def test_trainer_rollouts_come_from_memory_and_leave_the_step_files(tmp_path, gym, agent):  # noqa: F811
+    """ng_train's rollouts (`nemo_gym.train.policy_gym.PolicyGym.collect`, attached to the head server): returned in
+    memory, with the step's files under `output_dir/rollouts/` written as they were before (tasks, rollouts, side files)."""
+    pytest.importorskip("torch")
+    from nemo_gym.train.config import TrainerConfig
+    from nemo_gym.train.policy_gym import PolicyGym
+
+    tasks_path = tmp_path / "tasks.jsonl"
+    tasks_path.write_text("".join(json.dumps(row) + "\n" for row in rows(3)))
+    cfg = TrainerConfig.model_validate({
+        "input_jsonl_fpath": str(tasks_path), "agent_name": "agent", "output_dir": str(tmp_path / "out"), "head_server_url": gym["head_url"],
+        "batch_size": 3, "engine": {"model_path": "unused"}, "responses_create_params": {"max_output_tokens": 8},
+    })  # fmt: skip
+    (tmp_path / "out").mkdir()  # made by the training loop
+    policy_gym = PolicyGym(cfg, [], tmp_path / "out")
+    agent.fail_tasks = {2}
+    batch = policy_gym.batch(0)
+    rollouts = policy_gym.collect(batch, 2, "step_000001")
+
+    folder = tmp_path / "out" / "rollouts"
+    assert read_jsonl(folder / "step_000001_tasks.jsonl") == batch  # the tasks sent, materialized at load time
+    assert all(task["responses_create_params"]["max_output_tokens"] == 8 and task["agent_ref"] == {"name": "agent"} for task in batch)
+    assert read_jsonl(folder / "step_000001.jsonl") == rollouts
+    expected = [(t, r) for t, task in enumerate(batch) if task["x"] != 2 for r in range(2)]
+    assert pairs(rollouts) == expected
+    paths = OutputPaths.for_output(folder / "step_000001.jsonl")
+    assert pairs(read_jsonl(paths.failures)) == [(t, r) for t, task in enumerate(batch) if task["x"] == 2 for r in range(2)]
+    assert json.loads(paths.state.read_text())["input_jsonl_fpath"] == str(folder / "step_000001_tasks.jsonl")
+    assert json.loads(paths.aggregate_metrics.read_text())["collection"]["rollouts_done"] == len(expected)
+
+    evaluated = policy_gym.collect(batch[:1], 1, "eval_step_000000", {"temperature": 0.9})
+    assert evaluated[0]["responses_create_params"]["temperature"] == 0.9  # the evaluation's overrides win
+    policy_gym.close()
