@@ -181,7 +181,9 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
 
 # -- sinks and the result ---------------------------------------------------------------------------------------
 class CollectSink(Protocol):
-    """Where a collection also goes as it runs (files: `nemo_gym.collect_sink.RolloutFiles`). In call order:"""
+    """Where a collection also goes as it runs (files: `nemo_gym.collect_sink.RolloutFiles`). `collect` calls `open`
+    once, `add` for each finished rollout and `stalled` for each watchdog stall, `close` once (also when cancelled),
+    then `finish` once when it was not cancelled."""
 
     def open(self, tasks: list[dict[str, Any]], num_repeats: int) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """After the checks, before any rollout: (reward of each pair an earlier run finished: not run again,

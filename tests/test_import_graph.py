@@ -111,3 +111,11 @@ def test_the_command_registry_sits_at_the_bottom():
     and nothing in nemo_gym but the cli package imports nemo_gym.cli."""
     assert {e.target for e in edges() if e.source == "nemo_gym.commands"} == {"nemo_gym.config", "nemo_gym.errors"}
     assert [str(e) for e in edges() if layer_of(e.target) == "cli" and layer_of(e.source) != "cli"] == []
+
+
+def test_training_recipes_are_siblings():
+    """The recipes of ng_train (GRPO, sft / pretrain, on-policy distillation) import none of each other; the training
+    loop imports none of them (nemo_gym.train.recipes picks one)."""
+    recipes = {"nemo_gym.train.grpo", "nemo_gym.train.supervised", "nemo_gym.train.distill"}
+    crossing = [str(e) for e in edges() if (e.source in recipes or e.source == "nemo_gym.train.loop") and e.target in recipes]
+    assert crossing == []
