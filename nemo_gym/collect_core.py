@@ -331,7 +331,7 @@ async def collect(
     written unless a sink is given (see the module docstring; `sinks` also give the pairs to resume).
 
     `rows` are task rows (checked and materialized here with `agent_name` and `responses_create_params`, see
-    `materialize_task`); `where(i)` names row i in an error (default `row <i>`); `watchdog_s` reports stalls (0: off).
+    `materialize_task`); `where(i)` names row i in an error (default `row <i>`, 0-based); `watchdog_s` reports stalls (0: off).
 
     Raises:
         DataError: a bad row, or one its environment's row schema refuses (before any rollout).

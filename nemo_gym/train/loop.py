@@ -213,7 +213,10 @@ class TrainingLoop:
     def train_one_step(self) -> dict[str, Any]:
         """The recipe's batch (prepared on rank 0 and broadcast, or on every rank), the optimizer step on every rank,
         the recipe's weight publication; the step's metrics."""
-        prepare = lambda: self.recipe.prepare_step(self.step)  # noqa: E731
+
+        def prepare() -> tuple[dict[str, Any], TrainingBatch | None]:
+            return self.recipe.prepare_step(self.step)
+
         metrics, batch = self.lead(prepare) if self.recipe.batch_on_main else prepare()
         if batch is None:
             return metrics

@@ -330,6 +330,7 @@ class SupervisedRecipe:
         self.loop: TrainingLoop | None = None
         self.sequences: list[TrainingSequence] = []
         self.eval_sequences: list[TrainingSequence] = []
+        self.sampler: TaskSampler | None = None
         self.has_eval = False
 
     def setup(self, loop: TrainingLoop) -> None:
