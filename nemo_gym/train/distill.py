@@ -48,7 +48,7 @@ from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate, rollo
 from nemo_gym.train.config import TeacherOptions, TrainerConfig
 from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.loop import TrainingLoop, value_stats
-from nemo_gym.train.policy_gym import PolicyGym, eval_metrics, publish_weights
+from nemo_gym.train.policy_gym import GymRecipe, PolicyGym
 
 __all__ = ["DistillBatch", "distill_advantages", "distill_batch", "TeacherClient", "DistillEngine", "OnPolicyDistillRecipe"]
 
@@ -161,7 +161,7 @@ class TeacherClient:
         return answer.json()
 
 
-class OnPolicyDistillRecipe:
+class OnPolicyDistillRecipe(GymRecipe):
     """On-policy distillation (see the module docstring): GRPO's gym and loop, the teacher's per-token advantages
     instead of group-relative rewards; a `nemo_gym.train.loop.Recipe`."""
 
@@ -192,18 +192,10 @@ class OnPolicyDistillRecipe:
             token = None if teacher.base_url else run_token_for_url(self.gym.servers.head_url)
             self.teacher = TeacherClient(teacher, url, run_token=token, parallel=self.cfg.num_samples_in_parallel)
 
-    def collect(self, tasks: list[dict[str, Any]], num_repeats: int, name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Student rollouts of `tasks` × `num_repeats` (`PolicyGym.collect`; failed rollouts are absent)."""
-        return self.gym.collect(tasks, num_repeats, name, overrides)
-
     def prepare_step(self, step: int) -> tuple[dict[str, Any], TrainingBatch | None]:
         """Rank 0: the step's student rollouts, scored by the teacher; (metrics so far, the batch or None)."""
         cfg = self.cfg
-        tasks = self.gym.batch(step)
-        started = time.monotonic()
-        with self.loop.stop.abandonable():
-            rollouts = self.collect(tasks, cfg.group_size, f"step_{step + 1:06d}")
-        generation_s = time.monotonic() - started
+        tasks, rollouts, generation_s = self.step_rollouts(step)
         rewards = [float(row["reward"]) for row in rollouts]
         metrics: dict[str, Any] = {
             "step": step + 1,
@@ -228,28 +220,3 @@ class OnPolicyDistillRecipe:
         kl = -batch.token_advantages[batch.loss_mask > 0]  # log π_student - log π_teacher on the sampled tokens
         metrics.update(teacher_kl_mean=kl.mean().item(), teacher_kl_max=kl.max().item(), **value_stats("advantage", -kl))
         return metrics, batch
-
-    def publish_weights(self, step: int) -> dict[str, Any]:
-        """With `sync_weights`: rank 0 sends the student's weights to the policy server; the other ranks only take
-        part in the export. `time_sync_s` in the step's metrics."""
-        return publish_weights(self.gym, self.engine, step, sync_weights=self.cfg.sync_weights)
-
-    def evaluate(self, step: int) -> dict[str, Any]:
-        """Mean reward and pass@1 of the student's rollouts of the evaluation tasks."""
-        options = self.cfg.eval
-        if self.loop.stop.requested:  # stopping: log the finished step without evaluating
-            return {}
-        with self.loop.stop.abandonable():
-            rows = self.collect(self.gym.eval_tasks, options.num_repeats, f"eval_step_{step:06d}", options.responses_create_params)
-        return eval_metrics(rows, options.pass_threshold)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing beyond the loop's state: the batch of a step is a function of (seed, step)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Nothing to restore (see `state_dict`)."""
-
-    def cleanup(self) -> None:
-        if self.gym is not None:
-            self.gym.close()

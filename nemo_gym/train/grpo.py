@@ -15,7 +15,6 @@ Per step (rank 0 prepares the batch, the loop broadcasts it):
 from __future__ import annotations
 
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.loop import TrainingLoop, value_stats
-from nemo_gym.train.policy_gym import PolicyGym, eval_metrics, publish_weights
+from nemo_gym.train.policy_gym import GymRecipe, PolicyGym
 
 __all__ = ["GRPORecipe", "GroupedStep", "build_step"]
 
@@ -67,7 +66,7 @@ def build_step(rollouts: list[dict[str, Any]], num_tasks: int, group_size: int, 
     return GroupedStep(batch, rewards, advantages=advantages_G.reshape(-1), **counts)
 
 
-class GRPORecipe:
+class GRPORecipe(GymRecipe):
     """GRPO through the gym's own servers (see the module docstring); a `nemo_gym.train.loop.Recipe`."""
 
     batch_on_main = True
@@ -89,18 +88,10 @@ class GRPORecipe:
         if loop.is_main:
             self.gym.connect(self.engine)
 
-    def collect(self, tasks: list[dict[str, Any]], num_repeats: int, name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Rollouts of `tasks` × `num_repeats` (`PolicyGym.collect`; failed rollouts are absent)."""
-        return self.gym.collect(tasks, num_repeats, name, overrides)
-
     def prepare_step(self, step: int) -> tuple[dict[str, Any], TrainingBatch | None]:
         """Rank 0: the step's rollouts, grouped; (metrics so far, the batch to train on or None)."""
         cfg = self.cfg
-        tasks = self.gym.batch(step)
-        started = time.monotonic()
-        with self.loop.stop.abandonable():
-            rollouts = self.collect(tasks, cfg.group_size, f"step_{step + 1:06d}")
-        generation_s = time.monotonic() - started
+        tasks, rollouts, generation_s = self.step_rollouts(step)
         grouped = build_step(rollouts, len(tasks), cfg.group_size, cfg.advantage_estimator, self.engine.pad_token_id)
         metrics: dict[str, Any] = {
             "step": step + 1,
@@ -125,28 +116,3 @@ class GRPORecipe:
                 flush=True,
             )
         return metrics, grouped.batch
-
-    def publish_weights(self, step: int) -> dict[str, Any]:
-        """With `sync_weights`: rank 0 sends the weights to the policy server; the other ranks only take part in the
-        export (a collective under ZeRO-3). `time_sync_s` in the step's metrics."""
-        return publish_weights(self.gym, self.engine, step, sync_weights=self.cfg.sync_weights)
-
-    def evaluate(self, step: int) -> dict[str, Any]:
-        """Mean reward and pass@1 of rollouts of the evaluation tasks (`rollouts/eval_step_<step>.jsonl`)."""
-        options = self.cfg.eval
-        if self.loop.stop.requested:  # stopping: log the finished step without evaluating
-            return {}
-        with self.loop.stop.abandonable():
-            rows = self.collect(self.gym.eval_tasks, options.num_repeats, f"eval_step_{step:06d}", options.responses_create_params)
-        return eval_metrics(rows, options.pass_threshold)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing beyond the loop's state: the batch of a step is a function of (seed, step)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Nothing to restore (see `state_dict`)."""
-
-    def cleanup(self) -> None:
-        if self.gym is not None:
-            self.gym.close()

@@ -132,3 +132,51 @@ class PolicyGym:
             self.sync.close()
         if self.servers is not None:
             self.servers.stop()
+
+
+class GymRecipe:
+    """What the recipes that train on rollouts of the policy (GRPO, on-policy distillation) share: rollouts of the
+    step's tasks, weight publishing, evaluation and cleanup through `self.gym`. A subclass sets `cfg`, `engine`,
+    `gym` (rank 0 only) and `loop` in its `setup`."""
+
+    cfg: TrainerConfig
+    engine: PolicyEngine
+    gym: PolicyGym | None
+    loop: Any
+
+    def collect(self, tasks: list[dict[str, Any]], num_repeats: int, name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Rollouts of `tasks` × `num_repeats` (`PolicyGym.collect`; failed rollouts are absent)."""
+        return self.gym.collect(tasks, num_repeats, name, overrides)
+
+    def step_rollouts(self, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+        """Rank 0: (the step's tasks, their `group_size` rollouts each, seconds the collection took)."""
+        tasks = self.gym.batch(step)
+        started = time.monotonic()
+        with self.loop.stop.abandonable():
+            rollouts = self.collect(tasks, self.cfg.group_size, f"step_{step + 1:06d}")
+        return tasks, rollouts, time.monotonic() - started
+
+    def publish_weights(self, step: int) -> dict[str, Any]:
+        """With `sync_weights`: rank 0 sends the weights to the policy server; the other ranks only take part in the
+        export (a collective under ZeRO-3). `time_sync_s` in the step's metrics."""
+        return publish_weights(self.gym, self.engine, step, sync_weights=self.cfg.sync_weights)
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """Mean reward and pass@1 of the policy's rollouts of the evaluation tasks (`rollouts/eval_step_<step>.jsonl`)."""
+        options = self.cfg.eval
+        if self.loop.stop.requested:  # stopping: log the finished step without evaluating
+            return {}
+        with self.loop.stop.abandonable():
+            rows = self.collect(self.gym.eval_tasks, options.num_repeats, f"eval_step_{step:06d}", options.responses_create_params)
+        return eval_metrics(rows, options.pass_threshold)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing beyond the loop's state: the batch of a step is a function of (seed, step)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see `state_dict`)."""
+
+    def cleanup(self) -> None:
+        if self.gym is not None:
+            self.gym.close()
