@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 __all__ = [
     "AnswerForm",
+    "message_output_text",
     "last_assistant_text",
     "strip_thinking",
     "last_boxed",
@@ -45,17 +46,24 @@ PUNCTUATION = str.maketrans("", "", string.punctuation)
 PHRASE_DECORATION = " *_`"  # markdown bold/italics/code around a stated answer
 
 
+def message_output_text(item: Any) -> str | None:
+    """The text of a Responses `message` item (any role): its `output_text` parts joined, '' when it has
+    none; None when `item` is not a dict of `type: message`. Parts of unexpected shape are skipped (model
+    output is untrusted), so this never raises."""
+    if not isinstance(item, dict) or item.get("type") != "message":
+        return None
+    parts = item.get("content") if isinstance(item.get("content"), list) else []
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
+
+
 def last_assistant_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message with text in a Responses `Response` dict: its `output_text`
-    parts joined; '' when there is none. Items and parts of unexpected shape are skipped (model output is
-    untrusted), so this never raises on a dict."""
+    """The text of the last assistant message with text in a Responses `Response` dict (`message_output_text`; a
+    message without a `role` counts as the assistant's); '' when there is none. Items and parts of unexpected
+    shape are skipped (model output is untrusted), so this never raises on a dict."""
     output = response.get("output")
     for item in reversed(output if isinstance(output, list) else []):
-        if not isinstance(item, dict) or item.get("type") != "message" or item.get("role", "assistant") != "assistant":
-            continue
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        if text.strip():
+        text = message_output_text(item)
+        if text is not None and item.get("role", "assistant") == "assistant" and text.strip():
             return text
     return ""
 

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-__all__ = ["ERROR_RESPONSES", "json_body", "model_schema", "add_components"]
+__all__ = ["AGGREGATE_BODY", "ERROR_RESPONSES", "json_body", "model_schema", "add_components", "row_schema"]
 
 _REF_TEMPLATE = "#/components/schemas/{model}"
 _ERROR_SCHEMA: dict[str, Any] = {
@@ -28,6 +28,13 @@ _ERRORS = {
 }
 ERROR_RESPONSES: dict[str, Any] = {
     code: {"description": text, "content": {"application/json": {"schema": _ERROR_SCHEMA}}} for code, text in _ERRORS.items()
+}
+
+# `POST /aggregate_metrics` of a resources server
+AGGREGATE_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["verify_responses"],
+    "properties": {"verify_responses": {"type": "array", "items": {"type": "object", "properties": {"reward": {"type": "number"}}}}},
 }
 
 
@@ -59,3 +66,21 @@ def add_components(app: FastAPI, components: dict[str, Any]) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def row_schema(verify_type: type[BaseModel], seed_type: type[BaseModel] | None = None) -> dict[str, Any]:
+    """JSON Schema of a dataset row of a resources server: its `/verify` body model without `response`, plus
+    the fields of its `/seed_session` body model (when it has one) that the verify model lacks."""
+    schema = verify_type.model_json_schema()
+    properties = schema.setdefault("properties", {})
+    properties.pop("response", None)
+    required = [name for name in schema.get("required", []) if name != "response"]
+    if seed_type is not None:
+        seed = seed_type.model_json_schema()
+        for name, field in seed.get("properties", {}).items():
+            properties.setdefault(name, field)
+        if seed.get("$defs"):
+            schema.setdefault("$defs", {}).update(seed["$defs"])
+        required += [name for name in seed.get("required", []) if name not in required]
+    schema["required"] = required
+    return schema

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import ConfigError
-from nemo_gym.prepare_data import dataset_metrics, metrics_path
+from nemo_gym.dataset_metrics import dataset_metrics, metrics_path
+from nemo_gym.jsonl import read_jsonl
 
 __all__ = ["InitOptions", "init_resources_server", "init_main", "TEMPLATES_DIR"]
 
@@ -95,7 +96,7 @@ def init_resources_server(entrypoint: str, description: str = "Word counting wit
 def write_example_metrics(folder: Path) -> Path:
     """`data/example_metrics.json` of the scaffold, as `ng_prepare_data +mode=example_validation` writes it."""
     examples = folder / "data" / "example.jsonl"
-    rows = [json.loads(line) for line in examples.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(examples)
     spec = {"name": "example", "type": "example", "jsonl_fpath": f"resources_servers/{folder.name}/data/example.jsonl", "num_repeats": 1, "license": "Apache 2.0"}
     path = metrics_path(examples)
     path.write_text(json.dumps({**spec, **dataset_metrics(rows)}, indent=4) + "\n")

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import psutil
 
+from nemo_gym import commands
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_json
 from nemo_gym.models import nemo_gym_home
@@ -108,9 +109,7 @@ def detach(command: str, argv: list[str], *, output_dir: str | Path | None = Non
     Raises:
         ConfigError: `command` is not an ng_* command.
     """
-    from nemo_gym.cli import COMMANDS
-
-    if command not in COMMANDS:
+    if command not in commands.COMMANDS:
         raise ConfigError(f"no command ng_{command}")
     run_id = new_run_id(command)
     run_dir = background_runs_dir() / run_id
@@ -274,9 +273,7 @@ def _wrapper_main(argv: list[str]) -> int:
     run_dir, command, rest = Path(argv[0]), argv[1], argv[2:]
     returncode = 1
     try:
-        from nemo_gym.cli import main
-
-        returncode = main(command, rest)
+        returncode = commands.main(command, rest)
     except SystemExit as exc:
         returncode = exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt:

@@ -15,6 +15,10 @@ Files next to the output `<out>.jsonl` (ARCHITECTURE §3):
                                      rollout has a row.
     <out>_aggregate_metrics.json     `{"agents": [{agent_ref, agent_metrics, source}], "collection": {...}}`
     <out>_state.json                 fingerprint of the materialized input rows and num_repeats (for resume)
+(written by `nemo_gym.collect_sink.RolloutFiles` with `nemo_gym.collect_files`, which also reads them back to
+resume, and `nemo_gym.collect_metrics`). The collection itself runs in memory (`nemo_gym.collect_core.collect`:
+task rows in, rollouts and failure records out, `collect` here too); the files are its sink, which `ng_train`
+uses for its per-step rollout files as well.
 
 Retries: a `/run` call is retried (up to `max_retries`, by `ServerClient`) only after a transient failure
 (`nemo_gym.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
@@ -39,53 +43,40 @@ output made from another input; the whole input is validated before the first ro
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import math
-import os
 import sys
-import time
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import orjson
-from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm import tqdm
 
 from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.collect_watchdog import CollectWatchdog
-from nemo_gym.errors import ConfigError, DataError, ServerError, ServerHTTPError, is_transient
+from nemo_gym.collect_core import BAD_VERIFY_ANSWER, CollectResult, CollectSink, collect, read_tasks, read_tasks_with_lines, run_rollout
+from nemo_gym.collect_files import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, OutputPaths, count_lines
+from nemo_gym.collect_metrics import AGENT_REF_KEY
+from nemo_gym.collect_sink import RolloutFiles, input_fingerprint
 from nemo_gym.head import discover_head_url
-from nemo_gym.jsonl import JsonlAppender, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
 from nemo_gym.processes import run_interruptible
-from nemo_gym.responses_params import ResponsesCreateParams, unknown_keys
+from nemo_gym.responses_params import ResponsesCreateParams
 
 __all__ = [
     "CollectConfig",
     "CollectSummary",
+    "CollectResult",
+    "CollectSink",
     "OutputPaths",
+    "RolloutFiles",
+    "collect",
     "collect_main",
     "collect_rollouts",
     "run_rollout",
     "load_tasks",
+    "read_tasks",
     "input_fingerprint",
     "TASK_INDEX_KEY",
     "ROLLOUT_INDEX_KEY",
     "AGENT_REF_KEY",
     "BAD_VERIFY_ANSWER",
 ]
-
-TASK_INDEX_KEY = "_ng_task_index"
-ROLLOUT_INDEX_KEY = "_ng_rollout_index"
-AGENT_REF_KEY = "agent_ref"
-BAD_VERIFY_ANSWER = "bad_verify_answer"
-STATE_FORMAT = 1
-Pair = tuple[int, int]  # (task index, rollout index)
 
 
 class CollectConfig(BaseModel):
@@ -118,29 +109,6 @@ class CollectConfig(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class OutputPaths:
-    """The output file and its side files (`<stem>_<what>` next to it)."""
-
-    output: Path
-    materialized_inputs: Path
-    failures: Path
-    aggregate_metrics: Path
-    state: Path
-
-    @classmethod
-    def for_output(cls, output: str | Path) -> OutputPaths:
-        output = Path(output)
-
-        def side(what: str, suffix: str) -> Path:
-            return output.with_name(f"{output.stem}_{what}{suffix}")
-
-        return cls(output, side("materialized_inputs", ".jsonl"), side("failures", ".jsonl"), side("aggregate_metrics", ".json"), side("state", ".json"))
-
-    def all(self) -> list[Path]:
-        return [self.output, self.materialized_inputs, self.failures, self.aggregate_metrics, self.state]
-
-
 @dataclass
 class CollectSummary:
     """What a collection did. Counts are rollouts; `wall_s` and `rollouts_per_s` cover this run only."""
@@ -169,6 +137,31 @@ class CollectSummary:
     def exit_status(self) -> int:
         return 0 if self.rollouts_missing == 0 else 1
 
+    @classmethod
+    def of(cls, result: CollectResult, paths: OutputPaths) -> CollectSummary:
+        """The summary of a collection into the files `paths`."""
+        return cls(
+            output_jsonl_fpath=str(paths.output), rollouts_expected=result.rollouts_expected, rollouts_done=result.rollouts_done,
+            rollouts_this_run=len(result.rollouts), rollouts_resumed=result.rollouts_resumed, failures_by_class=result.failures_by_class,
+            mean_reward=result.mean_reward, wall_s=result.wall_s, retries=result.retries, failures_jsonl_fpath=str(paths.failures), watchdog=result.watchdog,
+        )  # fmt: skip
+
+    def as_metrics(self) -> dict[str, Any]:
+        """The `collection` part of `<out>_aggregate_metrics.json`."""
+        return {
+            "rollouts_expected": self.rollouts_expected,
+            "rollouts_done": self.rollouts_done,
+            "rollouts_this_run": self.rollouts_this_run,
+            "rollouts_resumed": self.rollouts_resumed,
+            "rollouts_failed": self.rollouts_missing,
+            "failures_by_class": self.failures_by_class,
+            "mean_reward": self.mean_reward,
+            "wall_s": self.wall_s,
+            "rollouts_per_s": self.rollouts_per_s,
+            "retries": self.retries,
+            "watchdog": self.watchdog,
+        }
+
     def format(self) -> str:
         mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
         lines = [
@@ -190,325 +183,22 @@ class CollectSummary:
 
 # -- input -----------------------------------------------------------------------------------------------
 def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
-    """The input rows, validated and materialized: overrides merged, `agent_ref` resolved, `_ng_*` keys dropped.
-
-    Only the first `cfg.limit` rows are read. Every row is checked before any rollout starts.
+    """The input rows of `cfg`, validated and materialized (`nemo_gym.collect_core.read_tasks` with the config's
+    input, `agent_name`, `limit` and `responses_create_params`). Every row is checked before any rollout starts.
 
     Raises:
         DataError: a line is not a JSON object, has no `responses_create_params` object or one with a key that is
             no Responses API create parameter (`nemo_gym.responses_params`), has a malformed
             `agent_ref`, or has no agent (no `agent_ref` and no `agent_name`); or the input has no rows.
     """
-    tasks: list[dict[str, Any]] = []
-    lines_without_agent: list[int] = []
-    path = cfg.input_jsonl_fpath
-    for line_no, row in iter_jsonl(path, limit=cfg.limit):
-        params = row.get("responses_create_params")
-        if not isinstance(params, dict):
-            got = "it is missing" if params is None else f"got {type(params).__name__}"
-            raise DataError(f"{path}:{line_no}: needs a `responses_create_params` object ({got})")
-        if problems := unknown_keys(params):
-            raise DataError(f"{path}:{line_no}: responses_create_params: {'; '.join(problems)}")
-        agent_ref = row.get(AGENT_REF_KEY)
-        if agent_ref is None and cfg.agent_name:
-            agent_ref = {"name": cfg.agent_name}
-        elif agent_ref is None:
-            lines_without_agent.append(line_no)
-        elif not (isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str)):
-            raise DataError(f'{path}:{line_no}: agent_ref must be an object {{"name": "<agent instance>"}}, got {agent_ref!r}')
-        task = {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
-        task["responses_create_params"] = {**params, **cfg.responses_create_params}
-        task[AGENT_REF_KEY] = agent_ref
-        tasks.append(task)
-    if lines_without_agent:
-        shown = ", ".join(f"{path}:{n}" for n in lines_without_agent[:10])
-        more = f" and {len(lines_without_agent) - 10} more" if len(lines_without_agent) > 10 else ""
-        raise DataError(f"{shown}{more}: row has no agent_ref; pass +agent_name=<agent instance> or add agent_ref to the rows")
-    if not tasks:
-        raise DataError(f"{path}: no rows")
-    return tasks
-
-
-def input_fingerprint(tasks: list[dict[str, Any]], num_repeats: int) -> str:
-    """sha256 over the materialized task rows (keys sorted) and `num_repeats`; hex digest."""
-    digest = hashlib.sha256(f"num_repeats={num_repeats}\n".encode())
-    for task in tasks:
-        digest.update(orjson.dumps(task, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
-def _dispatched_row(task: dict[str, Any], pair: Pair) -> dict[str, Any]:
-    return {**task, TASK_INDEX_KEY: pair[0], ROLLOUT_INDEX_KEY: pair[1]}
-
-
-def _all_pairs(num_tasks: int, num_repeats: int) -> Iterator[Pair]:
-    return ((t, r) for t in range(num_tasks) for r in range(num_repeats))
-
-
-# -- output and resume ------------------------------------------------------------------------------------
-def _move_aside(paths: OutputPaths) -> None:
-    """`+resume=false`: rename existing files to `<name>.bak` (replacing an older .bak)."""
-    for path in paths.all():
-        if path.exists():
-            os.replace(path, path.with_name(path.name + ".bak"))
-
-
-def _check_same_input(paths: OutputPaths, fingerprint: str, cfg: CollectConfig, num_tasks: int) -> None:
-    """Raise ConfigError when the existing output was made from a different input (saying what differs)."""
-    has_rows = paths.output.is_file() and paths.output.stat().st_size > 0
-    fix = "pass a new +output_jsonl_fpath, or +resume=false to start over (the old files are moved aside as .bak)"
-    if not paths.state.is_file():
-        if has_rows:
-            raise ConfigError(f"{paths.output} already has rollouts but no {paths.state.name}, so it cannot be resumed safely: {fix}")
-        return
-    try:
-        state = orjson.loads(paths.state.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{paths.state}: unreadable ({exc}): {fix}") from None
-    if state.get("fingerprint") == fingerprint:
-        return
-    differences = []
-    if state.get("num_repeats") != cfg.num_repeats:
-        differences.append(f"num_repeats was {state.get('num_repeats')}, now {cfg.num_repeats}")
-    if state.get("num_tasks") != num_tasks:
-        differences.append(f"it had {state.get('num_tasks')} tasks, this input (after limit) has {num_tasks}")
-    if not differences:
-        differences.append("the task rows differ (their content, +responses_create_params or the agent)")
-    raise ConfigError(
-        f"{paths.output} was collected from a different input ({state.get('input_jsonl_fpath')}) than this command's "
-        f"({cfg.input_jsonl_fpath}): {'; '.join(differences)}. To keep both, {fix}"
-    )
-
-
-def _read_done(paths: OutputPaths, num_tasks: int, num_repeats: int) -> dict[Pair, float]:
-    """Rewards of the pairs already in the output (after cutting off an incomplete last line)."""
-    dropped = repair_truncated_tail(paths.output)
-    if dropped:
-        print(f"Dropped an incomplete last line ({dropped} bytes) of {paths.output}; that rollout runs again.", file=sys.stderr)
-    done: dict[Pair, float] = {}
-    if not paths.output.is_file():
-        return done
-    for line_no, row in iter_jsonl(paths.output):
-        pair = (row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY))
-        if not all(isinstance(i, int) for i in pair) or not (0 <= pair[0] < num_tasks and 0 <= pair[1] < num_repeats):
-            raise DataError(
-                f"{paths.output}:{line_no}: no valid ({TASK_INDEX_KEY}, {ROLLOUT_INDEX_KEY}) for this input: {pair}; pass +resume=false to start over"
-            )
-        done.setdefault(pair, float(row.get("reward", math.nan)))
-    return done
-
-
-def _read_failures(path: Path) -> dict[Pair, dict[str, Any]]:
-    """The last failure record of each pair in an earlier failures file."""
-    repair_truncated_tail(path)
-    if not path.is_file():
-        return {}
-    return {(row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]): row for _, row in iter_jsonl(path) if TASK_INDEX_KEY in row and ROLLOUT_INDEX_KEY in row}
-
-
-def _write_state(paths: OutputPaths, cfg: CollectConfig, fingerprint: str, num_tasks: int, **extra: Any) -> None:
-    """Write `<out>_state.json` atomically; `extra` fields (e.g. the last watchdog stall) are added."""
-    state = {
-        "format": STATE_FORMAT,
-        "fingerprint": fingerprint,
-        "input_jsonl_fpath": cfg.input_jsonl_fpath,
-        "num_tasks": num_tasks,
-        "num_repeats": cfg.num_repeats,
-        "updated_at": _now(),
-        **extra,
-    }
-    write_json(paths.state, state)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-# -- one rollout --------------------------------------------------------------------------------------------
-def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {
-        TASK_INDEX_KEY: row[TASK_INDEX_KEY],
-        ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
-        AGENT_REF_KEY: row[AGENT_REF_KEY],
-        "failure_class": failure_class,
-        "message": message[:4000],
-        **extra,
-        "timestamp": _now(),
-    }
-
-
-def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
-    """A failure record for a ServerError; an agent's typed body `{"error": {"type", "message"}}` gives the class."""
-    failure_class, message, extra = exc.failure_class, str(exc), {"transient": is_transient(exc)}
-    if isinstance(exc, ServerHTTPError):
-        extra["status_code"] = exc.status_code
-        try:
-            error = orjson.loads(exc.body).get("error")
-        except (orjson.JSONDecodeError, AttributeError):
-            error = None
-        if isinstance(error, dict) and isinstance(error.get("type"), str):
-            failure_class = error["type"]
-            message = str(error.get("message") or message)
-            if error.get("server"):
-                extra["failed_server"] = error["server"]
-            if isinstance(error.get("response"), dict):  # the trajectory a failed /verify got (simple_agent): to debug the verifier
-                extra["response"] = error["response"]
-    return _failure_record(row, failure_class, message, **extra)
-
-
-def _is_reward(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
-    `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
-    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
-    try:
-        answer = await client.post(row[AGENT_REF_KEY]["name"], "/run", row)
-    except ServerError as exc:
-        return None, _server_failure(row, exc)
-    except ValueError as exc:  # a 2xx answer that is not JSON
-        return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
-    if not isinstance(answer, dict) or not _is_reward(answer.get("reward")):
-        got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
-        return None, _failure_record(row, BAD_VERIFY_ANSWER, f"verify answer has no numeric finite `reward` (got {got})")
-    keys = {TASK_INDEX_KEY: row[TASK_INDEX_KEY], ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY], AGENT_REF_KEY: row[AGENT_REF_KEY]}
-    return {**row, **answer, **keys}, None
+    return read_tasks(cfg.input_jsonl_fpath, agent_name=cfg.agent_name, limit=cfg.limit, responses_create_params=cfg.responses_create_params)
 
 
 # -- the run --------------------------------------------------------------------------------------------
-@dataclass
-class _Progress:
-    """Mutable state of a run: counts, rewards, the failures, the progress bar."""
-
-    bar: tqdm
-    reward_sum: float
-    reward_count: int
-    started_s: float = field(default_factory=time.monotonic)
-    done_this_run: int = 0
-    failures: Counter = field(default_factory=Counter)
-
-    def add_reward(self, reward: float) -> None:
-        self.done_this_run += 1
-        self.reward_sum += reward
-        self.reward_count += 1
-        self._update()
-
-    def add_failure(self, failure_class: str) -> None:
-        self.failures[failure_class] += 1
-        self._update()
-
-    @property
-    def mean_reward(self) -> float | None:
-        return self.reward_sum / self.reward_count if self.reward_count else None
-
-    def _update(self) -> None:
-        elapsed_s = max(time.monotonic() - self.started_s, 1e-9)
-        mean = self.mean_reward
-        self.bar.set_postfix(
-            {
-                "rollouts/s": f"{self.done_this_run / elapsed_s:.2f}",
-                "mean_reward": "n/a" if mean is None else f"{mean:.3f}",
-                "failed": sum(self.failures.values()),
-            },
-            refresh=False,
-        )
-        self.bar.update(1)
-
-
-async def _dispatch(
-    client: ServerClient,
-    rows: Iterator[dict[str, Any]],
-    num_parallel: int,
-    on_done: Any,
-    watchdog: CollectWatchdog,
-) -> None:
-    """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`;
-    `watchdog` is told when each rollout starts and ends.
-
-    On cancellation the workers are cancelled (their rollouts are lost, to be redone on resume) and
-    CancelledError propagates.
-    """
-
-    async def worker() -> None:
-        for row in rows:  # one shared iterator: next() never interleaves in asyncio
-            pair = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY])
-            watchdog.started(pair)
-            result = await run_rollout(client, row)
-            watchdog.finished(pair)
-            on_done(*result)
-
-    workers = [asyncio.create_task(worker()) for _ in range(num_parallel)]
-    watching = asyncio.create_task(watchdog.run())
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for task in [*workers, watching]:
-            task.cancel()
-        await asyncio.gather(*workers, watching, return_exceptions=True)
-
-
-async def _check_agents(client: ServerClient, cfg: CollectConfig, tasks: list[dict[str, Any]]) -> None:
-    """Resolve every agent's address and check every row against its environment's row schema, before
-    any rollout (ServerError names an unknown agent; DataError names `file:line` and the task field)."""
-    schemas: dict[str, dict[str, Any] | None] = {}
-    for name in sorted({task[AGENT_REF_KEY]["name"] for task in tasks}):
-        await client.server_url(name)
-        try:
-            schemas[name] = await client.get(name, "/row_schema")
-        except ServerHTTPError as exc:
-            if exc.status_code not in (404, 405):  # agents and environments without the route (NeMo Gym's)
-                raise
-            schemas[name] = None
-    validators = {name: Draft202012Validator(schema) for name, schema in schemas.items() if schema}
-    if not validators:
-        return
-    for (line_no, _), task in zip(iter_jsonl(cfg.input_jsonl_fpath, limit=cfg.limit), tasks):
-        validator = validators.get(task[AGENT_REF_KEY]["name"])
-        error = next(iter(validator.iter_errors(task)), None) if validator else None
-        if error is not None:
-            field = ".".join(str(p) for p in error.absolute_path) or "row"
-            raise DataError(f"{cfg.input_jsonl_fpath}:{line_no}: task field {field}: {error.message} (required by the environment of agent {task[AGENT_REF_KEY]['name']!r})")
-
-
-@dataclass
-class _Plan:
-    """What a run has to do: the tasks, the files, the pairs already done (→ reward) and the pending ones."""
-
-    tasks: list[dict[str, Any]]
-    paths: OutputPaths
-    done: dict[Pair, float]
-    failures: dict[Pair, dict[str, Any]]
-    pending: list[Pair]
-    total: int
-    fingerprint: str
-
-
-async def _prepare(cfg: CollectConfig, client: ServerClient) -> _Plan:
-    """Validate the input, check or set aside earlier files, write the state and materialized inputs."""
-    tasks = load_tasks(cfg)
-    paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
-    fingerprint = input_fingerprint(tasks, cfg.num_repeats)
-    if cfg.resume:
-        _check_same_input(paths, fingerprint, cfg, len(tasks))
-    await _check_agents(client, cfg, tasks)
-    if not cfg.resume:
-        _move_aside(paths)
-    done = _read_done(paths, len(tasks), cfg.num_repeats)
-    failures = {pair: record for pair, record in _read_failures(paths.failures).items() if pair not in done}
-    _write_state(paths, cfg, fingerprint, len(tasks))
-    all_pairs = list(_all_pairs(len(tasks), cfg.num_repeats))
-    write_jsonl(paths.materialized_inputs, (_dispatched_row(tasks[t], (t, r)) for t, r in all_pairs))
-    pending = [pair for pair in all_pairs if pair not in done]
-    if done:
-        print(f"Resuming: {len(done)}/{len(all_pairs)} rollouts already in {paths.output}; running the {len(pending)} missing.", file=sys.stderr)
-    return _Plan(tasks, paths, done, failures, pending, len(all_pairs), fingerprint)
-
-
 async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectSummary:
     """Collect the rollouts of `cfg` through `client`; see the module docstring for the files and resume.
+
+    The in-memory collector (`nemo_gym.collect_core.collect`) with the files as its sink (`RolloutFiles`).
 
     Raises:
         DataError: a bad input line (before any rollout) or a corrupt earlier output.
@@ -516,135 +206,14 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         ServerError: an agent is not known to the head server (before any rollout).
         asyncio.CancelledError: cancelled (Ctrl-C); finished rollouts are on disk, resume completes the rest.
     """
-    plan = await _prepare(cfg, client)
-    previous_rewards = [r for r in plan.done.values() if math.isfinite(r)]
-    bar = tqdm(
-        total=plan.total, initial=len(plan.done), desc="Collecting rollouts", unit="rollout", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True
-    )
-    progress = _Progress(bar, reward_sum=sum(previous_rewards), reward_count=len(previous_rewards))
-    retries_before = client.retries_used
-    outputs, failure_log = JsonlAppender(plan.paths.output), JsonlAppender(plan.paths.failures)
-
-    def on_done(output_row: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
-        record = output_row if output_row is not None else failure
-        pair = (record[TASK_INDEX_KEY], record[ROLLOUT_INDEX_KEY])
-        if output_row is not None:
-            outputs.append(output_row)
-            plan.done[pair] = float(output_row["reward"])
-            plan.failures.pop(pair, None)
-            progress.add_reward(plan.done[pair])
-        else:
-            failure_log.append(failure)
-            plan.failures[pair] = failure
-            progress.add_failure(failure["failure_class"])
-
-    def on_stall(stall: dict[str, Any]) -> None:
-        _write_state(plan.paths, cfg, plan.fingerprint, len(plan.tasks), watchdog_stall=stall)
-
-    watchdog = CollectWatchdog(cfg.watchdog_s, lambda pair: plan.tasks[pair[0]][AGENT_REF_KEY]["name"], on_stall)
-    try:
-        rows = (_dispatched_row(plan.tasks[t], (t, r)) for t, r in plan.pending)
-        await _dispatch(client, rows, min(cfg.num_samples_in_parallel, max(len(plan.pending), 1)), on_done, watchdog)
-    finally:  # also on Ctrl-C: every written row is whole; fsync; failures file holds only still-missing pairs
-        bar.close()
-        outputs.close()
-        failure_log.close()
-        _compact_failures(plan.paths.failures, plan.failures)
-
-    summary = CollectSummary(
-        output_jsonl_fpath=str(plan.paths.output),
-        rollouts_expected=plan.total,
-        rollouts_done=len(plan.done),
-        rollouts_this_run=progress.done_this_run,
-        rollouts_resumed=plan.total - len(plan.pending),
-        failures_by_class=dict(progress.failures),
-        mean_reward=progress.mean_reward,
-        wall_s=time.monotonic() - progress.started_s,
-        retries=client.retries_used - retries_before,
-        failures_jsonl_fpath=str(plan.paths.failures),
-        watchdog=watchdog.metrics(),
-    )
-    await write_aggregate_metrics(client, plan.paths, summary)
-    return summary
-
-
-def _compact_failures(path: Path, failures: dict[Pair, dict[str, Any]]) -> None:
-    """Rewrite the failures file with the last record of each pair that still has no row (none: no file)."""
-    if failures:
-        write_jsonl(path, (failures[pair] for pair in sorted(failures)))
-    else:
-        path.unlink(missing_ok=True)
-
-
-# -- aggregate metrics ----------------------------------------------------------------------------------
-def _local_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """mean/min/max reward and the count (the keys of `ResourcesServer.aggregate_metrics`), plus `stop_reasons`
-    (how episodes ended → count) when the rows carry a `stop_reason`."""
-    rewards = [float(r["reward"]) for r in verify_responses if _is_reward(r.get("reward"))]
-    if not rewards:
-        return {"num_rollouts": 0}
-    metrics: dict[str, Any] = {"num_rollouts": len(rewards), "mean_reward": sum(rewards) / len(rewards), "min_reward": min(rewards), "max_reward": max(rewards)}
-    stop_reasons = Counter(str(r["stop_reason"]) for r in verify_responses if r.get("stop_reason") is not None)
-    if stop_reasons:
-        metrics["stop_reasons"] = dict(stop_reasons)
-    return metrics
-
-
-def _stripped(row: dict[str, Any]) -> dict[str, Any]:
-    """A rollout row without its heavy fields (`response` keeps only `usage`), as NeMo Gym sends them."""
-    entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params")}
-    usage = (row.get("response") or {}).get("usage") if isinstance(row.get("response"), dict) else None
-    if usage:
-        entry["response"] = {"usage": usage}
-    return entry
-
-
-async def _agent_metrics(client: ServerClient, name: str, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """The agent's `/aggregate_metrics` answer, or local metrics when it has no such route (404/405) or fails."""
-    entry: dict[str, Any] = {AGENT_REF_KEY: {"name": name}}
-    try:
-        metrics = await client.post(name, "/aggregate_metrics", {"verify_responses": verify_responses})
-    except ServerHTTPError as exc:
-        if exc.status_code not in (404, 405):
-            entry["agent_metrics_error"] = str(exc)[:2000]
-        metrics = None
-    except ServerError as exc:
-        entry["agent_metrics_error"] = str(exc)[:2000]
-        metrics = None
-    if isinstance(metrics, dict):
-        return {**entry, "agent_metrics": metrics, "source": "agent"}
-    return {**entry, "agent_metrics": _local_metrics(verify_responses), "source": "local"}
-
-
-async def write_aggregate_metrics(client: ServerClient, paths: OutputPaths, summary: CollectSummary) -> dict[str, Any]:
-    """Write `<out>_aggregate_metrics.json` over every row of the output (this run's and earlier ones).
-
-    Shape: `{"agents": [{"agent_ref": {"name"}, "agent_metrics": {...}, "source": "agent" | "local"}],
-    "collection": {rollouts_expected, rollouts_done, rollouts_this_run, rollouts_resumed, rollouts_failed,
-    failures_by_class, mean_reward, wall_s, rollouts_per_s, retries, watchdog: {watchdog_s, stalls: [{at, idle_s,
-    in_flight_count, in_flight: [{task_index, rollout_index, agent, running_s}]}]}}}`. Returns what it wrote.
-    """
-    by_agent: dict[str, list[dict[str, Any]]] = {}
-    if paths.output.is_file():
-        for _, row in iter_jsonl(paths.output):
-            by_agent.setdefault(row[AGENT_REF_KEY]["name"], []).append(_stripped(row))
-    agents = [await _agent_metrics(client, name, rows) for name, rows in sorted(by_agent.items())]
-    collection = {
-        "rollouts_expected": summary.rollouts_expected,
-        "rollouts_done": summary.rollouts_done,
-        "rollouts_this_run": summary.rollouts_this_run,
-        "rollouts_resumed": summary.rollouts_resumed,
-        "rollouts_failed": summary.rollouts_missing,
-        "failures_by_class": summary.failures_by_class,
-        "mean_reward": summary.mean_reward,
-        "wall_s": summary.wall_s,
-        "rollouts_per_s": summary.rollouts_per_s,
-        "retries": summary.retries,
-        "watchdog": summary.watchdog,
-    }
-    metrics = {"agents": agents, "collection": collection}
-    write_json(paths.aggregate_metrics, metrics)
-    return metrics
+    tasks, line_numbers = read_tasks_with_lines(cfg.input_jsonl_fpath, agent_name=cfg.agent_name, limit=cfg.limit, responses_create_params=cfg.responses_create_params)
+    files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
+    files.check_input(tasks, cfg.num_repeats)
+    result = await collect(
+        tasks, client, num_repeats=cfg.num_repeats, concurrency=cfg.num_samples_in_parallel, sinks=[files],
+        where=lambda i: f"{cfg.input_jsonl_fpath}:{line_numbers[i]}", progress=cfg.progress, watchdog_s=cfg.watchdog_s,
+    )  # fmt: skip
+    return CollectSummary.of(result, files.paths)
 
 
 # -- entry ----------------------------------------------------------------------------------------------
@@ -661,7 +230,7 @@ def collect_main(cfg: CollectConfig) -> int:
         summary = run_interruptible(run())  # SIGINT / SIGTERM: finished rollouts stay saved, exit 130
     except KeyboardInterrupt:
         paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
-        saved = _count_lines(paths.output)
+        saved = count_lines(paths.output)
         print(
             f"\nInterrupted: {saved} finished rollouts are saved in {paths.output}. Rerun the same command to collect only the missing ones.",
             file=sys.stderr,
@@ -669,10 +238,3 @@ def collect_main(cfg: CollectConfig) -> int:
         return 130
     print(summary.format())
     return summary.exit_status
-
-
-def _count_lines(path: Path) -> int:
-    if not path.is_file():
-        return 0
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())

@@ -19,10 +19,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
 
 from nemo_gym.errors import ConfigError
 from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
 from nemo_gym.nemo_gym_detect import detect_framework
+from nemo_gym.paths import PathEscapeError, resolve_inside
 
 __all__ = [
     "REPO_ROOT",
@@ -35,6 +37,7 @@ __all__ = [
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
+    "validation_problems",
     "server_sections",
 ]
 
@@ -48,6 +51,39 @@ def did_you_mean(word: str, choices: Any) -> str:
     """' (did you mean X?)' when a close match exists, else ''."""
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _section_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section model at a pydantic error location's parent (`("engine", "lora", "rnak")` → LoraOptions)."""
+    for part in loc[:-1]:
+        field_info = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field_info is None:
+            return None
+        annotation = field_info.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        found = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def validation_problems(model: type[BaseModel], exc: ValidationError, key_format: str = "{key}") -> list[str]:
+    """One `<key>: <message>` line per error of validating `model` (each key written with `key_format`, e.g.
+    `"+{key}"`); an unknown key of a section gets a suggestion among the section's keys and the list of them:
+    `trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: ...`."""
+    problems = []
+    for error in exc.errors():
+        loc = error["loc"]
+        key = key_format.format(key=".".join(map(str, loc)))
+        section = _section_at(model, loc) if error["type"] == "extra_forbidden" else None
+        if section is None:
+            problems.append(f"{key}: {error['msg']}")
+            continue
+        keys = [info.alias or name for name, info in section.model_fields.items()]
+        parent = f" of {key.rpartition('.')[0]}" if "." in key else ""
+        problems.append(f"{key}: not a key{parent}{did_you_mean(str(loc[-1]), keys)}; its keys: {', '.join(keys)}")
+    return problems
 
 
 @dataclass
@@ -87,8 +123,6 @@ class ServerInstance:
         Raises:
             ConfigError: `entrypoint` (or the implementation name) leads outside its folder, e.g. `../other/app.py`.
         """
-        from nemo_gym.paths import PathEscapeError, resolve_inside
-
         where = f"{self.name}.{self.server_type}.{self.implementation}"
         try:
             if self.implementation_dir == REPO_ROOT / self.server_type / self.implementation:  # a folder of this repository

@@ -19,8 +19,16 @@ environment is the row's `dataset` field when it is a string, else its `agent_re
 
 Infrastructure failures are not zeros: a task with a sample in `<rollouts>_failures.jsonl`, or with fewer rows
 than the collection's `num_repeats` (from `<rollouts>_state.json`), is left out of every metric and counted in
-`num_tasks_excluded`. Rows without `_ng_task_index` (rollouts from elsewhere) are grouped by their
-`responses_create_params` and agent instead.
+`num_tasks_excluded`. Rows without `_ng_task_index` (rollouts from elsewhere) are grouped by their prompt
+(`responses_create_params.input`) and agent instead (`nemo_gym.comparison.task_key`).
+
+With `+baseline_rollouts=<before.jsonl>` the report also scores that file (same ks and threshold) and compares
+the two on the tasks scored in both: each metric for the baseline, the candidate (the rollouts evaluated) and
+their difference, per environment and overall, and the mean reward difference paired by task with its 95 %
+percentile bootstrap interval over tasks (`nemo_gym.comparison`). Tool calls and turns per sample are reported
+too (`nemo_gym.comparison.tool_calls_and_turns`). With `+baseline_agent_name=<agent>` as well, ng_eval collects the
+baseline itself: the same tasks, samples and sampling parameters through that agent (two policies served side by
+side in one ng_run, each behind its own agent), then the candidate through `agent_name`; each file resumes.
 
 `max_turns` is not sent: neither bundled agent takes a per-request turn limit (simple_agent reads `max_steps`,
 gymnasium_agent `max_turns`, both from their config at `ng_run` time). It is recorded in the JSON with
@@ -33,26 +41,27 @@ Exit status of `eval_main`: 0 every task scored, 1 some tasks excluded (the repo
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import io
 import math
 import statistics
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.bootstrap_ci import DEFAULT_RESAMPLES
 from nemo_gym.client import ServerClient
 from nemo_gym.collect import AGENT_REF_KEY, TASK_INDEX_KEY, CollectConfig, OutputPaths, collect_rollouts
+from nemo_gym.comparison import TaskPair, TaskTally, pair_tasks, paired_reward_difference, prompt_digest, task_key, tool_calls_and_turns
 from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.evaluation_table import format_table, print_report
 from nemo_gym.head import discover_head_url
 from nemo_gym.jsonl import iter_jsonl, write_json
 
-__all__ = ["EvalConfig", "TaskResult", "pass_at_k", "pass_hat_k", "load_task_results", "evaluate", "format_table", "eval_main"]
+__all__ = ["EvalConfig", "TaskResult", "pass_at_k", "pass_hat_k", "load_task_results", "evaluate", "compare", "format_table", "eval_main"]
 
 DEFAULT_KS = (1, 4, 8)
 
@@ -78,6 +87,15 @@ class EvalConfig(BaseModel):
         None, description="where collected rollouts go (collector files and resume); default <output_json stem>_rollouts.jsonl"
     )
     from_rollouts: str | None = Field(None, description="evaluate this existing rollouts JSONL instead of collecting")
+    baseline_rollouts: str | None = Field(
+        None, description="also score this rollouts JSONL (e.g. the model before training) and compare: both side by side and the paired difference"
+    )
+    baseline_agent_name: str | None = Field(
+        None,
+        description="collect the baseline too: the same tasks through this agent (e.g. one whose model serves the policy before training) "
+        "into baseline_rollouts (default <output_json stem>_baseline_rollouts.jsonl); the rows must carry no agent_ref",
+    )
+    bootstrap_resamples: int = Field(DEFAULT_RESAMPLES, ge=1, description="bootstrap resamples of the paired mean reward difference's 95 % interval")
     num_samples_in_parallel: int = Field(32, ge=1, description="most rollouts in flight at once")
     resume: bool = Field(True, description="keep rollouts of an earlier run of the same command and collect only the missing ones")
     progress: bool = Field(True, description="show a progress bar while collecting")
@@ -121,15 +139,27 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 # -- tasks from rollouts ----------------------------------------------------------------------------------
 @dataclass
 class TaskResult:
-    """One task: its rewards (one per sample), or why it is excluded (`excluded` set, then not scored)."""
+    """One task: its rewards, tool calls and turns (one per sample), or why it is excluded (`excluded` set, then not
+    scored). `prompt_digest` is `nemo_gym.comparison.prompt_digest` of its first row (None without rows)."""
 
     key: Any
     environment: str
     rewards: list[float]
     excluded: str | None = None
+    tool_calls: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    prompt_digest: str | None = None
 
     def passed(self, threshold: float) -> int:
         return sum(1 for r in self.rewards if r >= threshold)
+
+    def tally(self, threshold: float) -> TaskTally:
+        """The task as `nemo_gym.comparison` sums."""
+        tally = TaskTally(self.environment, self.prompt_digest)
+        unknown = [0] * len(self.rewards)  # a TaskResult made without tool calls and turns counts none
+        for reward, calls, turns in zip(self.rewards, self.tool_calls or unknown, self.turns or unknown, strict=True):
+            tally.add(reward, reward >= threshold, calls, turns)
+        return tally
 
 
 def environment_of(row: dict[str, Any]) -> str:
@@ -138,14 +168,6 @@ def environment_of(row: dict[str, Any]) -> str:
         return row["dataset"]
     agent_ref = row.get(AGENT_REF_KEY)
     return agent_ref["name"] if isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str) else "unknown"
-
-
-def _task_key(row: dict[str, Any]) -> Any:
-    index = row.get(TASK_INDEX_KEY)
-    if isinstance(index, int) and not isinstance(index, bool):
-        return index
-    task = orjson.dumps([row.get("responses_create_params"), row.get(AGENT_REF_KEY)], option=orjson.OPT_SORT_KEYS)
-    return "sha256:" + hashlib.sha256(task).hexdigest()[:16]
 
 
 def _read_optional(path: Path) -> Iterable[dict[str, Any]]:
@@ -168,15 +190,21 @@ def load_task_results(rollouts_jsonl_fpath: str | Path, max_tasks: int | None = 
         reward = row.get("reward")
         if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
             raise DataError(f"{paths.output}:{line_no}: rollout has no finite numeric reward (got {reward!r})")
-        key = _task_key(row)
-        tasks.setdefault(key, TaskResult(key, environment_of(row), [])).rewards.append(float(reward))
+        key = task_key(row)
+        if key not in tasks:
+            tasks[key] = TaskResult(key, environment_of(row), [], prompt_digest=prompt_digest(row))
+        task = tasks[key]
+        calls, turns = tool_calls_and_turns(row.get("response"))
+        task.rewards.append(float(reward))
+        task.tool_calls.append(calls)
+        task.turns.append(turns)
     state = orjson.loads(paths.state.read_bytes()) if paths.state.is_file() else {}
     inputs = {row[TASK_INDEX_KEY]: row for row in _read_optional(paths.materialized_inputs) if TASK_INDEX_KEY in row}
     for index in range(state.get("num_tasks", 0)):
         if index not in tasks:
             tasks[index] = TaskResult(index, environment_of(inputs.get(index, {})), [])
     for failure in _read_optional(paths.failures):
-        task = tasks.setdefault(_task_key(failure), TaskResult(_task_key(failure), environment_of(failure), []))
+        task = tasks.setdefault(task_key(failure), TaskResult(task_key(failure), environment_of(failure), []))
         task.excluded = f"failed: {failure.get('failure_class', 'unknown')}"
     num_repeats = state.get("num_repeats")
     for task in tasks.values():
@@ -202,6 +230,10 @@ def resolve_ks(requested: list[int] | None, min_n: int) -> list[int]:
     return sorted(set(requested))
 
 
+def _mean_or_none(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
 def _group_metrics(tasks: list[TaskResult], ks: list[int], threshold: float) -> dict[str, Any]:
     scored = [t for t in tasks if t.excluded is None]
     rewards = [r for t in scored for r in t.rewards]
@@ -210,6 +242,8 @@ def _group_metrics(tasks: list[TaskResult], ks: list[int], threshold: float) -> 
         "num_samples": len(rewards),
         "num_tasks_excluded": len(tasks) - len(scored),
         "mean_reward": statistics.fmean(rewards) if rewards else None,
+        "tool_calls_per_sample": _mean_or_none([c for t in scored for c in t.tool_calls]),
+        "turns_per_sample": _mean_or_none([n for t in scored for n in t.turns]),
     }
     for name, estimator in (("pass@", pass_at_k), ("pass^", pass_hat_k)):
         for k in ks:
@@ -243,44 +277,88 @@ def evaluate(tasks: list[TaskResult], ks: list[int] | None, pass_threshold: floa
     }
 
 
-# -- the table --------------------------------------------------------------------------------------------
-def _table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    metric_names = ["mean_reward", *(f"pass@{k}" for k in report["k"]), *(f"pass^{k}" for k in report["k"])]
-    header = ["environment", "tasks", "samples", "excluded", *metric_names]
-    groups = [*report["environments"].items(), ("overall", report["overall"])]
-    rows = [
-        [name, str(m["num_tasks"]), str(m["num_samples"]), str(m["num_tasks_excluded"]), *("n/a" if m[x] is None else f"{m[x]:.4f}" for x in metric_names)]
-        for name, m in groups
-    ]
-    return header, rows
+# -- two files compared ------------------------------------------------------------------------------------
+_COUNTS = ("num_tasks", "num_samples", "num_tasks_excluded")
 
 
-def format_table(report: dict[str, Any]) -> str:
-    """The report as a table (rich when installed, else aligned plain text)."""
-    header, rows = _table_rows(report)
+def _difference(baseline: dict[str, Any], candidate: dict[str, Any]) -> dict[str, float | None]:
+    metrics = [m for m in candidate if m not in _COUNTS]
+    return {m: None if baseline[m] is None or candidate[m] is None else candidate[m] - baseline[m] for m in metrics}
+
+
+def _side_by_side(baseline: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    return {"baseline": baseline, "candidate": candidate, "difference": _difference(baseline, candidate)}
+
+
+def compare(
+    candidate: list[TaskResult], baseline: list[TaskResult], ks: list[int], pass_threshold: float, resamples: int = DEFAULT_RESAMPLES
+) -> dict[str, Any]:
+    """Two files' tasks compared on the tasks scored in both (keys as `load_task_results` gives them).
+
+    Returns `{"num_tasks", "baseline_only", "candidate_only", "overall", "environments", "mean_reward_difference",
+    "prompt_mismatches", "tasks"}`: `overall` and each environment hold `baseline`, `candidate` (the metrics of
+    `evaluate` on the common tasks) and `difference` (candidate - baseline of each metric);
+    `mean_reward_difference` is `nemo_gym.comparison.PairedDifference` (mean over tasks of the per-task
+    difference, its 95 % bootstrap interval `ci95`, improved/worsened/unchanged task counts); `tasks` has a row
+    per task of either file.
+
+    Raises:
+        ConfigError: a k above the samples of a common task.
+    """
+    tallies = [{t.key: t.tally(pass_threshold) for t in side if t.excluded is None} for side in (baseline, candidate)]
+    pairs = pair_tasks(*tallies)
+    both = {p.key for p in pairs if p.status == "both"}
+    base = evaluate([t for t in baseline if t.key in both], ks, pass_threshold)
+    cand = evaluate([t for t in candidate if t.key in both], ks, pass_threshold)
+    empty = _group_metrics([], ks, pass_threshold)
+    environments = sorted(base["environments"].keys() | cand["environments"].keys())
+    diff = paired_reward_difference(pairs, resamples)
+    return {
+        "num_tasks": len(both),
+        "baseline_only": [p.key for p in pairs if p.status == "baseline only"],
+        "candidate_only": [p.key for p in pairs if p.status == "candidate only"],
+        "overall": _side_by_side(base["overall"], cand["overall"]),
+        "environments": {env: _side_by_side(base["environments"].get(env, empty), cand["environments"].get(env, empty)) for env in environments},
+        "mean_reward_difference": {
+            "mean": diff.mean_difference, "ci95": list(diff.ci95) if diff.ci95 else None, "resamples": diff.resamples,
+            "improved": diff.improved, "worsened": diff.worsened, "unchanged": diff.unchanged,
+        },  # fmt: skip
+        "prompt_mismatches": diff.prompt_mismatches,
+        "tasks": [_pair_row(p) for p in pairs],
+    }
+
+
+def _pair_row(pair: TaskPair) -> dict[str, Any]:
+    """One task of either file, for the report's `comparison.paired.tasks`."""
+    row: dict[str, Any] = {"task": pair.key, "environment": pair.environment, "status": pair.status}
+    for name, tally in (("baseline", pair.baseline), ("candidate", pair.candidate)):
+        row[f"{name}_samples"] = tally.num_rollouts if tally else 0
+        row[f"{name}_mean_reward"] = tally.mean_reward if tally else None
+    row["difference"] = pair.reward_delta
+    row["same_prompt"] = pair.same_prompt
+    return row
+
+
+def _resolve_both_ks(candidate: list[TaskResult], baseline: list[TaskResult], requested: list[int] | None, baseline_path: str) -> list[int]:
+    """The ks valid for both files: each k at most the fewest samples of a scored task in either.
+
+    Raises:
+        ConfigError: a requested k above that (the message names the baseline file).
+    """
+    min_n = min((len(t.rewards) for t in [*candidate, *baseline] if t.excluded is None), default=0)
     try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
-        return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
-    table = Table(title=f"pass@k / pass^k (sample passes when reward >= {report['pass_threshold']})")
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
-    for i, row in enumerate(rows):
-        table.add_row(*row, end_section=i == len(rows) - 2)
-    console = Console(file=io.StringIO(), width=200, color_system=None)
-    console.print(table)
-    return console.file.getvalue().rstrip()
+        return resolve_ks(requested, min_n)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (n is the fewest samples of a task in either file; baseline: {baseline_path})") from None
 
 
 # -- entry ------------------------------------------------------------------------------------------------
-def _paths(cfg: EvalConfig) -> tuple[str, str]:
-    """(rollouts JSONL, report JSON) of `cfg`, with defaults filled in.
+def _paths(cfg: EvalConfig) -> tuple[str, str, str | None]:
+    """(rollouts JSONL, report JSON, baseline rollouts JSONL or None) of `cfg`, with defaults filled in.
 
     Raises:
-        ConfigError: neither input_jsonl_fpath nor from_rollouts, or both; no path to write to.
+        ConfigError: neither input_jsonl_fpath nor from_rollouts, or both; no path to write to; baseline_agent_name
+            without input_jsonl_fpath.
     """
     if (cfg.input_jsonl_fpath is None) == (cfg.from_rollouts is None):
         raise ConfigError("ng_eval: pass +input_jsonl_fpath=<tasks> to collect rollouts, or +from_rollouts=<rollouts.jsonl> to evaluate existing ones (not both)")
@@ -291,14 +369,33 @@ def _paths(cfg: EvalConfig) -> tuple[str, str]:
         out = Path(cfg.output_json_fpath)
         rollouts = str(out.with_name(f"{out.stem}_rollouts.jsonl"))
     report = cfg.output_json_fpath or str(Path(rollouts).with_name(f"{Path(rollouts).stem}_eval.json"))
-    return rollouts, report
+    baseline = cfg.baseline_rollouts
+    if cfg.baseline_agent_name:
+        if cfg.input_jsonl_fpath is None:
+            raise ConfigError("ng_eval: +baseline_agent_name collects the baseline from +input_jsonl_fpath=<tasks>; to compare two existing files pass +from_rollouts= and +baseline_rollouts=")
+        baseline = baseline or str(Path(report).with_name(f"{Path(report).stem}_baseline_rollouts.jsonl"))
+    return rollouts, report, baseline
 
 
-def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str) -> str:
-    """Collect with the collector; returns its summary text. Raises what `collect_rollouts` raises."""
+def _check_rows_name_no_agent(cfg: EvalConfig) -> None:
+    """With two agents chosen by name, a row's own agent_ref would send both collections to one agent.
+
+    Raises:
+        ConfigError: a row (of the first max_samples) has an agent_ref.
+    """
+    for line_no, row in iter_jsonl(cfg.input_jsonl_fpath, limit=cfg.max_samples):  # type: ignore[arg-type]  # set: _paths checked
+        if row.get(AGENT_REF_KEY) is not None:
+            raise ConfigError(
+                f"{cfg.input_jsonl_fpath}:{line_no}: the row names its agent (agent_ref), so +agent_name and +baseline_agent_name would not choose "
+                "the agents; remove agent_ref from the rows"
+            )
+
+
+def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str, agent_name: str | None) -> str:
+    """Collect with the collector through `agent_name`; returns its summary text. Raises what `collect_rollouts` raises."""
     overrides = {key: value for key in ("temperature", "max_output_tokens") if (value := getattr(cfg, key)) is not None}
     collect_cfg = CollectConfig(
-        agent_name=cfg.agent_name,
+        agent_name=agent_name,
         input_jsonl_fpath=cfg.input_jsonl_fpath,
         output_jsonl_fpath=rollouts_jsonl_fpath,
         limit=cfg.max_samples,
@@ -320,7 +417,7 @@ def _collect(cfg: EvalConfig, rollouts_jsonl_fpath: str) -> str:
 
 def eval_main(cfg: EvalConfig) -> int:
     """`ng_eval`: collect (or read) rollouts, print the table, write the JSON report; returns 0, 1 or 130."""
-    rollouts, report_path = _paths(cfg)
+    rollouts, report_path, baseline_path = _paths(cfg)
     if cfg.from_rollouts is None and cfg.k is not None:
         resolve_ks(cfg.k, cfg.num_samples)  # a k above num_samples is an error before collecting anything
     if cfg.max_turns is not None:
@@ -329,22 +426,35 @@ def eval_main(cfg: EvalConfig) -> int:
             f"e.g. +<agent>.responses_api_agents.simple_agent.max_steps={cfg.max_turns}",
             file=sys.stderr,
         )
+    if cfg.baseline_agent_name:
+        _check_rows_name_no_agent(cfg)
+    elif baseline_path:
+        load_task_results(baseline_path, cfg.max_samples)  # a bad baseline file fails before collecting
     if cfg.from_rollouts is None:
         try:
-            print(_collect(cfg, rollouts))
+            if cfg.baseline_agent_name:
+                print(_collect(cfg, baseline_path, cfg.baseline_agent_name))  # type: ignore[arg-type]  # set with baseline_agent_name
+            print(_collect(cfg, rollouts, cfg.agent_name))
         except KeyboardInterrupt:
-            print(f"\nInterrupted: finished rollouts are saved in {rollouts}. Rerun the same command to resume.", file=sys.stderr)
+            saved = f"{baseline_path} and {rollouts}" if cfg.baseline_agent_name else rollouts
+            print(f"\nInterrupted: finished rollouts are saved in {saved}. Rerun the same command to resume.", file=sys.stderr)
             return 130
-    report = evaluate(load_task_results(rollouts, cfg.max_samples), cfg.k, cfg.pass_threshold)
+    candidate = load_task_results(rollouts, cfg.max_samples)
+    baseline = load_task_results(baseline_path, cfg.max_samples) if baseline_path else []
+    ks = _resolve_both_ks(candidate, baseline, cfg.k, baseline_path) if baseline_path else cfg.k
+    report = evaluate(candidate, ks, cfg.pass_threshold)
     report = {
         **report,
         "rollouts_jsonl_fpath": rollouts,
         "max_turns": {"requested": cfg.max_turns, "applied": False},
         "config": cfg.model_dump(),
     }
+    if baseline_path:
+        report["comparison"] = {
+            "baseline_rollouts_jsonl_fpath": baseline_path,
+            "baseline_agent_name": cfg.baseline_agent_name,
+            "baseline": evaluate(baseline, report["k"], cfg.pass_threshold),
+            "paired": compare(candidate, baseline, report["k"], cfg.pass_threshold, cfg.bootstrap_resamples),
+        }
     write_json(report_path, report)
-    print(format_table(report))
-    if report["excluded_tasks"]:
-        print(f"{len(report['excluded_tasks'])} tasks excluded (infrastructure failures or missing samples); see excluded_tasks in the report.")
-    print(f"Report: {report_path}")
-    return 1 if report["excluded_tasks"] else 0
+    return print_report(report, report_path)

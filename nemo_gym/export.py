@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.background import list_records, load_record
+from nemo_gym.config import load_config
 from nemo_gym.errors import ConfigError, DataError
 from nemo_gym.paths import check_name, resolve_inside
 
@@ -79,8 +81,6 @@ def resolve_source(source: str) -> ExportSource:
     """
     path = Path(source).expanduser()
     if not path.exists() and "/" not in source:
-        from nemo_gym.background import load_record
-
         try:
             record = load_record(source)
         except ConfigError as exc:
@@ -115,8 +115,6 @@ def _engine_config_values(source: ExportSource) -> dict[str, Any]:
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     if isinstance(state.get("engine"), dict):
         return state["engine"]
-    from nemo_gym.background import list_records
-    from nemo_gym.config import load_config
 
     output_dir = str(source.checkpoint_dir.parent) if source.checkpoint_dir else None
     for record in list_records():

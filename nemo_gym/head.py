@@ -33,17 +33,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym.auth import TOKEN_HEADER, PeerPolicy, RunTokenAuth, current_run_token, read_token_file
 from nemo_gym.errors import ConfigError
+from nemo_gym.layout import nemo_gym_home
 from nemo_gym.api_schema import add_components, json_body, model_schema
 from nemo_gym.limits import RequestLimits, read_json_object
 
 __all__ = ["nemo_gym_discovery", "nemo_gym_home", "runs_dir", "live_runs", "discover_head_url", "run_token_for_url", "run_token_headers", "build_head_app", "Registration", "ServerRegistry"]
 
 DEFAULT_HEAD_PORT = 11000
-
-
-def nemo_gym_home() -> Path:
-    """Cache and state folder: `$NEMO_GYM_HOME`, default `~/.cache/nemo_gym`."""
-    return Path(os.environ.get("NEMO_GYM_HOME") or Path.home() / ".cache" / "nemo_gym")
 
 
 def runs_dir() -> Path:

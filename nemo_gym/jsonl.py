@@ -18,6 +18,7 @@ import orjson
 from nemo_gym.errors import DataError
 
 __all__ = [
+    "iter_lines",
     "iter_jsonl",
     "read_jsonl",
     "write_jsonl",
@@ -31,6 +32,20 @@ __all__ = [
 
 def _describe(value: Any) -> str:
     return "a list" if isinstance(value, list) else f"a {type(value).__name__}" if value is not None else "null"
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield `(line number, text)` for each line of the UTF-8 text file `path`, numbered from 1, split at newlines only.
+
+    `str.splitlines` is not a JSONL splitter: it also breaks at U+2028, U+2029, U+0085 and U+001C-U+001E, which JSON
+    leaves unescaped inside strings (a model's output can hold them), so a valid row would read as two broken lines.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with Path(path).open(encoding="utf-8", newline="\n") as f:
+        for line_no, line in enumerate(f, 1):
+            yield line_no, line.rstrip("\r\n")
 
 
 def iter_jsonl(path: str | Path, *, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -33,7 +33,10 @@ from typing import Any, Iterator
 from pydantic import BaseModel, ConfigDict, Field
 from rich.filesize import decimal
 
+from nemo_gym.background import list_records
+from nemo_gym.errors import NemoGymError
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX, EmbeddedModel, nemo_gym_home
+from nemo_gym.team import client as team_client
 
 __all__ = ["ModelsOptions", "ModelEntry", "embedded_models", "hf_cache_models", "trained_models", "server_models", "list_models", "offline_models", "models_main"]
 
@@ -266,8 +269,6 @@ def trained_models(roots: list[tuple[Path, str | None]], table: dict[str, tuple[
 
 
 def _background_output_dirs() -> list[tuple[Path, str]]:
-    from nemo_gym.background import list_records
-
     return [(Path(r.output_dir), r.id) for r in list_records() if r.output_dir]
 
 
@@ -277,11 +278,8 @@ def server_models() -> tuple[list[ModelEntry], list[str]]:
     `nemo_gym.team.client.list_server_models()`: each a run's final model, fetched with `ng_runs download <run>`
     before it can be served here. Nothing when not logged in; a server that cannot be reached is a warning, not an
     error (the local models are still listed)."""
-    from nemo_gym.errors import NemoGymError
-    from nemo_gym.team.client import list_server_models
-
     try:
-        listed = list_server_models()
+        listed = team_client.list_server_models()
     except NemoGymError as exc:  # TeamServerError: unreachable, or the token was refused; never carries the token
         return [], [f"run server: its models could not be listed ({exc})"]
     entries = []

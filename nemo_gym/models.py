@@ -17,12 +17,13 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from nemo_gym.layout import nemo_gym_home
 
 __all__ = [
     "EMBEDDED_PREFIX",
@@ -64,11 +65,6 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         max_position_embeddings=8192,
     )
 }
-
-
-def nemo_gym_home() -> Path:
-    """The cache root: `$NEMO_GYM_HOME`, default `~/.cache/nemo_gym`."""
-    return Path(os.environ.get("NEMO_GYM_HOME") or Path.home() / ".cache" / "nemo_gym").expanduser()
 
 
 def embedded_model(model: str) -> EmbeddedModel | None:

@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from nemo_gym.config import ServerInstance
-from nemo_gym.errors import ConfigError
+from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import nemo_gym_home
 from nemo_gym.nemo_gym_detect import FRAMEWORK, detect_framework
 from nemo_gym.processes import die_with_parent, free_port, signal_group
@@ -227,8 +227,6 @@ class RayHead:
         Raises:
             nemo_gym.errors.ServerStartError: `ray start` exited or did not come up within START_TIMEOUT_S.
         """
-        from nemo_gym.errors import ServerStartError
-
         ports = {name: free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
         command = [str(self.ray_executable), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false", "--node-ip-address=127.0.0.1",
                    f"--num-cpus={self.num_cpus}", "--object-store-memory=200000000", f"--temp-dir={self.temp_dir}",

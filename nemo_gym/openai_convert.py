@@ -153,48 +153,20 @@ def input_items_to_messages(
     if instructions:
         messages.append({"role": "system", "content": instructions})
     turn: dict[str, Any] | None = None  # the assistant message being assembled
-
-    def assistant_turn() -> dict[str, Any]:
-        nonlocal turn
-        if turn is None:
-            turn = {"role": "assistant", "content": None}
-            messages.append(turn)
-        return turn
-
     for item in items:
-        if not isinstance(item, dict):
-            raise ConversionError(f"input item must be an object, got {type(item).__name__}")
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message" and item.get("role") == "assistant":
-            message = assistant_turn()
-            text = _content_to_chat(item.get("content"))
-            text = text if isinstance(text, str) else "".join(p.get("text", "") for p in text)
-            message["content"] = (message["content"] or "") + text
-        elif kind == "message":
+        kind = _item_kind(item)
+        message = _message_outside_turn(kind, item, developer_as_system)
+        if message is not None:
             turn = None
-            role = item.get("role", "user")
-            if role == "developer" and developer_as_system:
-                role = "system"
-            messages.append({"role": role, "content": _content_to_chat(item.get("content"))})
+            messages.append(message)
             continue
-        elif kind == "function_call":
-            if not isinstance(item.get("name"), str):
-                raise ConversionError("a function_call item needs a string `name`")
-            call = {"id": item.get("call_id") or item.get("id") or _new_id("call"), "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
-            assistant_turn().setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            if "call_id" not in item:
-                raise ConversionError("a function_call_output item needs a `call_id`")
-            turn = None
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_to_text(item.get("output"))})
-            continue
-        elif kind == "reasoning":
-            if keep_reasoning:
-                message = assistant_turn()
-                message["reasoning_content"] = (message.get("reasoning_content") or "") + _reasoning_text(item)
-        else:
+        if kind not in ("message", "function_call", "reasoning"):
             raise ConversionError(f"input item type {kind!r} has no Chat Completions equivalent")
+        if kind != "reasoning" or keep_reasoning:
+            if turn is None:
+                turn = {"role": "assistant", "content": None}
+                messages.append(turn)
+            _extend_turn(turn, kind, item)
         # An item that carries token ids closes its model turn.
         info = token_info(item)
         if info and turn is not None:
@@ -202,6 +174,43 @@ def input_items_to_messages(
                 turn.update(info)
             turn = None
     return messages
+
+
+def _item_kind(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        raise ConversionError(f"input item must be an object, got {type(item).__name__}")
+    return item.get("type") or ("message" if "role" in item else None)
+
+
+def _message_outside_turn(kind: str | None, item: dict[str, Any], developer_as_system: bool) -> dict[str, Any] | None:
+    """The chat message of an item that ends the assistant's turn (a user, system or developer message, a tool
+    output); None for the items of an assistant turn and unknown ones."""
+    if kind == "message" and item.get("role") != "assistant":
+        role = item.get("role", "user")
+        if role == "developer" and developer_as_system:
+            role = "system"
+        return {"role": role, "content": _content_to_chat(item.get("content"))}
+    if kind == "function_call_output":
+        if "call_id" not in item:
+            raise ConversionError("a function_call_output item needs a `call_id`")
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": _output_to_text(item.get("output"))}
+    return None
+
+
+def _extend_turn(turn: dict[str, Any], kind: str, item: dict[str, Any]) -> None:
+    """Add an assistant message, function call or reasoning item to the assistant message `turn`."""
+    if kind == "message":
+        text = _content_to_chat(item.get("content"))
+        text = text if isinstance(text, str) else "".join(p.get("text", "") for p in text)
+        turn["content"] = (turn["content"] or "") + text
+    elif kind == "function_call":
+        if not isinstance(item.get("name"), str):
+            raise ConversionError("a function_call item needs a string `name`")
+        call = {"id": item.get("call_id") or item.get("id") or _new_id("call"), "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}  # fmt: skip
+        turn.setdefault("tool_calls", []).append(call)
+    else:
+        turn["reasoning_content"] = (turn.get("reasoning_content") or "") + _reasoning_text(item)
 
 
 def tools_to_chat(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -25,21 +25,21 @@ reported with where to put it.
 from __future__ import annotations
 
 import json
-import statistics
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.config import REPO_ROOT, SERVER_TYPES, LoadedConfig
+from nemo_gym.config import REPO_ROOT, SERVER_TYPES, LoadedConfig, load_config, validation_problems
+from nemo_gym.dataset_metrics import dataset_metrics, metrics_path, summary
+from nemo_gym.datasets.sources import dataset_source, fetch_dataset
 from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.jsonl import iter_lines
 
-__all__ = ["PrepareDataOptions", "DatasetSpec", "dataset_metrics", "prepare_data", "prepare_main", "metrics_path"]
+__all__ = ["PrepareDataOptions", "DatasetSpec", "dataset_metrics", "prepare_data", "prepare_main", "prepare_command", "metrics_path", "summary"]
 
 MODE_TYPES = {"train_preparation": ("train", "validation", "benchmark"), "example_validation": ("example",)}
-NON_TASK_KEYS = {"responses_create_params", "response", "agent_ref"}
 
 
 class PrepareDataOptions(BaseModel):
@@ -114,7 +114,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         DataError: `file:line: [rule] message` for every bad row (at most 20 listed).
     """
     rows, problems = [], []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         try:
@@ -134,56 +134,6 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def summary(values: list[float]) -> dict[str, float | int]:
-    """NeMo Gym's statistics of the non-null values: count, average, min, max, sample standard deviation."""
-    if not values:
-        return {"Total # non-null values": 0, "Average": 0.0, "Min": 0.0, "Max": 0.0, "Standard deviation": 0.0}
-    stddev = statistics.stdev(values) if len(values) > 1 else 0.0
-    stats = {"Average": statistics.fmean(values), "Min": float(min(values)), "Max": float(max(values)), "Standard deviation": stddev}
-    return {"Total # non-null values": len(values), **{k: round(v, 2 if abs(v) >= 1 else 3) for k, v in stats.items()}}
-
-
-def dataset_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Metrics of a dataset's rows (see the module docstring); no header fields."""
-    tools, turns, words, temperatures = [], [], [], []
-    numbers: dict[str, list[float]] = {}
-    texts: dict[str, Counter[str]] = {}
-    for row in rows:
-        params = row["responses_create_params"]
-        if params.get("tools") is not None:
-            tools.append(len(params["tools"]))
-        messages = [{"role": "user", "content": params["input"]}] if isinstance(params["input"], str) else params["input"]
-        users = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "user")
-        if users:
-            turns.append(users)
-        if params.get("temperature") is not None:
-            temperatures.append(float(params["temperature"]))
-        words.append(len(json.dumps(params).split()))
-        for key, value in row.items():
-            if key in NON_TASK_KEYS:
-                continue
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, (bool, int, float)):
-                    numbers.setdefault(key, []).append(float(item))
-                elif isinstance(item, str):
-                    texts.setdefault(key, Counter())[item] += 1
-    metrics: dict[str, Any] = {
-        "Number of examples": len(rows),
-        "Number of tools": summary(tools),
-        "Json-dumped number of words (proxy for token count)": summary(words),
-        "Number of turns": summary(turns),
-        "Temperature": summary(temperatures),
-    }
-    metrics.update({key: summary(values) for key, values in numbers.items()})
-    metrics.update({key: {"unique_count": len(c), "total_count": sum(c.values())} for key, c in texts.items()})
-    return metrics
-
-
-def metrics_path(jsonl_path: Path) -> Path:
-    """`data/example.jsonl` → `data/example_metrics.json`."""
-    return jsonl_path.with_name(f"{jsonl_path.stem}_metrics.json")
-
-
 def header(dataset: Dataset) -> dict[str, Any]:
     spec = dataset.spec
     return {"name": spec.name, "type": spec.type, "jsonl_fpath": spec.jsonl_fpath, "num_repeats": spec.num_repeats, "license": spec.license}
@@ -201,8 +151,6 @@ def _download(dataset: Dataset, should_download: bool) -> None:
     """Fetch a missing dataset file from its registry source, else raise DataError saying how to get it."""
     source = None
     if should_download:
-        from nemo_gym.datasets.sources import dataset_source, fetch_dataset
-
         source = dataset_source(dataset.spec.model_dump(), f"{dataset.agent}: dataset {dataset.spec.name!r}")
     if source is None:
         raise _missing(dataset, should_download)
@@ -245,8 +193,13 @@ def prepare_main(loaded: LoadedConfig) -> int:
     try:
         options = PrepareDataOptions.model_validate(loaded.values)
     except ValidationError as exc:
-        raise ConfigError("; ".join(f"+{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()) + " (see +help=true)") from exc
+        raise ConfigError("; ".join(validation_problems(PrepareDataOptions, exc, "+{key}")) + " (see +help=true)") from exc
     for kind, path in prepare_data(loaded, options).items():
         rows = sum(1 for _ in path.open())
         print(f"{kind}: {rows} rows -> {path} (metrics: {path.with_name(f'{kind}_metrics.json')})")
     return 0
+
+
+def prepare_command(argv: list[str]) -> int:
+    """`ng_prepare_data`'s main: the config of `argv`, loaded unresolved (datasets need no secrets or ${...} values)."""
+    return prepare_main(load_config(argv, resolve=False))

@@ -34,27 +34,26 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.auth import RUN_TOKEN_ENV, SAME_USER_ENV, TOKEN_FILE_NAME, TOKEN_HEADER, PeerPolicy, new_run_token, write_allowed_peers, write_token_file
 from nemo_gym.client import HEAD_URL_ENV
-from nemo_gym.config import REPO_ROOT, LoadedConfig, ServerInstance, server_instances
+from nemo_gym.config import REPO_ROOT, LoadedConfig, ServerInstance, server_instances, validation_problems
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.nemo_gym_servers import DEFAULT_VERSION, FRAMEWORK, LIVENESS_PATH, RayHead, config_dict_yaml, ensure_release_venv, release_requirements, release_version
 from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.processes import die_with_parent, free_port
+from nemo_gym.processes import die_with_parent, free_port, signal_group
+from nemo_gym.ray_placement import RayServers
+from nemo_gym.run_processes import NgRunProcess, ServerProcess, died_message, log_path, node_of, tail
 from nemo_gym.serve import REPLICA_ENV, bind_socket
 from nemo_gym.venvs import VenvBuildError, ensure_venv, requirements_text
 
@@ -82,53 +81,6 @@ class RunOptions(BaseModel):
     nemo_gym_version: str = Field(DEFAULT_VERSION, description="NVIDIA NeMo Gym release that runs NeMo Gym server folders (an instance's own `nemo_gym_version` wins)")
     external_wait_s: float = Field(30.0, gt=0, description="seconds an external server (`url:`) may take to answer its health check before ng_run stops")
     ray_address: str | None = Field(None, description="place the servers on this Ray cluster (`auto`, `host:port`) instead of this machine; see nemo_gym.ray_placement")
-
-
-@dataclass
-class ServerProcess:
-    instance: ServerInstance
-    log_path: Path
-    replica: int = 0
-    process: asyncio.subprocess.Process | None = None
-    url: str | None = None
-    healthy: bool = False
-    ray_replica: Any = None  # with +ray_address: its actor (nemo_gym.ray_placement)
-    started_at: float = field(default_factory=time.time)
-    kind: str = "own"  # "own": our server process; "external": a `url:` server; "nemo_gym": a NeMo Gym folder run with a release
-    health_path: str = "/health"
-    release: str | None = None  # the NeMo Gym release of a "nemo_gym" server
-
-    @property
-    def label(self) -> str:
-        """`'name'`, or `'name' replica i` for an instance with several replicas."""
-        return f"{self.instance.name!r}" + (f" replica {self.replica}" if self.instance.num_replicas > 1 else "")
-
-
-def log_path(logs_dir: Path, name: str, replica: int) -> Path:
-    """Log file of a server process: `<name>.log` for replica 0, `<name>.<replica>.log` for the others."""
-    return logs_dir / (f"{name}.log" if replica == 0 else f"{name}.{replica}.log")
-
-
-def tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a text file ('' when it does not exist)."""
-    if not path.exists():
-        return ""
-    with path.open(errors="replace") as fh:
-        return "".join(deque(fh, maxlen=lines)).rstrip()
-
-
-def _node_of(server: ServerProcess) -> str:
-    """`node <ip> <id prefix>` of a Ray-placed server, as last reported."""
-    info = (server.ray_replica.info or {}) if server.ray_replica is not None else {}
-    return f"node {info.get('node_ip', '?')} {str(info.get('node_id', '?'))[:8]}"
-
-
-def _died_message(server: ServerProcess, lines: int, what: str) -> str:
-    if server.ray_replica is not None:  # the log is on the server's Ray node: its last lines as last fetched
-        where, log = f"on Ray {_node_of(server)}: {(server.ray_replica.info or {}).get('log', '?')}", server.ray_replica.last_tail
-    else:
-        where, log = str(server.log_path), tail(server.log_path, lines)
-    return f"server {server.label} ({server.instance.server_type}/{server.instance.implementation}) {what}.\nLast log lines ({where}):\n{log or '(empty log)'}"
 
 
 class Run:
@@ -328,8 +280,6 @@ class Run:
 
     def spawn_on_ray(self) -> None:
         """With `+ray_address`: one actor per replica; each builds its environment and starts its server on its node."""
-        from nemo_gym.ray_placement import RayServers
-
         self.ray = RayServers(self.options.ray_address or "auto", run_id=self.run_id, head_url=self.head_url, run_token=self.run_token, skip_venv=self.options.skip_venv)
         print(f"Placing {sum(i.num_replicas for i in self.own)} server process(es) on the Ray cluster at {self.options.ray_address}...", flush=True)
         for instance in self.own:
@@ -350,7 +300,7 @@ class Run:
         for server in self.servers:
             registered = self.head_app.state.servers.replica(server.instance.name, server.replica)
             if server.healthy and registered and registered["url"] != server.url:
-                print(f"ng_run: server {server.label} restarted at {registered['url']} ({_node_of(server)})", flush=True)
+                print(f"ng_run: server {server.label} restarted at {registered['url']} ({node_of(server)})", flush=True)
                 server.url, moved = registered["url"], True
         if moved:
             self.write_state()
@@ -358,7 +308,7 @@ class Run:
     def check_alive(self) -> None:
         for server in self.servers:
             if server.process and server.process.returncode is not None:
-                raise ServerStartError(_died_message(server, self.options.log_lines, f"exited with code {server.process.returncode}"))
+                raise ServerStartError(died_message(server, self.options.log_lines, f"exited with code {server.process.returncode}"))
 
     async def wait_ready(self) -> None:
         deadline = time.monotonic() + self.options.startup_timeout_s
@@ -369,7 +319,7 @@ class Run:
                     raise KeyboardInterrupt
                 if time.monotonic() > deadline:
                     waiting = [s for s in self.servers if not s.healthy]
-                    raise ServerStartError("\n\n".join(_died_message(s, self.options.log_lines, f"was not healthy after {self.options.startup_timeout_s:.0f} s") for s in waiting))
+                    raise ServerStartError("\n\n".join(died_message(s, self.options.log_lines, f"was not healthy after {self.options.startup_timeout_s:.0f} s") for s in waiting))
                 for server in self.servers:
                     registered = self.head_app.state.servers.replica(server.instance.name, server.replica)
                     if server.healthy or not registered:
@@ -415,7 +365,7 @@ class Run:
             await asyncio.to_thread(self.ray.stop, self.options.stop_grace_s)
         alive = [s.process for s in self.servers if s.process and s.process.returncode is None]
         for process in alive:
-            _signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.options.stop_grace_s
         for process in alive:
             try:
@@ -424,7 +374,7 @@ class Run:
                 pass
         for server in self.servers:  # SIGKILL whatever is left in each group, children included
             if server.process:
-                _signal_group(server.process.pid, signal.SIGKILL)
+                signal_group(server.process.pid, signal.SIGKILL)
                 await server.process.wait()
         if self.ray_head is not None:
             await self.ray_head.stop(self.options.stop_grace_s)
@@ -440,7 +390,7 @@ class Run:
         replicas = f" ({len(self.instances)} instances)" if len(self.instances) != len(self.servers) else ""
         print(f"All {len(self.servers)} / {len(self.servers)} servers ready in {seconds:.1f} s{replicas}. Head server: {self.head_url}")
         for name, s in zip(names, self.servers):
-            where = f"pid {s.process.pid}" if s.process else f"{_node_of(s)}, pid {(s.ray_replica.info or {}).get('pid', '?')}" if s.ray_replica else "external"
+            where = f"pid {s.process.pid}" if s.process else f"{node_of(s)}, pid {(s.ray_replica.info or {}).get('pid', '?')}" if s.ray_replica else "external"
             if s.release:
                 where += f", NeMo Gym {s.release}"
             print(f"  {name:<{width}}  {_shown_folder(s.instance):<40} {s.url}  {where}")
@@ -504,99 +454,15 @@ def _shown_folder(instance: ServerInstance) -> str:
     return f"{instance.server_type}/{instance.implementation}" if folder == REPO_ROOT / instance.server_type / instance.implementation else str(folder)
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_main(loaded: LoadedConfig) -> int:
-    """Run the servers of a loaded config until interrupted. Returns the exit status."""
-    options = RunOptions.model_validate(loaded.values)
-    run = Run(loaded, options)
-    return asyncio.run(run.main())
-
-
-READY_LINE = "servers ready in"  # in ng_run's line once every server answers /health (see Run.print_ready)
-
-
-class NgRunProcess:
-    """The servers of a config for a command that needs them a while (ng_train, ng_try): `ng_run argv` started
-    as a child process, or, with `head_server_url`, a running ng_run attached to (nothing started, nothing stopped).
-
-    The child runs in its own session (Ctrl-C in the terminal reaches the caller only, which stops the child
-    with `stop()`), gets SIGTERM from Linux when the caller dies (so its servers never outlive it) and writes
-    its output to `log_path`. Its head server listens on a free loopback port chosen here.
-
-    Args:
-        argv: ng_run's arguments (`+config_paths=[...]`, overrides).
-        head_server_url: attach to this head server instead of starting anything.
-        log_path: ng_run's output file.
-        startup_timeout_s: seconds to wait for every server's /health (vLLM may build its engine first).
-        caller: the command's name, for the messages (`ng_train`).
-        poll_s: seconds between two looks at the log while waiting.
+    """Run the servers of a loaded config until interrupted. Returns the exit status.
 
     Raises:
-        ServerStartError: ng_run exited during start-up (its last log lines are in the message) or was not ready
-            in time; the child is stopped first. A KeyboardInterrupt while waiting also stops it.
+        ConfigError: a bad value of ng_run's own keys (an unknown key of `head_server` with a suggestion).
     """
-
-    def __init__(self, argv: list[str], head_server_url: str | None, log_path: Path, startup_timeout_s: float = 1800.0, *,
-                 caller: str, poll_s: float = 0.5):  # fmt: skip
-        self.process: subprocess.Popen | None = None
-        self.caller = caller
-        if head_server_url:
-            self.head_url = head_server_url.rstrip("/")
-            return
-        port = free_port()
-        self.head_url = f"http://127.0.0.1:{port}"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_start = log_path.stat().st_size if log_path.is_file() else 0  # an earlier run's lines (a resumed ng_train) do not count
-        command = [sys.executable, "-c", "import sys; from nemo_gym.cli import main; sys.exit(main('run'))", *argv, f"++head_server.port={port}"]
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
-        print(f"{caller}: started ng_run (pid {self.process.pid}, head {self.head_url}, log {log_path}); waiting for its servers...", flush=True)
-        try:
-            self._wait_ready(startup_timeout_s, log_path, log_start, poll_s)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self, timeout_s: float, log_path: Path, log_start: int, poll_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ServerStartError(f"ng_run exited with code {self.process.returncode}; last lines of {log_path}:\n{tail(log_path, 30)}")
-            with log_path.open("rb") as log:
-                log.seek(log_start)
-                if READY_LINE.encode() in log.read():
-                    return
-            time.sleep(poll_s)
-        raise ServerStartError(f"ng_run's servers were not ready within {timeout_s:.0f} s; see {log_path}")
-
-    def server_url(self, name: str) -> str:
-        """Base URL of the run's server instance `name` (asked of the head server).
-
-        Raises:
-            ServerError: the head server does not know `name`.
-        """
-        from nemo_gym.client import ServerClient
-
-        async def lookup() -> str:
-            async with ServerClient(self.head_url) as client:
-                return await client.server_url(name)
-
-        return asyncio.run(lookup())
-
-    def stop(self, grace_s: float = 30.0) -> None:
-        """Stop the started ng_run (SIGINT: it stops its servers; SIGKILL of its process group after `grace_s`).
-        Nothing for an attached run or one that has exited."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+    try:
+        options = RunOptions.model_validate(loaded.values)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(validation_problems(RunOptions, exc, "+{key}"))) from exc
+    run = Run(loaded, options)
+    return asyncio.run(run.main())

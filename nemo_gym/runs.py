@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.background import RunRecord, detach, exit_info, list_records, load_record, run_status, signal_run, wait_until_ended, write_stop_request
+from nemo_gym.config import load_config
 from nemo_gym.errors import ConfigError
+from nemo_gym.team.client import remote_runs_main, wants_remote
 
 __all__ = ["RunsOptions", "runs_main", "train_in_background", "pop_flag", "run_summary", "print_training_runs"]
 
@@ -75,18 +77,12 @@ def train_in_background(argv: list[str]) -> int:
         ConfigError: the config has no valid `trainer:` section, a running background run writes the same
             output_dir, or the output_dir holds another run's outputs (`nemo_gym.train.output_dir`).
     """
-    from nemo_gym.config import load_config
-    from nemo_gym.train.config import TrainerConfig, trainer_problems
+    # the trainer's config imports openai's types: not for ng_runs and ng_status, which import this module too
+    from nemo_gym.train.config import trainer_config
     from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir
 
     loaded = load_config(argv)
-    section = loaded.values.get("trainer")
-    if not isinstance(section, dict):
-        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
-    try:
-        cfg = TrainerConfig.model_validate(section)
-    except ValidationError as exc:
-        raise ConfigError("; ".join(trainer_problems(exc))) from exc
+    cfg = trainer_config(loaded)
     output_dir = Path(cfg.output_dir).resolve()
     for other in list_records():
         if other.output_dir == str(output_dir) and run_status(other) == "running":
@@ -263,8 +259,6 @@ def runs_main(options: RunsOptions) -> int:
         ConfigError: a verb that needs an id got none, an unknown or ambiguous id, deleting a running run
             without +force=true.
     """
-    from nemo_gym.team.client import remote_runs_main, wants_remote
-
     if wants_remote(options.remote, options.local):
         return remote_runs_main(options)
     if options.verb == "list":

@@ -14,7 +14,6 @@ over replicas.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import json
 import os
@@ -32,6 +31,7 @@ from nemo_gym.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.config import ServerInstance, did_you_mean
 from nemo_gym.errors import ConfigError
 from nemo_gym.limits import UVICORN_LIMITS
+from nemo_gym.module_loading import import_file
 from nemo_gym.server import BaseServer
 
 __all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main"]
@@ -43,15 +43,15 @@ _BASES = {"resources_servers", "responses_api_agents", "responses_api_models"}
 
 
 def load_module(path: Path) -> ModuleType:
-    """Import a server's entrypoint file as a module named after its folder."""
-    name = f"nemo_gym_app_{path.parent.parent.name}_{path.parent.name}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """A server's entrypoint file imported by `nemo_gym.module_loading.import_file`: a submodule of its folder's
+    package (so its files import each other relatively), the same module object for every importer.
+
+    Raises:
+        ConfigError: `path` is not a Python file.
+    """
+    if Path(path).suffix != ".py" or not Path(path).is_file():
+        raise ConfigError(f"cannot import {path}: not a Python file")
+    return import_file(path)
 
 
 def load_server_class(path: Path) -> type[BaseServer]:

@@ -11,7 +11,7 @@ that only keep cookies). User code never registers a route or touches a cookie:
             return {"city": city, "weather": "cold"}
 
         async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
-            return VerifyResult(reward=float(any(c.name == "get_weather" for c in function_calls(request.response))))
+            return VerifyResult(reward=float(bool(Trajectory.of(request.response).calls_named("get_weather"))))
 """
 
 from __future__ import annotations
@@ -19,19 +19,22 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from typing import Any, Callable, ClassVar, Literal, get_type_hints
+from typing import Any, Callable, ClassVar, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.api_schema import add_components, json_body, model_schema
+from nemo_gym.api_schema import AGGREGATE_BODY, add_components, json_body, model_schema, row_schema
 from nemo_gym.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import DEFAULT_MAX_BODY_MB, RequestLimits, read_json_object
+from nemo_gym.openai_stream import chat_sse, responses_sse
 from nemo_gym.reward_profile import nemo_gym_aggregate_metrics
+from nemo_gym.session_cookie import SessionCookieEcho
+from nemo_gym.tools import Session, arguments_model, function_tool_schema, tool, tool_methods
 
 __all__ = [
     "ServerConfig",
@@ -41,6 +44,7 @@ __all__ = [
     "AgentServer",
     "ModelServer",
     "Session",
+    "SeedRequest",
     "VerifyRequest",
     "VerifyResult",
     "tool",
@@ -80,25 +84,18 @@ class ServerConfig(BaseModel):
     max_body_mb: float = Field(DEFAULT_MAX_BODY_MB, gt=0, description="largest request body accepted, MiB; larger ones get 413 before they are read")
 
 
-class Session(dict):
-    """Per-rollout state of a resources server: a dict, created empty on first use of a session id."""
+class SeedRequest(BaseModel):
+    """The `/seed_session` body: the dataset row (every field kept). A server that reads task fields when it seeds
+    declares them on a subclass, its `seed_request_type`: the row is validated (422) and `seed_session` gets it typed."""
 
-    def __init__(self, session_id: str, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.session_id = session_id
-
-
-def tool(fn: Callable) -> Callable:
-    """Mark a method of a ResourcesServer as a tool: route `POST /<method name>`, description = docstring,
-    JSON schema of the arguments from the type hints. A parameter annotated `Session` receives the
-    rollout's session state and is not part of the schema."""
-    fn.__nemo_gym_tool__ = True
-    return fn
+    model_config = ConfigDict(extra="allow")
 
 
 class VerifyRequest(BaseModel):
     """The `/verify` body: the dataset row (any extra task fields are kept) plus the rollout's `response`
-    (an OpenAI Responses `Response` as a dict; `output` holds the whole trajectory)."""
+    (an OpenAI Responses `Response` as a dict; `output` holds the whole trajectory: `nemo_gym.trajectory`
+    reads it). A server declares the task fields it reads on a subclass and names it `verify_request_type`:
+    the framework validates every body with it (422 when invalid)."""
 
     model_config = ConfigDict(extra="allow")
     responses_create_params: dict[str, Any]
@@ -208,51 +205,6 @@ class BaseServer:
         return app
 
 
-class SessionCookieEcho:
-    """ASGI middleware: every answer to a request that carries the session cookie sets it again.
-
-    NeMo Gym's agents keep the cookies of the last answer only (NeMo Gym 0.4.0's simple_agent replaces its cookie
-    jar with each tool answer's cookies), so a session that only `/seed_session` set the cookie for would be lost
-    at the first tool answer without one. Requests that name their session with the `X-Session-Id` header (our
-    clients) carry no cookie and pass untouched.
-    """
-
-    _COOKIE = SESSION_COOKIE.encode()
-
-    def __init__(self, app: Callable):
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        session_id = _request_cookie(scope, self._COOKIE) if scope["type"] == "http" else None
-        if not session_id:
-            await self.app(scope, receive, send)
-            return
-        cookie = self._COOKIE + b"=" + session_id + b"; HttpOnly; Path=/; SameSite=lax"
-
-        async def send_with_cookie(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                if not any(name.lower() == b"set-cookie" and value.startswith(self._COOKIE + b"=") for name, value in headers):
-                    message = {**message, "headers": [*headers, (b"set-cookie", cookie)]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)
-
-
-def _request_cookie(scope: Any, name: bytes) -> bytes | None:
-    """The value of cookie `name` in the request's `Cookie` headers, else None (only URL-safe ids are taken)."""
-    for header, value in scope.get("headers", []):
-        if header == b"cookie" and name in value:
-            for part in value.split(b";"):
-                key, _, found = part.strip().partition(b"=")
-                if key == name and found and all(c in _ID_BYTES for c in found):
-                    return found
-    return None
-
-
-_ID_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
 async def forward_optional_route(client: ServerClient, server: str, path: str) -> Any:
     """GET `path` of instance `server` for an agent that forwards one of its environment's optional routes (e.g.
     `/row_schema`): a 404 or 405 from downstream (a server without the route, such as NeMo Gym's) is answered 404,
@@ -276,43 +228,6 @@ def _typed_error(body: str) -> dict[str, Any] | None:
     except (ValueError, AttributeError):
         return None
     return error if isinstance(error, dict) and isinstance(error.get("type"), str) else None
-
-
-def _tool_methods(server: "ResourcesServer") -> dict[str, Callable]:
-    tools = {}
-    for name, member in inspect.getmembers(type(server), predicate=inspect.isfunction):
-        if getattr(member, "__nemo_gym_tool__", False):
-            tools[name] = getattr(server, name)
-    return tools
-
-
-def _arguments_model(name: str, fn: Callable) -> tuple[type[BaseModel], str | None]:
-    """A pydantic model of the tool's arguments, and the name of its Session parameter if any."""
-    hints = get_type_hints(fn, include_extras=True)  # keep Annotated constraints (patterns, ranges)
-    fields: dict[str, Any] = {}
-    session_param = None
-    for param in inspect.signature(fn).parameters.values():
-        annotation = hints.get(param.name, Any)
-        if annotation is Session:
-            session_param = param.name
-            continue
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
-    model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    return model, session_param
-
-
-def function_tool_schema(name: str, fn: Callable) -> dict[str, Any]:
-    """The Responses API function tool (`{type, name, description, parameters, strict}`) of a tool method."""
-    model, _ = _arguments_model(name, fn)
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-    schema.setdefault("properties", {})
-    schema.setdefault("required", [])
-    schema["additionalProperties"] = False
-    return {"type": "function", "name": name, "description": inspect.getdoc(fn) or "", "parameters": schema, "strict": True}
 
 
 class _VerifyQuery(BaseModel):
@@ -341,9 +256,11 @@ class ResourcesServer(BaseServer):
     server_type = "resources_servers"
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     verify_request_type: ClassVar[type[VerifyRequest]] = VerifyRequest  # a subclass declares required task fields
+    seed_request_type: ClassVar[type[SeedRequest] | None] = None  # a subclass: seed_session gets the row as it
 
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        """Start the rollout's state from the dataset row. Returns data for the agent (default `{}`)."""
+    async def seed_session(self, row: dict[str, Any] | SeedRequest, session: Session) -> dict[str, Any]:
+        """Start the rollout's state from the dataset row: a dict, or the `seed_request_type` instance when the
+        server sets one (a row it rejects got a 422 before this is called). Returns data for the agent (default `{}`)."""
         return {}
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
@@ -363,18 +280,15 @@ class ResourcesServer(BaseServer):
         }
 
     def row_schema(self) -> dict[str, Any]:
-        """JSON Schema of a dataset row: `verify_request_type` without `response`. The collector checks every
-        row against it before the first rollout, so a row missing a task field fails with `file:line`."""
-        schema = self.verify_request_type.model_json_schema()
-        schema.get("properties", {}).pop("response", None)
-        schema["required"] = [name for name in schema.get("required", []) if name != "response"]
-        return schema
+        """JSON Schema of a dataset row (`nemo_gym.api_schema.row_schema`). The collector checks every row against
+        it before the first rollout, so a row missing a task field fails with `file:line`."""
+        return row_schema(self.verify_request_type, self.seed_request_type)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [function_tool_schema(name, fn) for name, fn in _tool_methods(self).items()]
+        return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
 
     def add_routes(self, app: FastAPI) -> None:
-        for name, fn in _tool_methods(self).items():
+        for name, fn in tool_methods(self).items():
             self._add_tool_route(app, name, fn)
 
         @app.get("/tools")
@@ -388,6 +302,7 @@ class ResourcesServer(BaseServer):
         @app.post("/seed_session", openapi_extra=json_body({"type": "object", "description": "a dataset row"}))
         async def seed_session(request: Request) -> Any:
             row = await _json_object(request)
+            row = row if isinstance(row, JSONResponse) else self._typed_seed_row(row)
             if isinstance(row, JSONResponse):
                 return row
             session = self.session_for(request)
@@ -420,7 +335,7 @@ class ResourcesServer(BaseServer):
             exclude = {"reward_components"} if result.reward_components is None else None
             return {**body, **result.model_dump(exclude=exclude)}
 
-        @app.post("/aggregate_metrics", openapi_extra=json_body(_AGGREGATE_BODY, required=True))
+        @app.post("/aggregate_metrics", openapi_extra=json_body(AGGREGATE_BODY, required=True))
         async def aggregate_metrics(request: Request) -> Any:
             body = await _json_object(request)
             if isinstance(body, JSONResponse):
@@ -431,8 +346,15 @@ class ResourcesServer(BaseServer):
             # ours, over NeMo Gym 0.4.0's AggregateMetrics (group_level_metrics, agent_metrics, key_metrics): a superset
             return {**nemo_gym_aggregate_metrics(responses), **await self.aggregate_metrics(responses)}
 
+    def _typed_seed_row(self, row: dict[str, Any]) -> dict[str, Any] | SeedRequest | JSONResponse:
+        """`row` as `seed_request_type` (as given when there is none), or the 422 answer saying why it is invalid."""
+        try:
+            return row if self.seed_request_type is None else self.seed_request_type.model_validate(row)
+        except ValidationError as exc:
+            return _validation_answer(exc)
+
     def _add_tool_route(self, app: FastAPI, name: str, fn: Callable) -> None:
-        model, session_param = _arguments_model(name, fn)
+        model, session_param = arguments_model(name, fn)
 
         async def call_tool(request: Request) -> Any:
             body = await _json_object(request)
@@ -451,13 +373,6 @@ class ResourcesServer(BaseServer):
 
         schema = json_body(model_schema(model, self.openapi_components))
         app.add_api_route(f"/{name}", call_tool, methods=["POST"], name=name, description=inspect.getdoc(fn) or "", openapi_extra=schema)
-
-
-_AGGREGATE_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["verify_responses"],
-    "properties": {"verify_responses": {"type": "array", "items": {"type": "object", "properties": {"reward": {"type": "number"}}}}},
-}
 
 
 def _is_verify_answer(item: Any) -> bool:
@@ -562,11 +477,7 @@ class ModelServer(BaseServer):
                 return problem
             stream = bool(body.pop("stream", False))
             answer = await self.responses(body)
-            if not stream:
-                return answer
-            from nemo_gym.openai_stream import responses_sse
-
-            return responses_sse(answer)
+            return responses_sse(answer) if stream else answer
 
         @app.post("/v1/chat/completions", openapi_extra=json_body(model_schema(_ChatCreate, self.openapi_components), required=True, streams=True))
         async def chat_completions(request: Request) -> Any:
@@ -578,11 +489,7 @@ class ModelServer(BaseServer):
             stream = bool(body.pop("stream", False))
             body.pop("stream_options", None)
             answer = await self.chat_completions(body)
-            if not stream:
-                return answer
-            from nemo_gym.openai_stream import chat_sse
-
-            return chat_sse(answer)
+            return chat_sse(answer) if stream else answer
 
         @app.get("/v1/models")
         async def models() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`ng_status`: the servers of every live `ng_run` with URL, PID, uptime and health."""
+"""`ng_status`: the servers of every live `ng_run` with URL, PID, uptime and health (the command's main,
+`nemo_gym.cli.status`, adds the background runs and the run server's)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,19 @@ from typing import Any
 
 import httpx
 import psutil
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.head import live_runs, run_token_headers
 
-__all__ = ["collect_status", "status_main"]
+__all__ = ["StatusOptions", "collect_status", "status_main"]
+
+
+class StatusOptions(BaseModel):
+    """Parameters of `ng_status`."""
+
+    model_config = ConfigDict(extra="forbid")
+    json_output: bool = Field(False, alias="json", description="print JSON instead of a table")
+    head_server_url: str | None = Field(None, description="head server of the run to show (default: every live run)")
 
 
 def _uptime_s(pid: int | None) -> float | None:
@@ -65,7 +75,7 @@ def collect_status(head_server_url: str | None = None) -> list[dict[str, Any]]:
 
 
 def status_main(head_server_url: str | None = None, *, as_json: bool = False) -> int:
-    """Print the status; exit status 0 when every listed server is healthy, 1 otherwise."""
+    """Print the servers' status; exit status 0 when every listed server is healthy, 1 otherwise."""
     runs = collect_status(head_server_url)
     if as_json:
         print(json.dumps(runs, indent=2))
@@ -79,22 +89,6 @@ def status_main(head_server_url: str | None = None, *, as_json: bool = False) ->
             uptime = f"{s['uptime_s']:.0f} s" if s["uptime_s"] is not None else "-"
             name = f"{s['name']}[{s['replica']}]" if s["name"] in several else s["name"]
             print(f"  {name:<36} {s['server_type'] or '-':<22} {s['port'] or '-':>6} {s['pid'] or '-':>8} {uptime:>9}  {s['health']}")
-    if not as_json:
-        _print_background_runs()
-        _print_team_status()
     healthy = all(s["health"] == "ok" for run in runs for s in run["servers"])
     return 0 if healthy else 1
 
-
-def _print_background_runs() -> None:
-    """The background training runs (ng_train +background=true): running ones, and how many ended (ng_runs list)."""
-    from nemo_gym.runs import print_training_runs
-
-    print_training_runs()
-
-
-def _print_team_status() -> None:
-    """The run server this user is logged in to (ng_login +server=...): user, active organization, active runs."""
-    from nemo_gym.team.client import print_team_status
-
-    print_team_status()

@@ -4,12 +4,12 @@
 one `ng_run` uses, keyed by its requirements.txt) plus pytest, then runs there, with the repository root as
 working directory: the server's pytest suite (`<folder>/tests/`), its verifier fixtures
 (`tests/verifier_cases.jsonl`, no model) and, with `+should_validate_data=true`, the data checks of
-`nemo_gym.validation`. `ng_test_all` does that for every server folder, a few at a time.
+`nemo_gym.validation`, and, on a resources server, the conformance checks of `nemo_gym.checks` (each check a
+test: one that fails is reported by name with what was wrong; `+run_conformance=false` skips them; agent and model
+servers have none). `ng_test_all` does that for every server folder, a few at a time.
 
-It also holds the helpers a server's own tests share (they run in the server's environment, where nemo_gym
-is installed): `server_client` (a started TestClient over `<folder>/app.py`), `assistant_response` and
-`episode_response` (Responses bodies to verify), `post_verify`, `assert_verifier_cases` and `NgRun` (a real
-`ng_run` process, stopped by its PID).
+The helpers a server's own tests share (`server_client`, `assistant_response`, `post_verify`, `NgRun`, ...) live
+in `nemo_gym.server_testing` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -18,27 +18,22 @@ import asyncio
 import fcntl
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.config import REPO_ROOT, SERVER_TYPES, did_you_mean
 from nemo_gym.errors import ConfigError
+from nemo_gym.server_testing import NgRun, assert_verifier_cases, assistant_response, client_fixture, episode_response, post_verify, server_client, text_verifier
 from nemo_gym.venvs import VenvBuildError, ensure_venv, find_links_args, uv_executable
-
-if TYPE_CHECKING:
-    from fastapi.testclient import TestClient
 
 __all__ = [
     "TestOptions",
@@ -72,6 +67,7 @@ class TestOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     entrypoint: str = Field(description="the server folder, <type>/<name>, e.g. resources_servers/mcqa")
     should_validate_data: bool = Field(False, description="also check data/example.jsonl (5 valid rows, known tools) and re-verify example_rollouts.jsonl")
+    run_conformance: bool = Field(True, description="run the conformance checks of nemo_gym.checks on a resources server (health, tool schemas, malformed /verify bodies, sessions, example rows, bad answers)")
     markers: str = Field("not e2e", description="pytest -m expression selecting the tests ('' = all)")
     skip_venv: bool = Field(False, description="run with this Python instead of the server's own uv environment (development)")
     timeout_s: float = Field(1800.0, description="seconds allowed for the environment build, then for the tests")
@@ -83,6 +79,7 @@ class TestAllOptions(BaseModel):
     __test__ = False
     model_config = ConfigDict(extra="forbid")
     should_validate_data: bool = Field(False, description="also validate each resources server's data (see ng_test)")
+    run_conformance: bool = Field(True, description="run the conformance checks on each resources server (see ng_test)")
     fail_on_total_and_test_mismatch: bool = Field(False, description="fail when a server folder has no tests")
     num_workers: int = Field(min(2, os.cpu_count() or 1), ge=1, description="servers tested at the same time (default: CPU cores, at most 2)")
     markers: str = Field("not e2e", description="pytest -m expression selecting the tests ('' = all)")
@@ -110,7 +107,7 @@ class PipListOptions(BaseModel):
 
 @dataclass
 class TestReport:
-    """Outcome of `ng_test` on one server. `passed`/`failed` count pytest tests and verifier cases."""
+    """Outcome of `ng_test` on one server. `passed`/`failed` count pytest tests, verifier cases and conformance checks."""
 
     __test__ = False
     server: str
@@ -119,7 +116,7 @@ class TestReport:
     skipped: int = 0
     has_tests: bool = False
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)  # data/verifier problems and setup errors, one line each
+    problems: list[str] = field(default_factory=list)  # data/verifier problems, failed conformance checks and setup errors, one line each
     log: str = ""
 
     @property
@@ -192,8 +189,9 @@ def junit_counts(path: Path) -> tuple[int, int, int]:
 
 
 def run_server_tests(folder: Path, *, should_validate_data: bool = False, markers: str = "not e2e", skip_venv: bool = False,
-                timeout_s: float = 1800, stream: bool = True) -> TestReport:
-    """Run a server's tests, verifier cases and (optionally) data checks in its environment.
+                timeout_s: float = 1800, stream: bool = True, run_conformance: bool = True) -> TestReport:
+    """Run a server's tests, verifier cases, conformance checks (`run_conformance`, resources servers only) and
+    (optionally) data checks in its environment.
 
     `stream`: print the tools' output as it comes (else it is kept in `report.log`).
     """
@@ -215,6 +213,8 @@ def run_server_tests(folder: Path, *, should_validate_data: bool = False, marker
                 report.problems.append(f"{report.server}: pytest exited with code {code}")
         if folder.parent.name == "resources_servers":
             _validate(python, folder, report, should_validate_data, stream, timeout_s, Path(tmp) / "validation.json")
+        if run_conformance and folder.parent.name not in ("responses_api_agents", "responses_api_models"):
+            _conformance(python, folder, report, stream, timeout_s, Path(tmp) / "conformance.json")
     report.seconds = time.monotonic() - start
     return report
 
@@ -241,6 +241,20 @@ def _validate(python: Path, folder: Path, report: TestReport, data: bool, stream
     report.problems += [f"{p['file']}:{p['line']}: [{p['rule']}] {p['message']}" for p in result["problems"] if p["rule"] != "verifier-case"]
 
 
+def _conformance(python: Path, folder: Path, report: TestReport, stream: bool, timeout_s: float, out: Path) -> None:
+    """The conformance checks (`python -m nemo_gym.checks`) in the server's environment: each check that passed counts
+    as a passed test, each that failed as a failed test and a problem naming it. A folder outside `resources_servers/`
+    whose server is an agent or a model is skipped there (the checks are for resources servers)."""
+    code = _run([str(python), "-m", "nemo_gym.checks", str(folder), "--json-out", str(out), "--quiet"], report, stream, timeout_s)
+    if not out.is_file():
+        report.problems.append(f"{report.server}: the conformance checks crashed (exit {code})")
+        return
+    result = json.loads(out.read_text())
+    report.passed += len(result["passed"])
+    report.failed += len(result["problems"])
+    report.problems += [f"{report.server}: conformance check {p['check']} failed: {p['message']}" for p in result["problems"]]
+
+
 def _run(command: list[str], report: TestReport, stream: bool, timeout_s: float) -> int:
     """Run `command` in the repository root; its output goes to stdout (`stream`) or to `report.log`."""
     try:
@@ -256,7 +270,7 @@ def _run(command: list[str], report: TestReport, stream: bool, timeout_s: float)
 def test_main(options: TestOptions) -> int:
     folder = server_folder(options.entrypoint)
     report = run_server_tests(folder, should_validate_data=options.should_validate_data, markers=options.markers,
-                         skip_venv=options.skip_venv, timeout_s=options.timeout_s)
+                              skip_venv=options.skip_venv, timeout_s=options.timeout_s, run_conformance=options.run_conformance)
     for problem in report.problems:
         print(problem)
     verdict = "passed" if report.ok else "FAILED"
@@ -283,7 +297,7 @@ def test_all_main(options: TestAllOptions) -> int:
 
     def one(folder: Path) -> TestReport:
         report = run_server_tests(folder, should_validate_data=options.should_validate_data, markers=options.markers,
-                             skip_venv=options.skip_venv, stream=False)
+                                  skip_venv=options.skip_venv, stream=False, run_conformance=options.run_conformance)
         print(f"  {report.server}: {'ok' if report.ok else 'FAILED'} ({report.seconds:.1f} s)", flush=True)
         return report
 
@@ -334,174 +348,3 @@ def pip_list_main(options: PipListOptions) -> int:
     command = [uv_executable(), "pip", "list", "--python", str(python), "--format", options.format]
     command += ["--outdated"] if options.outdated else []
     return subprocess.run(command, env=_clean_env()).returncode
-
-
-# -- helpers for a server's own tests ------------------------------------------------------------------------
-@contextmanager
-def server_client(folder: str | Path, config: dict[str, Any] | None = None, *, name: str | None = None) -> Iterator[TestClient]:
-    """A started `fastapi.testclient.TestClient` over the server of `<folder>/app.py` (real HTTP routes, startup
-    and shutdown run); `client.server` is the server object. `config`: the instance's fields (default: none).
-
-    Raises:
-        ConfigError: `folder/app.py` defines no server class, or several.
-        pydantic.ValidationError: `config` does not fit the server's `Config`.
-    """
-    from fastapi.testclient import TestClient
-
-    from nemo_gym.serve import load_server_class
-
-    folder = Path(folder)
-    server = load_server_class(folder / "app.py")(config or {}, name=name or folder.name)
-    with TestClient(server.build_app()) as client:
-        client.server = server  # type: ignore[attr-defined]
-        yield client
-
-
-def client_fixture(folder: str | Path, config: dict[str, Any] | None = None, *, name: str = "client", scope: str = "module") -> Any:
-    """A pytest fixture `name` yielding `server_client(folder, config)`; assign it in a test module:
-    `client = client_fixture(SERVER_DIR)`."""
-    import pytest
-
-    @pytest.fixture(scope=scope, name=name)
-    def fixture() -> Iterator[TestClient]:
-        with server_client(folder, config) as client:
-            yield client
-
-    return fixture
-
-
-def text_verifier(row: dict[str, Any], *, reasoning: bool = False) -> Callable[..., dict[str, Any]]:
-    """`verify(client, text, **fields)`: `post_verify` of `row` (with `fields` replacing its own) and an
-    `assistant_response(text, reasoning=reasoning)`."""
-
-    def verify(client: TestClient, text: Any, **fields: Any) -> dict[str, Any]:
-        return post_verify(client, {**row, **fields, "response": assistant_response(text, reasoning=reasoning)})
-
-    return verify
-
-
-def _response(output: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test", "output": output,
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
-
-
-def assistant_response(*texts: Any, reasoning: bool = False) -> dict[str, Any]:
-    """A Responses `Response` dict whose output is one assistant message per text (`output_text` parts; a
-    text may be of any JSON type, to test malformed model output), after a reasoning item if `reasoning`."""
-    output = [{"type": "reasoning", "id": "rs_0", "summary": []}] if reasoning else []
-    output += [{"type": "message", "id": f"msg_{i}", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]} for i, text in enumerate(texts)]
-    return _response(output)
-
-
-def episode_response(*actions: str, observation: str = "observation") -> dict[str, Any]:
-    """A Responses `Response` dict of a Gymnasium-style episode: `observation` (a user message) then each
-    assistant action in turn, as `responses_api_agents/gymnasium_agent` writes it."""
-    output: list[dict[str, Any]] = []
-    for text in actions:
-        output.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": observation}]})
-        output.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
-    return _response(output)
-
-
-def post_verify(client: TestClient, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """`POST /verify` with `body` (and `client.post` keyword arguments, e.g. headers); the answer's JSON,
-    after asserting the status is 200."""
-    answer = client.post("/verify", json=body, **kwargs)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-def assert_verifier_cases(folder: str | Path, *, at_least: int = 1) -> int:
-    """Run the folder's `tests/verifier_cases.jsonl` as `ng_test` does (`nemo_gym.validation`), assert every
-    case passes and that there are `at_least` of them; returns how many passed."""
-    from nemo_gym.validation import run_verifier_cases
-
-    results = run_verifier_cases(Path(folder))
-    assert not results.problems, "\n".join(str(p) for p in results.problems)
-    assert results.passed >= at_least, f"{results.passed} verifier cases, expected at least {at_least}"
-    return results.passed
-
-
-class NgRun:
-    """`ng_run` with `overrides` as a real process in its own session; `head_url` once ready. Use as a
-    context manager: leaving it stops the process (SIGINT, then SIGKILL of its process group after 60 s)."""
-
-    def __init__(self, *overrides: str, timeout_s: float = 300, env: dict[str, str] | None = None):
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ng_run_{os.getpid()}_{time.monotonic_ns()}.log"
-        self.command = [str(Path(sys.executable).parent / "ng_run"), "+head_server.port=0", *overrides]
-        self.timeout_s = timeout_s
-        self.env = {**os.environ, **(env or {})}
-        self.head_url: str | None = None
-
-    def __enter__(self) -> "NgRun":
-        self.log = self.log_path.open("w")
-        self.process = subprocess.Popen(self.command, cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        return self
-
-    def output(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_ready(self) -> str:
-        """The head server's URL once every server is ready.
-
-        Raises:
-            RuntimeError: ng_run exited first. TimeoutError: not ready within `timeout_s`.
-        """
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
-            match = re.search(r"servers ready in .* Head server: (\S+)", self.output())
-            if match:
-                self.head_url = match.group(1)
-                return self.head_url
-            if self.process.poll() is not None:
-                raise RuntimeError(f"ng_run exited with {self.process.returncode}:\n{self.output()}")
-            time.sleep(0.2)
-        raise TimeoutError(f"ng_run not ready after {self.timeout_s} s:\n{self.output()}")
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The run token's header, for plain HTTP calls to this run's servers (`{}` before ready or unauthenticated)."""
-        from nemo_gym.head import run_token_headers
-
-        return run_token_headers(self.head_url)
-
-    def server_url(self, name: str) -> str:
-        """Base URL of the run's server instance `name` (asks the head server; waits until ready)."""
-        import httpx
-
-        head_url = self.head_url or self.wait_ready()
-        answer = httpx.get(f"{head_url}/servers/{name}", headers=self.headers, timeout=10)
-        answer.raise_for_status()
-        return answer.json()["url"]
-
-    def state(self) -> dict[str, Any]:
-        """The run's `state.json` (`{run_id, head_url, servers: [{name, replica, pid, url, ...}]}`), once ready.
-
-        Raises:
-            LookupError: no live run with this process's PID.
-        """
-        from nemo_gym.head import live_runs
-
-        self.head_url or self.wait_ready()
-        for state in live_runs():
-            if state.get("pid") == self.process.pid:
-                return state
-        raise LookupError(f"no live ng_run with pid {self.process.pid}")
-
-    def wait_exit(self, timeout_s: float = 60) -> int:
-        return self.process.wait(timeout_s)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        return self.process.returncode
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        self.log.close()

@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.client import ClientTimeouts, ServerClient
 from nemo_gym.collect import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, CollectConfig, load_tasks, run_rollout
-from nemo_gym.config import load_config, parse_overrides
+from nemo_gym.config import load_config, parse_overrides, validation_problems
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl, write_json
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX
@@ -63,7 +63,9 @@ from nemo_gym.processes import run_interruptible
 from nemo_gym.responses_params import ResponsesCreateParams
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT, RNOW_MODEL_FIX, expand_rnow_args, is_sft, load_project, split_rnow_args
 from nemo_gym.rollout_console import failure_panel, new_console, rollout_panel, summary_table
+from nemo_gym.run import NgRunProcess
 from nemo_gym.train.prime_toml import offline_models_hint, resolve_model
+from nemo_gym.try_sft import try_sft
 
 __all__ = ["TryOptions", "TrySource", "split_arguments", "choose_entries", "model_arguments", "sampling_seed", "try_main"]
 
@@ -118,7 +120,7 @@ def split_arguments(argv: list[str]) -> tuple[TryOptions, list[str]]:
     try:
         return TryOptions.model_validate(values), rest
     except ValidationError as exc:
-        problems = "; ".join(f"+{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(validation_problems(TryOptions, exc, "+{key}"))
         raise ConfigError(f"ng_try: {problems} (see +help=true)") from exc
 
 
@@ -386,8 +388,6 @@ def _sft_arguments(options: TryOptions, rest: list[str]) -> tuple[str, list[tupl
 
 def _try_sft(options: TryOptions, rest: list[str], seed: int, stamp: str) -> int:
     """ng_try on an SFT project: its entries as the trainer tokenizes them (nemo_gym.try_sft); no servers."""
-    from nemo_gym.try_sft import try_sft
-
     project_dir, overrides = _sft_arguments(options, rest) or ("", [])
     if options.head_server_url or options.config_paths:
         raise ConfigError("ng_try: SFT entries need no servers: drop +head_server_url / +config_paths")
@@ -414,8 +414,6 @@ def try_main(argv: list[str]) -> int:
         NemoGymError: bad parameters, project or data (before any rollout: ConfigError, DataError), an unknown agent
             (ServerError), or servers that did not start (ServerStartError); the servers started are stopped first.
     """
-    from nemo_gym.run import NgRunProcess
-
     options, rest = split_arguments(argv)
     if options.rnow_project and options.input_jsonl_fpath:
         raise ConfigError("ng_try: pass +rnow_project=DIR or +input_jsonl_fpath=FILE, not both")

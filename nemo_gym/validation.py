@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 from fastapi.testclient import TestClient
 
-from nemo_gym.prepare_data import dataset_metrics, metrics_path
+from nemo_gym.dataset_metrics import dataset_metrics, metrics_path
+from nemo_gym.jsonl import iter_lines
 from nemo_gym.responses_params import unknown_keys
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ResourcesServer
@@ -59,7 +60,7 @@ class CaseResults:
 
 def read_jsonl(path: Path, shown: str) -> Iterator[tuple[int, dict[str, Any] | Problem]]:
     """(line number, row) per non-blank line, or a `json` Problem for a line that is not a JSON object."""
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         try:

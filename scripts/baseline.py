@@ -12,7 +12,6 @@ servers it started.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
 from nemo_gym.config import load_config, server_instances  # noqa: E402
+from nemo_gym.jsonl import read_jsonl
 
 
 def baseline_dataset(environment: str) -> tuple[str, Path]:
@@ -95,7 +95,7 @@ def measure(env: str, agent: str, dataset: Path, head: str, out: Path, args: arg
     tasks_file = rollouts.with_name("rollouts_materialized_inputs.jsonl")  # exactly the tasks collected (limit applied)
     subprocess.run([str(BIN / "ng_profile"), f"+input_jsonl_fpath={tasks_file}", f"+rollouts_jsonl_fpath={rollouts}",
                     f"+output_jsonl_fpath={profile}", "+pass_threshold=1.0"], cwd=REPO, check=True)
-    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    rows = read_jsonl(rollouts)
     mean = sum(r["reward"] for r in rows) / len(rows)
     passed = sum(r["reward"] >= 1.0 for r in rows) / len(rows)
     tasks = len({r["_ng_task_index"] for r in rows})

@@ -4,9 +4,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-# the torch.distributed variables that a one-rank engine in this process sets (engine.set_single_process_env)
-LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+from ng_process import LAUNCHER_ENV
 
 
 def _restoring_launcher_env() -> Iterator[None]:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def test_all_environments_under_one_run(tmp_path):
             capture_output=True, text=True, timeout=900,
         )
     assert result.returncode == 0, result.stdout + result.stderr
-    rollouts = [json.loads(line) for line in out.read_text().splitlines()]
+    rollouts = read_jsonl(out)
     assert sorted(r["_ng_task_index"] for r in rollouts) == list(range(len(rows)))
     assert {r["agent_ref"]["name"] for r in rollouts} == {json.loads(line)["agent_ref"]["name"] for line in rows}
     assert all(-1.0 <= r["reward"] <= 1.0 for r in rollouts)

@@ -14,6 +14,7 @@ from nemo_gym.answers import (
     last_assistant_text,
     last_boxed,
     last_line,
+    message_output_text,
     normalize_text,
     strip_thinking,
 )
@@ -103,3 +104,18 @@ def test_normalize_text() -> None:
     assert normalize_text("ﬁne", nfkc=True) == "fine"  # the ligature becomes two letters
     assert normalize_text("The Tower!", lower=False) == "Tower"
     assert normalize_text("A  b,c", strip_punctuation=False, strip_articles=False) == "a b,c"
+
+
+@pytest.mark.parametrize(
+    ("item", "text"),
+    [
+        ({"type": "message", "role": "user", "content": [{"type": "output_text", "text": "a"}, {"type": "output_text", "text": "b"}]}, "ab"),
+        ({"type": "message", "content": [{"type": "refusal", "refusal": "no"}, {"type": "output_text", "text": 3}, "x", {"type": "output_text", "text": "c"}]}, "c"),
+        ({"type": "message", "content": "a plain string"}, ""),  # not content parts
+        ({"type": "function_call", "content": [{"type": "output_text", "text": "a"}]}, None),
+        ({"content": [{"type": "output_text", "text": "a"}]}, None),  # no type: not a message item
+        ("message", None),
+    ],
+)
+def test_message_output_text(item: Any, text: str | None) -> None:
+    assert message_output_text(item) == text

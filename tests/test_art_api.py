@@ -23,6 +23,7 @@ import nemo_gym.art as art
 from nemo_gym.art.ruler import RulerError, judge_messages
 from nemo_gym.art.tokens import groups_to_batch, trajectory_sequences
 from nemo_gym.errors import DataError
+from nemo_gym.jsonl import read_jsonl
 
 torch = pytest.importorskip("torch")
 
@@ -369,7 +370,7 @@ def test_trainable_model_trains_saves_and_resumes(tmp_path):
     # the rewarded generation got likelier, the other one less likely
     assert mean_logprob(weights, PROMPT + [10, 11, 12], 3) > mean_logprob(base, PROMPT + [10, 11, 12], 3)
     assert mean_logprob(weights, PROMPT + [20, 21], 3) < mean_logprob(base, PROMPT + [20, 21], 3)
-    logged = [json.loads(line) for line in (folder / "trajectories" / "train" / "000001.jsonl").read_text().splitlines()]
+    logged = read_jsonl(folder / "trajectories" / "train" / "000001.jsonl")
     assert [row["reward"] for row in logged] == [1.0, 0.0]
 
     async def second_process() -> tuple[int, int]:
@@ -382,7 +383,7 @@ def test_trainable_model_trains_saves_and_resumes(tmp_path):
 
     assert asyncio.run(second_process()) == (1, 2)
     assert sorted(p.name for p in (folder / "checkpoints").iterdir() if p.is_dir()) == ["step_000002"]  # keep_checkpoints=1
-    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    history = read_jsonl(folder / "history.jsonl")
     assert [row["step"] for row in history] == [1, 2] and all(row["trained"] for row in history)
 
 

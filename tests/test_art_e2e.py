@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("deepspeed")
@@ -34,13 +35,13 @@ def test_example_trains_and_resumes(tmp_path):
     assert json.loads((folder / "state.json").read_text())["step"] == 2
     second = run_example(tmp_path, 3, "--ruler")
     assert "at step 2" in second  # resumed: the new process serves and trains the step-2 weights
-    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    history = read_jsonl(folder / "history.jsonl")
     assert [row["step"] for row in history] == [1, 2, 3]
     assert all(0.0 <= row["reward_mean"] <= 1.0 for row in history)
     trained = [row for row in history if row["trained"]]
     assert trained, "no step had a group whose rewards varied"
     assert all(row["num_tokens"] > 0 and row["grad_norm"] == row["grad_norm"] for row in trained)  # not NaN
-    logged = [json.loads(line) for line in (folder / "trajectories" / "train" / "000001.jsonl").read_text().splitlines()]
+    logged = read_jsonl(folder / "trajectories" / "train" / "000001.jsonl")
     choice = logged[0]["messages_and_choices"][-1]
     assert len(choice["message"]["generation_token_ids"]) == len(choice["message"]["generation_log_probs"]) > 0
     state = json.loads((folder / "state.json").read_text())

@@ -19,13 +19,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.authoring import FILES, init_resources_server
+from nemo_gym.checks import CHECKS, assert_conformant
 from nemo_gym.cli import COMMANDS, dispatch, main
 from nemo_gym.errors import ConfigError
+from nemo_gym.project_templates import init_project
 from nemo_gym.serve import load_server_class
 from nemo_gym.testing import TestReport, junit_counts, run_server_tests, summary_table
 from nemo_gym.validation import run_verifier_cases, validate_data
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 README_HEADINGS = ["## Description", "## Tools", "## Reward", "## Episode end", "## Arguments", "## Data"]
@@ -37,7 +40,7 @@ def scaffold(tmp_path: Path) -> Path:
 
 
 def rows_of(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 # -- ng_init_resources_server ----------------------------------------------------------------------
@@ -66,15 +69,46 @@ def test_scaffold_verifies_its_own_data(scaffold: Path) -> None:
 
 
 def test_scaffold_passes_the_conformance_check(scaffold: Path) -> None:
-    from test_resources_conformance import test_resources_server_conformance
-
-    test_resources_server_conformance(scaffold)
+    assert_conformant(scaffold)
 
 
 def test_scaffold_tests_pass_with_this_python(scaffold: Path) -> None:
     report = run_server_tests(scaffold, should_validate_data=True, skip_venv=True, stream=False)
     assert report.ok, report.log + "\n".join(report.problems)
-    assert report.has_tests and report.passed == 12 + 3 and report.failed == 0  # 12 pytest tests + 3 verifier cases
+    # 12 pytest tests + 3 verifier cases + the 8 conformance checks
+    assert report.has_tests and report.passed == 12 + 3 + len(CHECKS) and report.failed == 0
+    assert f"conformance checks: {len(CHECKS)} passed, 0 failed" in report.log
+
+
+def test_ng_test_names_a_failed_conformance_check(scaffold: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A verify that crashes on malformed model output: ng_test fails and names the check, with what was wrong; with
+    `+run_conformance=false` it passes. (Its tests/ go, for speed: only the checks run.)"""
+    app = scaffold / "app.py"
+    app.write_text(app.read_text().replace("last_assistant_text(request.response)", 'request.response["output"][-1]["content"][0]["text"]'))
+    shutil.rmtree(scaffold / "tests")
+    options = [f"+entrypoint={scaffold}", "+skip_venv=true"]
+    assert main("test", options) == 1
+    out = capfd.readouterr().out
+    expected = "conformance check bad-answers failed: row 0, content a number: POST /verify raised TypeError: 'int' object is not subscriptable (a 500 to a real client)"
+    assert f"{scaffold}: {expected}" in out, out
+    assert f"ng_test {scaffold}: FAILED ({len(CHECKS) - 1} passed, 1 failed," in out
+    assert main("test", [*options, "+run_conformance=false"]) == 0  # only the check failed
+
+
+def test_ng_test_runs_the_checks_on_an_ng_init_project(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A project made by `ng_init` (outside resources_servers/, as a user's own folder) gets the checks too."""
+    project = init_project("first-rl", "my_env", tmp_path)
+    assert main("test", [f"+entrypoint={project}", "+skip_venv=true", "+markers=no_test_has_this_marker"]) == 0  # the checks alone
+    out = capfd.readouterr().out
+    assert f"conformance checks: {len(CHECKS)} passed, 0 failed" in out and f"ng_test {project}: passed ({len(CHECKS)} passed, 0 failed" in out
+
+
+def test_ng_test_skips_the_checks_on_other_server_types(tmp_path: Path) -> None:
+    agent = tmp_path / "my_agent"
+    shutil.copytree(REPO / "responses_api_agents" / "simple_agent", agent, ignore=shutil.ignore_patterns("tests"))
+    report = run_server_tests(agent, skip_venv=True, stream=False)
+    assert report.ok and report.passed == 0, report.log + "\n".join(report.problems)
+    assert "conformance checks: skipped (my_agent: SimpleAgent is not a ResourcesServer" in report.log
 
 
 def test_refuses_to_overwrite(scaffold: Path) -> None:
@@ -262,7 +296,7 @@ def test_new_environment_scaffold_edit_test_run_collect(tmp_path: Path) -> None:
 
         done = run_cli("ng_test", f"+entrypoint=resources_servers/{name}", "+should_validate_data=true")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert f"ng_test resources_servers/{name}: passed (15 passed, 0 failed" in done.stdout
+        assert f"ng_test resources_servers/{name}: passed ({15 + len(CHECKS)} passed, 0 failed" in done.stdout  # 12 tests, 3 fixtures, the checks
 
         policy = tmp_path / "policy.yaml"
         policy.write_text(POLICY_RULES)

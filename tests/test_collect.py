@@ -29,6 +29,7 @@ from nemo_gym.collect import CollectConfig, OutputPaths, collect_main, collect_r
 from nemo_gym.errors import ConfigError, DataError, ServerError, ServerUnavailableError
 from nemo_gym.head import build_head_app, discover_head_url
 from nemo_gym.server import AgentServer
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ClientTimeouts(connect_s=2.0, read_s=10.0, max_retries=1, backoff_s=0.01)
@@ -148,7 +149,7 @@ def collect(cfg: CollectConfig):
 
 
 def rows_of(path: Path | str) -> list[dict]:
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+    return read_jsonl(Path(path))
 
 
 def pairs_of(path: Path | str) -> list[tuple[int, int]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -11,6 +10,7 @@ from collections import Counter
 import pytest
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 ROWS = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
@@ -18,7 +18,7 @@ REPEATS = 8
 
 
 def lines(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []
 
 
 @pytest.mark.long

@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -33,6 +32,7 @@ from nemo_gym.errors import (
 )
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import AgentServer, ResourcesServer, Session, VerifyRequest, VerifyResult
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ClientTimeouts(connect_s=1.0, read_s=2.0, max_retries=2, backoff_s=0.01, backoff_max_s=0.05, retry_after_max_s=1.0)
@@ -183,8 +183,8 @@ def run_collection(cfg: CollectConfig, addresses: dict[str, str], timeouts: Clie
     return asyncio.run(main())
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()] if path.exists() else []
+def rows_if_any(path: Path) -> list[dict]:
+    return read_jsonl(path) if path.exists() else []
 
 
 def test_collection_retries_transient_failures_only(tmp_path):
@@ -194,8 +194,8 @@ def test_collection_retries_transient_failures_only(tmp_path):
         cfg = make_config(tmp_path, rows, max_retries=3)
         summary = run_collection(cfg, {"agent": url}, FAST)
     assert agent.calls == {"judge_unparsable": 1, "flaky": 3, "invalid": 1, "busy": 2, None: 1}
-    assert sorted(r["fail"] or "" for r in read_jsonl(tmp_path / "out.jsonl")) == ["", "busy", "flaky"]
-    failures = {r["_ng_task_index"]: r for r in read_jsonl(tmp_path / "out_failures.jsonl")}
+    assert sorted(r["fail"] or "" for r in rows_if_any(tmp_path / "out.jsonl")) == ["", "busy", "flaky"]
+    failures = {r["_ng_task_index"]: r for r in rows_if_any(tmp_path / "out_failures.jsonl")}
     assert {i: (f["failure_class"], f["transient"]) for i, f in failures.items()} == {0: ("judge_unparsable", False), 2: ("http_error", False)}
     assert failures[2]["status_code"] == 422
     assert summary.retries == 3  # flaky twice, busy once
@@ -234,7 +234,7 @@ def test_model_errors_through_simple_agent_are_not_retried_by_the_collector(tmp_
         with serve(agent.build_app()) as agent_url:
             cfg = make_config(tmp_path, [{"responses_create_params": {"input": "hi"}}], max_retries=2)
             summary = run_collection(cfg, {"agent": agent_url}, FAST)
-    failures = read_jsonl(tmp_path / "out_failures.jsonl")
+    failures = rows_if_any(tmp_path / "out_failures.jsonl")
     assert [(f["failure_class"], f["transient"]) for f in failures] == [(failure_class, False)]
     assert sum(n for path, n in calls.items() if path.startswith("/v1/")) == model_calls
     assert summary.retries == 0
@@ -286,7 +286,7 @@ def test_black_holed_model_ends_with_typed_failures_in_bounded_time(tmp_path):
                 elapsed = time.monotonic() - start
     finally:
         hole.close()
-    failures = read_jsonl(tmp_path / "out_failures.jsonl")
+    failures = rows_if_any(tmp_path / "out_failures.jsonl")
     assert summary.rollouts_done == 0 and len(failures) == rows
     assert {f["failure_class"] for f in failures} == {"timeout"}
     # the agent's model call timed out (on a loaded machine the collector's own /run deadline may come first)

@@ -19,6 +19,7 @@ from ng_process import NgRun
 from registry_fakes import FakeGitlab, FakeHub
 from nemo_gym.cli import main
 from nemo_gym.datasets.common import atomic_download, token_for
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
@@ -283,5 +284,5 @@ def test_new_user_path_gitlab_to_hub_to_rollouts(tmp_path):
         head = run.wait_ready()
         cli("collect_rollouts", "+agent_name=weather_agent", f"+input_jsonl_fpath={pulled}", f"+output_jsonl_fpath={rollouts}",
             "+progress=false", f"+head_server_url={head}")
-    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    rows = read_jsonl(rollouts)
     assert len(rows) == 5 and all(r["reward"] == 1.0 for r in rows)

@@ -33,6 +33,7 @@ from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
 from nemo_gym.train.weight_sync import BroadcastWeightSync, make_weight_sync  # noqa: E402
 from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
+from nemo_gym.jsonl import read_jsonl
 
 
 def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
@@ -47,7 +48,7 @@ def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     config = "+config_paths=[configs/train/quickstart_grpo.yaml]"
-    rows = [json.loads(line) for line in (root / "data/quickstart/reasoning_gym_tasks.jsonl").read_text().splitlines()]
+    rows = read_jsonl(root / "data/quickstart/reasoning_gym_tasks.jsonl")
     tasks = tmp_path / "spell_backward.jsonl"  # partial credit per letter: a group's rewards almost always vary
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows if r["dataset"] == "spell_backward"))
     out = tmp_path / "train"

@@ -11,7 +11,6 @@ Run: `.venv/bin/python -m pytest tests/test_e2e_main_job.py -m e2e -q`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ng_process import LAUNCHER_ENV, REPO
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("deepspeed")
@@ -36,7 +36,7 @@ class MainJob:
     stdout: str
 
     def rows(self, name: str) -> list[dict]:
-        return [json.loads(line) for line in (self.out / name).read_text().splitlines()]
+        return read_jsonl(self.out / name)
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +98,12 @@ def test_every_environment_shows_a_learnable_signal(main_job):
 def test_the_main_job_trains_on_its_profile(main_job):
     """Issue 18 item 12: the main job stopped at the profile; now it ends with GRPO steps on the profiled tasks."""
     train = main_job.out / "train"
-    steps = [json.loads(line) for line in (train / "metrics.jsonl").read_text().splitlines()]
+    steps = read_jsonl(train / "metrics.jsonl")
     assert [m["step"] for m in steps] == list(range(1, TRAIN_STEPS + 1))
     assert all(m["rollouts"] == 2 * 6 and m["rollouts_failed"] == 0 for m in steps), steps
     assert any(m["trained"] for m in steps), "no step had a group with varying rewards"
     for step in range(1, TRAIN_STEPS + 1):
-        tasks = [json.loads(line) for line in (train / f"rollouts/step_{step:06d}_tasks.jsonl").read_text().splitlines()]
+        tasks = read_jsonl(train / f"rollouts/step_{step:06d}_tasks.jsonl")
         assert len(tasks) == 2 and all(0.0 < task["pass_rate"] < 1.0 for task in tasks), tasks  # profiled rows, filtered
     assert (train / "final/model.safetensors").is_file() and (train / "final/config.json").is_file()
     # what a newcomer reads: each step's metrics, where the trained model is, and the time of each stage

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.testing import NgRun
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("deepspeed")
@@ -45,7 +46,7 @@ def ng_train(head_url: str, out: Path, tasks: Path, *overrides: str) -> subproce
 
 
 def test_ng_train_runs_evaluates_syncs_and_resumes(tmp_path):
-    rows = [json.loads(line) for line in (ROOT / "data/quickstart/reasoning_gym_tasks.jsonl").read_text().splitlines()]
+    rows = read_jsonl(ROOT / "data/quickstart/reasoning_gym_tasks.jsonl")
     tasks = tmp_path / "spell_backward.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows if r["dataset"] == "spell_backward"))
     out = tmp_path / "train"
@@ -57,7 +58,7 @@ def test_ng_train_runs_evaluates_syncs_and_resumes(tmp_path):
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
 
     assert "resumed from" in resumed.stdout and "at step 2" in resumed.stdout
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = read_jsonl(out / "metrics.jsonl")
     steps = [m for m in lines if "time_generation_s" in m]
     assert [m["step"] for m in steps] == [1, 2, 3]
     assert all(m["rollouts"] == 8 and m["rollouts_failed"] == 0 for m in steps)
@@ -99,7 +100,7 @@ def assert_final_model_is_servable(final: Path, tasks: Path, tmp_path: Path) -> 
             cwd=ROOT, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
         assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
-    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    rows = read_jsonl(rollouts)
     assert len(rows) == 2
     assert all(row["response"]["model"] == str(final) for row in rows), "the fresh ng_run did not serve the final folder"
     engine = PolicyEngine(EngineConfig(model_path=str(final), dtype="float32", micro_batch_size=1), LossOptions())

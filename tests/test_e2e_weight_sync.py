@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from live_servers import serve_vllm_model
+from test_e2e_vllm import WEATHER_TOOL
 
 pytestmark = pytest.mark.e2e
 torch = pytest.importorskip("torch")
@@ -123,15 +124,7 @@ def test_weight_sync_reload_changes_served_logprobs(policy, engine, tmp_path):
         set_lm_head(original)
 
 
-
 # -- multi-turn exactness (issue 21, item 2) ---------------------------------------------------------------------
-WEATHER_TOOL = {
-    "type": "function", "name": "get_weather", "description": "Get the current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
-    "strict": True,
-}  # fmt: skip
-
-
 def respond(url: str, items: list[dict], **params) -> list[dict]:
     """The output items of one `/v1/responses` call on `items` (earlier turns' items carry their token ids)."""
     body = {"input": items, "max_output_tokens": 32, "temperature": 1.0, **params}

@@ -14,7 +14,7 @@ import pytest
 
 from nemo_gym.cli import COMMANDS, main
 from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.evaluation import EvalConfig, eval_main, evaluate, format_table, load_task_results, pass_at_k, pass_hat_k
+from nemo_gym.evaluation import EvalConfig, compare, eval_main, evaluate, format_table, load_task_results, pass_at_k, pass_hat_k
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_ROLLOUTS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers" / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"
@@ -172,3 +172,102 @@ def test_cli_registration_help_and_plain_table(tmp_path, capsys, monkeypatch):
     lines = format_table(report).splitlines()
     assert lines[0].split() == ["environment", "tasks", "samples", "excluded", "mean_reward", "pass@1", "pass^1"]
     assert lines[-1].split() == ["overall", "5", "5", "0", "2.0000", "1.0000", "1.0000"]
+
+
+# -- two files compared (+baseline_rollouts) ---------------------------------------------------------------
+CALL_AND_ANSWER = {"output": [{"type": "function_call", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "output": "1"},
+                              {"type": "message", "role": "assistant", "content": "done"}]}  # fmt: skip
+
+
+def test_compare_worked_example(tmp_path):
+    # baseline: task 0 [0, 0, 1, 1] (c=2), task 1 [0, 0, 0, 0], task 2 [1, 1, 1, 1] (baseline only); no tool call
+    # candidate: task 0 [1, 1, 1, 0] (c=3), task 1 [1, 0, 0, 0] (c=1), task 3 (candidate only); each [call, output, answer]
+    base = [rollout(t, i, r) for t, rewards in ((0, [0, 0, 1, 1]), (1, [0] * 4), (2, [1] * 4)) for i, r in enumerate(rewards)]
+    cand = [rollout(t, i, r, response=CALL_AND_ANSWER) for t, rewards in ((0, [1, 1, 1, 0]), (1, [1, 0, 0, 0]), (3, [1] * 4)) for i, r in enumerate(rewards)]
+    baseline, candidate = load_task_results(write_jsonl(tmp_path / "b.jsonl", base)), load_task_results(write_jsonl(tmp_path / "c.jsonl", cand))
+    paired = compare(candidate, baseline, [1, 2], 1.0, resamples=500)
+    assert (paired["num_tasks"], paired["baseline_only"], paired["candidate_only"]) == (2, [2], [3])
+    b, c, d = (paired["overall"][side] for side in ("baseline", "candidate", "difference"))
+    # baseline on tasks 0, 1: pass@1 = mean(2/4, 0) = 0.25; pass@2 = mean(1 - C(2,2)/C(4,2), 0) = (5/6) / 2 = 5/12;
+    # pass^2 = mean(C(2,2)/C(4,2), 0) = 1/12; mean reward 2/8
+    assert (b["pass@1"], b["pass@2"], b["pass^2"], b["mean_reward"]) == pytest.approx((0.25, 5 / 12, 1 / 12, 0.25))
+    # candidate: pass@1 = mean(3/4, 1/4) = 0.5; pass@2 = mean(1 (n-c = 1 < 2), 1 - C(3,2)/C(4,2) = 1/2) = 0.75;
+    # pass^2 = mean(C(3,2)/C(4,2) = 1/2, 0) = 0.25; mean reward 4/8
+    assert (c["pass@1"], c["pass@2"], c["pass^2"], c["mean_reward"]) == pytest.approx((0.5, 0.75, 0.25, 0.5))
+    assert (d["pass@1"], d["pass@2"], d["pass^2"], d["mean_reward"]) == pytest.approx((0.25, 1 / 3, 1 / 6, 0.25))
+    # [call, output, answer]: 1 tool call and 2 turns a sample, against none
+    assert (d["tool_calls_per_sample"], d["turns_per_sample"]) == (1.0, 2.0) and (b["num_tasks"], c["num_samples"]) == (2, 8)
+    # per task: 0.75 - 0.5 = +0.25 and 0.25 - 0 = +0.25: every resample's mean is 0.25
+    assert paired["mean_reward_difference"] == {"mean": 0.25, "ci95": [0.25, 0.25], "resamples": 500, "improved": 2, "worsened": 0, "unchanged": 0}
+    assert [(t["task"], t["status"], t["difference"]) for t in paired["tasks"]] == [(0, "both", 0.25), (1, "both", 0.25), (2, "baseline only", None), (3, "candidate only", None)]
+    assert paired["environments"]["env_a"] == paired["overall"]
+
+
+def peer_before_after(tmp_path: Path) -> tuple[Path, Path]:
+    """NeMo Gym's example_single_tool_call rollouts (rewards [0, 0, 1, 1, 1]) as "before"; "after": the same tasks, the
+    two that answered in text now answering with task 2's get_weather trajectory (reward 1), and task 4 not collected."""
+    rows = [json.loads(line) for line in PEER_SINGLE_TOOL_CALL.read_text().splitlines()]
+    after = [{**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])]
+    return write_jsonl(tmp_path / "before.jsonl", rows), write_jsonl(tmp_path / "after.jsonl", after)
+
+
+PEER_SINGLE_TOOL_CALL = PEER_ROLLOUTS.parents[2] / "example_single_tool_call" / "data" / "example_rollouts.jsonl"
+
+
+@pytest.mark.skipif(not PEER_SINGLE_TOOL_CALL.is_file(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+def test_eval_main_with_a_baseline_on_peer_rollouts(tmp_path, capsys):
+    before, after = peer_before_after(tmp_path)
+    report_path = tmp_path / "compare.json"
+    assert eval_main(EvalConfig(from_rollouts=str(after), baseline_rollouts=str(before), output_json_fpath=str(report_path))) == 0
+    report = json.loads(report_path.read_text())
+    assert report["overall"]["mean_reward"] == 1.0 and report["k"] == [1]  # the candidate's own report, as without a baseline
+    comparison = report["comparison"]
+    assert comparison["baseline_rollouts_jsonl_fpath"] == str(before)
+    assert picked(comparison["baseline"]["overall"], num_tasks=5, mean_reward=0.6, tool_calls_per_sample=0.6, turns_per_sample=1.6)
+    paired = comparison["paired"]
+    # tasks 0-3 in both (keyed by prompt: the rows have no _ng_task_index): baseline [0, 0, 1, 1], candidate [1, 1, 1, 1]
+    assert paired["num_tasks"] == 4 and len(paired["baseline_only"]) == 1 and paired["candidate_only"] == []
+    assert paired["overall"]["baseline"]["pass@1"] == 0.5 and paired["overall"]["candidate"]["pass@1"] == 1.0
+    assert paired["overall"]["difference"]["turns_per_sample"] == pytest.approx(0.5)  # text answers were 1 turn, now 2
+    diff = paired["mean_reward_difference"]
+    # deltas [1, 1, 0, 0]: mean 0.5; resample means are multiples of 1/4 in [0, 1]
+    assert diff["mean"] == 0.5 and 0.0 <= diff["ci95"][0] < 0.5 < diff["ci95"][1] <= 1.0 and (diff["improved"], diff["unchanged"]) == (2, 2)
+    assert paired["prompt_mismatches"] == []
+    out = capsys.readouterr().out
+    for text in (f"baseline: {before}", f"candidate: {after}", "difference", "+0.5000", "95 % bootstrap interval", "baseline 1, candidate 0"):
+        assert text in out
+
+
+def test_baseline_ks_exclusions_and_unknown_keys(tmp_path, capsys):
+    # candidate: 4 samples of task 0; baseline: 2 samples of task 0 and one failed task 1
+    cand = write_jsonl(tmp_path / "c.jsonl", [rollout(0, i, 1) for i in range(4)])
+    base = write_jsonl(tmp_path / "b.jsonl", [rollout(0, i, 0) for i in range(2)] + [rollout(1, 0, 0)])
+    write_jsonl(tmp_path / "b_failures.jsonl", [{"_ng_task_index": 1, "_ng_rollout_index": 1, "failure_class": "timeout"}])
+    report_path = tmp_path / "e.json"
+    assert eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path))) == 1  # a baseline task excluded
+    report = json.loads(report_path.read_text())
+    assert report["k"] == [1]  # default ks up to the fewest samples in either file (2)
+    assert report["comparison"]["baseline"]["excluded_tasks"] == [{"task": 1, "environment": "env_a", "reason": "failed: timeout"}]
+    assert "1 baseline tasks excluded" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match=r"k=\[4\].*baseline: .*b.jsonl"):
+        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path), k=[1, 4]))
+    with pytest.raises(DataError, match=r"no_such.jsonl: no such file"):  # before any collection
+        eval_main(EvalConfig(input_jsonl_fpath="tasks.jsonl", baseline_rollouts=str(tmp_path / "no_such.jsonl"), output_json_fpath=str(report_path)))
+    assert main("eval", [f"+from_rollouts={cand}", f"+baseline_rollout={base}"]) == 2
+    assert "did you mean 'baseline_rollouts'" in capsys.readouterr().err
+
+
+def test_a_bad_baseline_line_names_the_file_and_line(tmp_path):
+    cand = write_jsonl(tmp_path / "c.jsonl", [rollout(0, 0, 1)])
+    base = tmp_path / "b.jsonl"
+    base.write_text(json.dumps(rollout(0, 0, 0)) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"b.jsonl:2: not valid JSON"):
+        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(tmp_path / "e.json")))
+
+
+def test_baseline_agent_name_needs_tasks_without_agent_ref(tmp_path):
+    with pytest.raises(ConfigError, match=r"\+baseline_agent_name collects the baseline from \+input_jsonl_fpath"):
+        eval_main(EvalConfig(from_rollouts=str(tmp_path / "r.jsonl"), baseline_agent_name="before"))
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"responses_create_params": {"input": "q"}}, {"responses_create_params": {"input": "r"}, "agent_ref": {"name": "a"}}])
+    with pytest.raises(ConfigError, match=r"tasks.jsonl:2: the row names its agent"):  # before any collection: no server needed
+        eval_main(EvalConfig(input_jsonl_fpath=str(tasks), agent_name="after", baseline_agent_name="before", output_json_fpath=str(tmp_path / "e.json")))

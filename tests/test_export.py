@@ -17,7 +17,8 @@ from nemo_gym.cli import main  # noqa: E402
 from nemo_gym.export import resolve_source  # noqa: E402
 from nemo_gym.train.config import EngineConfig, LoraOptions, TrainerConfig  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
-from nemo_gym.train.loop import GRPOTrainer  # noqa: E402
+from nemo_gym.train.grpo import GRPORecipe  # noqa: E402
+from nemo_gym.train.loop import TrainingLoop  # noqa: E402
 from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 
 
@@ -32,11 +33,12 @@ def tiny_model(tmp_path_factory):
 
 
 def train_and_checkpoint(tmp_path: Path, model: Path, *, lora: bool, steps: int = 2) -> tuple[Path, PolicyEngine]:
-    """A trainer output_dir with a checkpoint written by GRPOTrainer.save_checkpoint after `steps` optimizer steps."""
+    """A trainer output_dir with a checkpoint written by TrainingLoop.save_checkpoint after `steps` optimizer steps."""
     engine_config = EngineConfig(model_path=str(model), learning_rate=1e-2, micro_batch_size=2, lora=LoraOptions(rank=4, alpha=8) if lora else None)
     cfg = TrainerConfig(input_jsonl_fpath="unused.jsonl", output_dir=str(tmp_path / "out"), engine=engine_config)
-    trainer = GRPOTrainer(cfg, [])
-    trainer.engine = PolicyEngine(engine_config, cfg.loss)
+    recipe = GRPORecipe(cfg, [])
+    recipe.engine = PolicyEngine(engine_config, cfg.loss)
+    trainer = TrainingLoop(recipe)
     for _ in range(steps):
         trainer.engine.train_step(fixed_batch())
     trainer.step = steps

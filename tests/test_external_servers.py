@@ -22,6 +22,7 @@ from live_servers import serve
 from nemo_gym.serve import load_server_class
 from nemo_gym.testing import NgRun
 from nemo_gym.processes import free_port
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ def collect(tmp_path: Path, head_url: str) -> list[dict]:
                f"+output_jsonl_fpath={out}", "+limit=2", f"+head_server_url={head_url}"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    return read_jsonl(out)
 
 
 @pytest.mark.parametrize("send_run_token", [False, True])

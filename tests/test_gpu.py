@@ -21,7 +21,6 @@ CPU test's 1e-4: vLLM may use TF32 matrix units. These bounds are the first GPU 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ pytest.importorskip("deepspeed")
 from live_servers import serve_vllm_model  # noqa: E402
 from ng_process import REPO, NgRun, clean_env  # noqa: E402
 from nemo_gym.vllm_engine import engine_venv_ready  # noqa: E402
+from nemo_gym.jsonl import read_jsonl
 
 CUDA = torch.cuda.is_available()
 GPUS = torch.cuda.device_count() if CUDA else 0
@@ -247,7 +247,7 @@ def ng_train(head_url: str, out: Path, *extra: str, timeout_s: float = 400) -> t
     done = subprocess.run(command, cwd=REPO, env=clean_env() | {"OMP_NUM_THREADS": "4"}, capture_output=True, text=True, timeout=timeout_s)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_jsonl(out / "metrics.jsonl")
     return rows, output
 
 

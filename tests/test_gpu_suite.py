@@ -111,6 +111,8 @@ def test_bench_smoke_feeds_the_summary(tmp_path):
     assert all(row["value"] > 0 for row in data["rows"]) and data["notes"] == []
     assert (tmp_path / "bench.png").stat().st_size > 0
     assert "weight sync gloo broadcast" in suite.summary([], tmp_path)
+    # the models it wrote (on a GPU: GBs) stay out of the results folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.png", "summary.txt"]
 
 
 def _has_nvidia_smi() -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from nemo_gym.errors import DataError
-from nemo_gym.jsonl import JsonlAppender, iter_jsonl, read_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.jsonl import JsonlAppender, iter_jsonl, iter_lines, read_jsonl, repair_truncated_tail, write_json, write_jsonl
 
 
 def test_read_skips_blank_lines_and_counts_them(tmp_path):
@@ -75,3 +76,27 @@ def test_repair_single_partial_line_and_long_tail(tmp_path):
     assert repair_truncated_tail(path) == 200_007
     assert path.read_bytes() == b""
     assert repair_truncated_tail(tmp_path / "missing.jsonl") == 0
+
+
+# U+2028, U+2029 and U+0085: JSON leaves them unescaped inside strings and str.splitlines breaks at them (U+001E too,
+# but JSON escapes it)
+# (CI once failed reading SmolLM2's rollouts: "Unterminated string" at the U+2028 of a model answer).
+SEPARATORS = "a\u2028b\u2029c\x85d\x1ee"
+
+
+def test_rows_holding_unicode_line_separators_read_whole(tmp_path):
+    from nemo_gym.prepare_data import read_rows
+    from nemo_gym.rnow.entries import read_entries
+    from nemo_gym.validation import read_jsonl as read_for_validation
+
+    row = {"responses_create_params": {"input": [{"role": "user", "content": SEPARATORS}]}}
+    path = tmp_path / "rows.jsonl"
+    write_jsonl(path, [row, row])
+    assert (path.read_bytes().count(b"\n"), len(path.read_text().splitlines())) == (2, 8)
+    assert list(iter_lines(path)) == [(1, orjson.dumps(row).decode()), (2, orjson.dumps(row).decode())]
+    assert read_jsonl(path) == [row, row]
+    assert read_rows(path) == [row, row]
+    assert list(read_for_validation(path, "rows.jsonl")) == [(1, row), (2, row)]
+    entries = {"messages": [{"role": "user", "content": SEPARATORS}], "rewards": ["r"]}
+    write_jsonl(path, [entries])
+    assert read_entries(path) == ([(1, entries)], [])

@@ -32,6 +32,7 @@ from nemo_gym.head import runs_dir
 from nemo_gym.testing import NgRun
 from nemo_gym.processes import free_port
 from nemo_gym_peer import BENCH_DIR, nemo_gym_run_argv, peer_env, peer_server_dir, peer_venv
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
@@ -57,7 +58,7 @@ def input_rows(env: str) -> Path:
     if env != "session":
         return source
     target = Path(os.environ.get("TMPDIR", "/tmp")) / f"ng_interop_session_rows_{os.getpid()}.jsonl"
-    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(source)
     for index in SESSION_ROWS_KEPT:
         rows[index]["expected_count"] = rows[index]["initial_count"]
     target.write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from nemo_gym_peer import peer_server_dir
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.peer]
 pytest.importorskip("deepspeed")
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def nemo_gym_rows(path: Path) -> None:
     """Our quickstart spell_backward tasks ({dataset, entry}) written as NeMo Gym's reasoning_gym rows."""
-    rows = [json.loads(line) for line in (ROOT / "data/quickstart/reasoning_gym_tasks.jsonl").read_text().splitlines()]
+    rows = read_jsonl(ROOT / "data/quickstart/reasoning_gym_tasks.jsonl")
     with path.open("w") as out:
         for row in rows:
             if row["dataset"] == "spell_backward":

@@ -48,6 +48,7 @@ import pytest
 from nemo_gym.nemo_gym_servers import release_requirements
 from nemo_gym.testing import NgRun
 from nemo_gym_peer import BENCH_DIR, peer_env, peer_install, peer_server_dir, peer_site_packages, peer_venv
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
@@ -147,7 +148,7 @@ def input_rows(out: Path) -> tuple[Path, dict[int, str]]:
 
 
 def read_rollouts(path: Path, expected: int) -> dict[int, dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(path)
     by_task = {int(row["_ng_task_index"]): row for row in rows}
     assert len(rows) == expected == len(by_task), f"{path}: {len(rows)} rollouts for {expected} rows (tasks {sorted(by_task)})"
     return by_task

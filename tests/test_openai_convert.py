@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,13 +9,14 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from nemo_gym import openai_convert as oc
+from nemo_gym.jsonl import read_jsonl
 
 PEER = Path(__file__).resolve().parents[2] / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 ROLLOUT_FILES = sorted(PEER.glob("*/data/example_rollouts.jsonl"))
 
 
 def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def _comparable(items: list[dict]) -> list[dict]:

@@ -107,16 +107,17 @@ def test_trainer_resume_refuses_a_hostile_latest_step(tmp_path):
     """`ng_train +trainer.resume=true` reads the tag from latest_step: a path there is refused before any load."""
     pytest.importorskip("torch")
     from nemo_gym.train.config import EngineConfig, LoggingOptions, TrainerConfig
-    from nemo_gym.train.loop import GRPOTrainer
+    from nemo_gym.train.grpo import GRPORecipe
+    from nemo_gym.train.loop import TrainingLoop
 
     (tmp_path / "out" / "checkpoints").mkdir(parents=True)
     (tmp_path / "out" / "checkpoints" / "latest_step").write_text("../../../etc")
     cfg = TrainerConfig(input_jsonl_fpath="unused", output_dir=str(tmp_path / "out"), engine=EngineConfig(model_path="unused"),
                         resume=True, logging=LoggingOptions(console=False, tensorboard=False))  # fmt: skip
-    trainer = GRPOTrainer(cfg, [])
-    trainer.engine = None  # never reached: the tag is checked first
+    trainer = TrainingLoop(GRPORecipe(cfg, []))
+    assert trainer.engine is None  # never reached: the tag is checked first
     with pytest.raises(PathEscapeError, match="latest_step: checkpoint tag '../../../etc' is not a plain name"):
-        trainer._resume()
+        trainer.resume()
 
 
 # -- server folders and entrypoints from a config ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from nemo_gym.cli import main
 from nemo_gym.config import load_config
 from nemo_gym.errors import DataError
 from nemo_gym.prepare_data import PrepareDataOptions, dataset_metrics, prepare_data, summary
+from nemo_gym.jsonl import read_jsonl
 
 
 def row(text: str, **extra) -> dict:
@@ -77,7 +78,7 @@ def test_example_validation_writes_metrics_next_to_the_examples(config: Path, tm
     written = run(config, tmp_path / "out", "example_validation")
     assert set(written) == {"example"}
     stored = json.loads((tmp_path / "example_metrics.json").read_text())
-    rows = [json.loads(line) for line in (tmp_path / "example.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "example.jsonl")
     assert stored == {"name": "ex", "type": "example", "jsonl_fpath": str(tmp_path / "example.jsonl"), "num_repeats": 1, "license": None, **dataset_metrics(rows)}
 
 

@@ -21,6 +21,7 @@ from ng_process import BIN, NgRun
 from nemo_gym.cli import main
 from nemo_gym.config import REPO_ROOT, load_config, server_instances
 from nemo_gym.errors import ConfigError
+from nemo_gym.jsonl import read_jsonl
 from nemo_gym.testing import assistant_response, post_verify, server_client
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.prime_toml import TEMPLATE, PrimeConfig, expand_toml_args, split_toml_args
@@ -110,7 +111,7 @@ def test_full_toml_translates_to_a_valid_config(tmp_path, monkeypatch):
     agent = values["vf_vf_reverse_text_simple_agent"]["responses_api_agents"]["simple_agent"]
     assert agent["resources_server"] == {"type": "resources_servers", "name": "vf_vf_reverse_text"}
 
-    train = [json.loads(line) for line in Path(trainer.input_jsonl_fpath).read_text().splitlines()]
+    train = read_jsonl(Path(trainer.input_jsonl_fpath))
     agents = [row["agent_ref"]["name"] for row in train]
     assert agents == ["mcqa_simple_agent"] * 5 + ["vf_vf_reverse_text_simple_agent"] * 6  # mcqa's example rows (no train set), 6 vf rows
     assert train[-1]["responses_create_params"]["input"][-1]["role"] == "user" and train[-1]["task"] == "reverse-text"
@@ -118,7 +119,7 @@ def test_full_toml_translates_to_a_valid_config(tmp_path, monkeypatch):
     # eval: rollouts_per_example 2 and 4 → num_repeats = gcd = 2, the vf rows written twice
     assert (trainer.eval.interval, trainer.eval.num_repeats) == (3, 2)
     assert trainer.eval.responses_create_params == {"temperature": 0.7, "max_output_tokens": 96}
-    evaluation = [json.loads(line) for line in Path(trainer.eval.input_jsonl_fpath).read_text().splitlines()]
+    evaluation = read_jsonl(Path(trainer.eval.input_jsonl_fpath))
     assert [row["agent_ref"]["name"] for row in evaluation] == ["mcqa_simple_agent"] * 2 + ["vf_vf_reverse_text_simple_agent"] * 6
     assert [row["example_id"] for row in evaluation[2:]] == [0, 0, 1, 1, 2, 2]
 
@@ -129,7 +130,7 @@ def test_translated_verifiers_instance_serves_verify_with_the_rubric_reward(tmp_
     monkeypatch.syspath_prepend(str(EXAMPLE_ENVS))
     loaded, trainer = loaded_trainer(run_toml(tmp_path, FULL_TOML))
     fields = loaded.values["vf_vf_reverse_text"]["resources_servers"]["verifiers_env"]
-    row = [json.loads(line) for line in Path(trainer.input_jsonl_fpath).read_text().splitlines()][-1]
+    row = read_jsonl(Path(trainer.input_jsonl_fpath))[-1]
     with server_client(ADAPTER_DIR, fields) as client:
         right = post_verify(client, {**row, "response": assistant_response(row["answer"])})
         wrong = post_verify(client, {**row, "response": assistant_response("no idea")})
@@ -276,7 +277,7 @@ def test_hf_dataset_package_rows_and_verify(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE_ENVS))
     monkeypatch.syspath_prepend(str(tmp_path / "envs"))
     _, trainer = loaded_trainer(run_toml(tmp_path, BASE + '[[env]]\nid = "me/vf-letter-count"\nargs = { letter = "a" }\n'))
-    rows = [json.loads(line) for line in Path(trainer.input_jsonl_fpath).read_text().splitlines()]
+    rows = read_jsonl(Path(trainer.input_jsonl_fpath))
     assert [row["info"] for row in rows] == [{"count": 3}, {"count": 1}, {"count": 1}]
     config = {"env_id": "me/vf-letter-count", "env_args": {"letter": "a"}, "python_path": [str(EXAMPLE_ENVS), str(tmp_path / "envs")]}
     with server_client(ADAPTER_DIR, config) as client:
@@ -292,7 +293,7 @@ def test_translated_verifiers_env_collects_rollouts_under_ng_run(tmp_path, monke
     argv = run_toml(tmp_path, BASE + '[[env]]\nid = "vf-reverse-text"\nargs = { num_train_examples = 4 }\n')
     config_path = Path(argv[0].removeprefix("+config_paths=[").removesuffix("]"))
     config = yaml.safe_load(config_path.read_text())
-    rows = [json.loads(line) for line in Path(config["trainer"]["input_jsonl_fpath"]).read_text().splitlines()]
+    rows = read_jsonl(Path(config["trainer"]["input_jsonl_fpath"]))
     first_text = rows[0]["info"]["text"]
     config.pop("policy_model")
     config["config_paths"] = [p for p in config["config_paths"] if "vllm_model" not in p]

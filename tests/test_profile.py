@@ -9,6 +9,7 @@ import pytest
 
 from nemo_gym.errors import DataError
 from nemo_gym.profile import ProfileConfig, describe, profile_main, profile_rollouts, reward_stats
+from nemo_gym.jsonl import read_jsonl
 
 PEER = Path(__file__).resolve().parent.parent.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 MULTIREWARD_ROLLOUTS = PEER / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"
@@ -23,9 +24,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
 
 
 def rollout(task: int, index: int, reward: float, agent: str = "agent_a", **extra) -> dict:
@@ -158,7 +156,7 @@ def test_peer_nemo_gym_rollouts(tmp_path):
     """NeMo Gym's own rollouts (example_tool_call_multireward: 5 tasks, one rollout each, reward 2.0 = sum of
     reward_components correctness 1 + schema_valid 1 + format 0). The task file is rebuilt from the rollouts'
     task fields, in task-index order."""
-    peer_rollouts = [json.loads(line) for line in MULTIREWARD_ROLLOUTS.read_text().splitlines() if line]
+    peer_rollouts = read_jsonl(MULTIREWARD_ROLLOUTS)
     by_index = {r["_ng_task_index"]: r for r in peer_rollouts}
     tasks = write_jsonl(
         tmp_path / "tasks.jsonl", [{"responses_create_params": by_index[i]["responses_create_params"], "agent_ref": by_index[i]["agent_ref"]} for i in range(5)]

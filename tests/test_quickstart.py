@@ -4,18 +4,18 @@ the task file of scripts/quickstart_tasks.py and the training stage's config, co
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.config import load_config, server_instances
 from nemo_gym.train.config import TrainerConfig
-from nemo_gym.train.loop import filter_tasks
-from resources_servers.mcqa.app import MCQATask, extract_answer
+from nemo_gym.train.policy_gym import filter_tasks
+from resources_servers.mcqa.app import MCQARequest, extract_answer
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
-MCQA_ROWS = [json.loads(line) for line in (REPO / "resources_servers/mcqa/data/example.jsonl").read_text().splitlines()]
+MCQA_ROWS = read_jsonl(REPO / "resources_servers/mcqa/data/example.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_main_job_mcqa_rows_are_nemo_gym_rows_after_one_worked_example(quickstar
 def test_the_worked_example_answers_in_the_format_strict_grading_reads(quickstart_tasks):
     """The example's answer is what mcqa's default mode credits for its question; the grading stays strict: a wrong
     letter in the box, the right letter outside one, or options listed back (what SmolLM2 wrote before) read as no credit."""
-    task = MCQATask(options=[{"A": "Oxygen"}, {"B": "Carbon dioxide"}, {"C": "Nitrogen"}, {"D": "Helium"}], expected_answer="B")
+    task = MCQARequest(responses_create_params={}, response={}, options=[{"A": "Oxygen"}, {"B": "Carbon dioxide"}, {"C": "Nitrogen"}, {"D": "Helium"}], expected_answer="B")
     assert quickstart_tasks.MCQA_EXAMPLE[0].endswith("A: Oxygen\nB: Carbon dioxide\nC: Nitrogen\nD: Helium")
     assert extract_answer(quickstart_tasks.MCQA_EXAMPLE[1], task, "strict_single_letter_boxed") == "B"
     assert extract_answer("\\boxed{A}", task, "strict_single_letter_boxed") == "A"

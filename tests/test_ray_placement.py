@@ -4,7 +4,6 @@ collection completing with one row per (task, repeat); a server that keeps dying
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from ng_process import BIN, REPO, NgRun
 from nemo_gym.config import ServerInstance
 from nemo_gym.errors import ConfigError
 from nemo_gym.ray_placement import placement_of
+from nemo_gym.jsonl import read_jsonl
 
 ray = pytest.importorskip("ray")
 
@@ -55,7 +55,7 @@ def cluster(tmp_path_factory):
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []
 
 
 def replica_on(placed: list[tuple[str, int, str]], name: str, node: str) -> int:

@@ -29,6 +29,7 @@ from nemo_gym.config import LoadedConfig, server_instances
 from nemo_gym.errors import ConfigError, ServerUnavailableError
 from nemo_gym.head import build_head_app, run_token_headers, runs_dir
 from nemo_gym.replicas import rendezvous_weight
+from nemo_gym.jsonl import read_jsonl
 
 FAST = ClientTimeouts(connect_s=1.0, read_s=5.0, max_retries=2, backoff_s=0.01)
 COUNTER = "resources_servers/example_session_state_mgmt"
@@ -354,7 +355,7 @@ def test_ng_run_replicas_and_collect_rollouts(tmp_path):
                                   f"+output_jsonl_fpath={out}", "+num_repeats=3", "+num_samples_in_parallel=4", "+progress=false",
                                   f"+head_server_url={head}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert collect.returncode == 0, collect.stdout + collect.stderr
-        rollouts = [json.loads(line) for line in out.read_text().splitlines()]
+        rollouts = read_jsonl(out)
         pairs = Counter((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollouts)
         assert set(pairs) == {(t, k) for t in range(6) for k in range(3)} and max(pairs.values()) == 1
         assert all(r["reward"] == 1.0 for r in rollouts)  # seeded, incremented and verified on one replica

@@ -47,7 +47,7 @@ def test_collector_rows_and_overrides_are_checked(tmp_path, capsys):
 def test_ng_try_the_trainer_and_ng_test_check_them_too(tmp_path):
     from nemo_gym.config import load_config
     from nemo_gym.train.config import EvalOptions
-    from nemo_gym.train.loop import train_main
+    from nemo_gym.train.recipes import train_main
     from nemo_gym.try_rollouts import split_arguments
     from nemo_gym.validation import check_row
 

@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.serve import load_server_class
+from nemo_gym.jsonl import read_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PEER_SERVERS = REPO_ROOT.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
@@ -34,9 +35,6 @@ DRIFT_0_7_0 = {("mcqa", 2): {"reward": 1.0, "extracted_answer": "C"}}
 
 pytestmark = pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason=f"NeMo Gym peer data not found at {PEER_SERVERS}")
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def prompt_key(row: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import pytest
 from nemo_gym.errors import DataError
 from nemo_gym.profile import profile_rollouts
 from nemo_gym.reward_profile import RewardProfileConfig, numeric_fields, output_paths, reward_profile, reward_profile_main
+from nemo_gym.jsonl import read_jsonl
 
 BIN = Path(sys.executable).parent
 STATS = ("mean", "max", "min", "median", "std")
@@ -24,9 +25,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
 
 
 def materialized(task: int, rollout: int, agent: str) -> dict:

@@ -28,6 +28,7 @@ from nemo_gym.errors import ServerUnavailableError
 from nemo_gym.head import build_head_app
 from nemo_gym.profile import profile_rollouts
 from nemo_gym.server import AgentServer
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
@@ -53,7 +54,7 @@ def both_profiles(tmp_path: Path, materialized: Path, rollouts: Path, *extra: st
 
 
 def outputs(folder: Path) -> tuple[list[dict], list[dict]]:
-    profiling = [json.loads(line) for line in (folder / "rollouts_reward_profiling.jsonl").read_text().splitlines() if line]
+    profiling = read_jsonl(folder / "rollouts_reward_profiling.jsonl")
     return profiling, json.loads((folder / "rollouts_agent_metrics.json").read_text())
 
 
@@ -86,7 +87,7 @@ def assert_parity(runs: dict[str, tuple[subprocess.CompletedProcess, Path]]) -> 
 def assert_ng_profile_agrees(tmp_path: Path, materialized: Path, rollouts: Path, theirs: list[dict]) -> None:
     """ng_profile with the materialized inputs as its task file: per task, NeMo Gym's reward numbers."""
     profile_rollouts(str(materialized), str(rollouts), str(tmp_path / "ng_profile.jsonl"))
-    rows = [json.loads(line) for line in (tmp_path / "ng_profile.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "ng_profile.jsonl")
     assert len(rows) == len(theirs)
     for ours, task in zip(rows, theirs):
         for our_key, their_key in REWARD_STATS.items():

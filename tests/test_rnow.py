@@ -23,6 +23,7 @@ from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.project import AGENT_NAME, expand_rnow_args, load_project, translate
 from nemo_gym.rnow.scoring import RewardError, RewardTimeoutError, score, total_reward
 from nemo_gym.train.config import TrainerConfig
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "rnow_project"
@@ -353,7 +354,7 @@ def test_sft_project_translates_to_an_sft_trainer(tmp_path, monkeypatch, capsys)
     trainer = TrainerConfig.model_validate(load_config(run).values["trainer"])
     assert (trainer.algorithm, trainer.batch_size, trainer.supervised.num_epochs, trainer.supervised.max_seq_len) == ("sft", 2, 2, 2048)
     assert trainer.engine.lora is not None and trainer.engine.lora.rank == 8
-    rows = [json.loads(line) for line in Path(trainer.input_jsonl_fpath).read_text().splitlines()]
+    rows = read_jsonl(Path(trainer.input_jsonl_fpath))
     assert len(rows) == 3 and Path(trainer.input_jsonl_fpath).name == "train_sft.jsonl"
     messages, tools = row_conversation(rows[0])
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": 1}'  # the JSON string, unchanged

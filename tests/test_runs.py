@@ -3,7 +3,7 @@
 The detached commands are real ng_* commands: `ng_version` and a failing `ng_dump_config` (quick), `ng_run` of one
 scripted model server as a long-running stand-in (integration), and a real `ng_train +background=true` on a tiny
 random model whose rollouts all fail (no policy server: vLLM cannot run here), stopped with +save_model=true
-(integration). The stop handler itself is tested at the GRPOTrainer level, with rollouts sampled from the tiny model.
+(integration). The stop handler itself is tested at the TrainingLoop level (GRPO recipe), with rollouts sampled from the tiny model.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 from nemo_gym.train.config import EngineConfig, LoggingOptions, TrainerConfig  # noqa: E402
-from nemo_gym.train.loop import GRPOTrainer  # noqa: E402
+from nemo_gym.train.grpo import GRPORecipe  # noqa: E402
+from nemo_gym.train.loop import TrainingLoop  # noqa: E402
 from nemo_gym.train.stopping import STOP_REQUEST_FILE, run_stoppable  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from test_train_loop import PROMPT, sampled_rollouts  # noqa: E402
@@ -166,19 +167,26 @@ def trainer_config(tmp_path: Path, **overrides) -> TrainerConfig:
     return TrainerConfig(**{**values, **overrides})
 
 
-class LocalTrainer(GRPOTrainer):
-    """GRPOTrainer whose rollouts are sampled from the tiny model itself (the servers and vLLM cannot run here).
-    `signal_at` = (hook, step): send SIGTERM to this process from `collect` (rollouts: abandonable) or `log`
-    (after the optimizer step: not abandonable) when `self.step` equals `step`."""
-
-    signal_at: tuple[str, int] = ("", -1)
+class LocalGRPO(GRPORecipe):
+    """The GRPO recipe with rollouts sampled from the tiny model itself (the servers and vLLM cannot run here)."""
 
     def collect(self, tasks, num_repeats, name, overrides=None):
-        if self.signal_at == ("collect", self.step):
+        if self.loop.signal_at == ("collect", self.loop.step):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(30)  # waiting for rollouts: the handler interrupts this
             raise AssertionError("the stop did not abandon the rollouts")
-        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.step)
+        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.loop.step)
+
+
+class LocalTrainer(TrainingLoop):
+    """The training loop running `LocalGRPO`. `signal_at` = (hook, step): send SIGTERM to this process from the
+    recipe's `collect` (rollouts: abandonable) or `log` (after the optimizer step: not abandonable) when
+    `self.step` equals `step`."""
+
+    signal_at: tuple[str, int] = ("", -1)
+
+    def __init__(self, cfg: TrainerConfig, argv: list[str]):
+        super().__init__(LocalGRPO(cfg, argv))
 
     def log(self, metrics):
         super().log(metrics)

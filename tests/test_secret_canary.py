@@ -42,6 +42,7 @@ from nemo_gym.head import live_runs, run_token_for_url, runs_dir
 from nemo_gym.serve import load_server_class
 from nemo_gym.server import ModelServer
 from ng_process import BIN, REPO, NgRun, clean_env
+from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -254,7 +255,7 @@ def test_canary_secrets_never_leave(tmp_path):
 
     # the training step ran through and stepped: a trained step, its checkpoint, the final model, every sink's files
     assert texts["ng_train"].startswith("exit 0\n"), texts["ng_train"][-6000:]
-    (step,) = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
+    (step,) = read_jsonl(train_dir / "metrics.jsonl")
     assert step["trained"] is True and step["reward_mean"] == 0.5, step
     assert (train_dir / "checkpoints" / "latest_step").read_text() == "step_000001"
     assert (train_dir / "checkpoints" / "step_000001" / "trainer_state.json").is_file() and (train_dir / "final" / "model.safetensors").is_file()

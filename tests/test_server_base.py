@@ -6,7 +6,7 @@ import time
 
 from fastapi.testclient import TestClient
 
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
 
 
 class CountingRequest(VerifyRequest):
@@ -87,3 +87,32 @@ def test_bad_input_gets_422_never_500():
         missing = client.post("/verify", json={"responses_create_params": {}, "response": {}})
         assert missing.status_code == 422 and "expected_count" in missing.text
         assert client.post("/slow_echo", json={"text": "hi"}).json() == "hi"
+
+
+class CounterSeed(SeedRequest):
+    initial_count: int
+
+
+class TypedCounter(Counter):
+    seed_request_type = CounterSeed
+
+    async def seed_session(self, row: CounterSeed, session: Session) -> dict:
+        session["count"] = row.initial_count
+        return {"count": row.initial_count, "kept": row.model_extra}
+
+
+def test_seed_request_type_types_the_row_and_rejects_a_bad_one():
+    with TestClient(TypedCounter().build_app()) as client:
+        answer = client.post("/seed_session", json={"initial_count": 3, "task_id": "t1"}, headers={"X-Session-Id": "a"})
+        assert answer.json() == {"count": 3, "kept": {"task_id": "t1"}}
+        for row in ({}, {"initial_count": "three"}):
+            answer = client.post("/seed_session", json=row, headers={"X-Session-Id": "b"})
+            assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["initial_count"], answer.text
+        assert client.post("/add", json={"amount": 2}, headers={"X-Session-Id": "a"}).json() == {"count": 5}
+
+
+def test_row_schema_has_the_verify_and_seed_task_fields():
+    schema = TypedCounter().row_schema()
+    assert {"expected_count", "initial_count", "responses_create_params"} <= set(schema["properties"]) and "response" not in schema["properties"]
+    assert sorted(schema["required"]) == ["expected_count", "initial_count", "responses_create_params"]
+    assert sorted(Counter().row_schema()["required"]) == ["expected_count", "responses_create_params"]

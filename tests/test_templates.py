@@ -33,6 +33,7 @@ from nemo_gym.project_templates import PROJECT_TEMPLATES_DIR, find_template, ini
 from nemo_gym.train.config import TrainerConfig
 
 from ng_process import BIN, REPO, NgRun
+from nemo_gym.jsonl import read_jsonl
 
 RL_TEMPLATES = ["first-rl", "rl-single", "rl-tools", "tutorial-reward", "tutorial-tool", "mcp", "rl-browser", "sql"]
 README_HEADINGS = ["## Description", "## Tools", "## Reward", "## Episode end", "## Arguments", "## Data", "## Run"]
@@ -45,7 +46,7 @@ def project_name(template: str) -> str:
 
 
 def rows_of(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 # -- the engine, on a templates folder of the test's own ------------------------------------------------

@@ -19,7 +19,7 @@ from nemo_gym.errors import ServerError  # noqa: E402
 from nemo_gym.teacher_scoring import parse_prompt_logprobs  # noqa: E402
 from nemo_gym.train.batch import TrainingSequence, rollout_to_sequence  # noqa: E402
 from nemo_gym.train.config import EngineConfig, LossOptions, TeacherOptions, TrainerConfig, check_algorithm  # noqa: E402
-from nemo_gym.train.distill import DistillEngine, OnPolicyDistillTrainer, TeacherClient, distill_advantages, distill_batch  # noqa: E402
+from nemo_gym.train.distill import DistillEngine, OnPolicyDistillRecipe, TeacherClient, distill_advantages, distill_batch  # noqa: E402
 
 
 def test_advantage_is_the_negative_reverse_kl_sample():
@@ -57,7 +57,7 @@ def test_config_needs_a_teacher_for_on_distill():
     assert "only algorithm on_distill uses a teacher" in check_algorithm(TrainerConfig.model_validate({**base, "teacher": {"base_url": "http://127.0.0.1:1"}}))[0]
     with pytest.raises(ValueError, match="exactly one of teacher.instance"):
         TeacherOptions(instance="a", base_url="http://127.0.0.1:1")
-    trainer = OnPolicyDistillTrainer(TrainerConfig.model_validate({**base, "algorithm": "on_distill", "teacher": {"instance": "teacher_model"}}), [])
+    trainer = OnPolicyDistillRecipe(TrainerConfig.model_validate({**base, "algorithm": "on_distill", "teacher": {"instance": "teacher_model"}}), [])
     assert trainer.cfg.loss.loss_type == "importance_sampling"  # the method's loss unless the config sets one
 
 

@@ -25,6 +25,7 @@ from nemo_gym.train import distributed  # noqa: E402
 from ng_process import LAUNCHER_ENV, clean_env  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from train_distributed_worker import CASES, LOOP_STEPS, run_case, run_loop, write_tasks  # noqa: E402
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "train_distributed_worker.py"
@@ -135,7 +136,7 @@ def test_deepspeed_launcher_runs_the_same_ranks(tiny_model, two_ranks, tmp_path)
 
 # -- the loop: two ranks = one rank, only rank 0 collects and writes ------------------------------------------------------
 def steps_of(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "metrics.jsonl")
 
 
 @pytest.mark.integration

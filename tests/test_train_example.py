@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
-from nemo_gym.train.loop import build_step  # noqa: E402
+from nemo_gym.train.grpo import build_step  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from test_train_loop import rollout_row  # noqa: E402
 

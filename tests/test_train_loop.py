@@ -1,4 +1,4 @@
-"""The GRPO loop's pieces (nemo_gym.train.loop) and a tiny model that learns a trivially learnable reward.
+"""The GRPO recipe's pieces (nemo_gym.train.loop, nemo_gym.train.grpo, nemo_gym.train.policy_gym) and a tiny model that learns a trivially learnable reward.
 
 The learning test runs the trainer's own path (rollout rows with token information → `build_step` → grouping,
 zero-variance drop, advantages → `PolicyEngine.train_step`) with sampling done locally by the tiny model
@@ -13,7 +13,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 from nemo_gym.train.config import EngineConfig, LossOptions, TaskFilter  # noqa: E402
-from nemo_gym.train.loop import TaskSampler, build_step, filter_tasks  # noqa: E402
+from nemo_gym.train.grpo import build_step  # noqa: E402
+from nemo_gym.train.loop import TaskSampler  # noqa: E402
+from nemo_gym.train.policy_gym import filter_tasks  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 
 PROMPT = [1, 2, 3]

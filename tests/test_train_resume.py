@@ -1,4 +1,4 @@
-"""Trainer resume is exact: the real GRPO loop (`GRPOTrainer`, rollouts sampled from a tiny model in-process by
+"""Trainer resume is exact: the real GRPO loop (`TrainingLoop` with the GRPO recipe, rollouts sampled from a tiny model in-process by
 `train_distributed_worker.LocalTrainer`, no servers) stopped after its step-2 checkpoint and resumed with
 `+trainer.resume=true` ends with the same weights, optimizer state, data order and metrics as one uninterrupted run.
 

@@ -16,10 +16,11 @@ from nemo_gym import tool_calls  # noqa: E402
 from nemo_gym.errors import DataError  # noqa: E402
 from nemo_gym.train.batch import collate  # noqa: E402
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig  # noqa: E402
-from nemo_gym.train.loop import make_trainer  # noqa: E402
+from nemo_gym.train.recipes import make_trainer  # noqa: E402
 from nemo_gym.train.stopping import run_stoppable  # noqa: E402
+from nemo_gym.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.train.supervised import (  # noqa: E402
-    SupervisedTrainer,
+    SupervisedRecipe,
     chat_sequence,
     cross_entropy,
     load_sft_sequences,
@@ -209,9 +210,9 @@ def run_mode(model: Path, out: Path, algorithm: str, data: Path, **overrides) ->
         **overrides,
     }  # fmt: skip
     trainer = make_trainer(TrainerConfig.model_validate(section), [])
-    assert isinstance(trainer, SupervisedTrainer)
+    assert isinstance(trainer.recipe, SupervisedRecipe)
     assert run_stoppable(trainer) == 0
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "metrics.jsonl")
 
 
 def test_sft_loss_drops_and_final_model_loads(tiny_chat_model, tmp_path):

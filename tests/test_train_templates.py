@@ -5,7 +5,6 @@ The e2e test runs each project's README commands with the real SmolLM2 for 2 ste
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from nemo_gym.config import load_config
 from nemo_gym.project_templates import find_template, init_project
 from nemo_gym.train.config import TrainerConfig, check_algorithm
+from nemo_gym.jsonl import read_jsonl
 
 TRAIN_TEMPLATES = {"sft": ["config.yaml"], "posttrain": ["config.yaml"], "off-distill": ["config.yaml", "train.yaml"], "on-distill": ["config.yaml"]}
 BIN = Path(sys.executable).parent
@@ -54,13 +54,13 @@ def test_train_template_makes_a_valid_project(template: str, tmp_path: Path) -> 
     algorithm = trainers[0].algorithm
     assert algorithm == {"sft": "sft", "posttrain": "pretrain", "off-distill": "sft", "on-distill": "on_distill"}[template]
     if template == "sft":
-        rows = [json.loads(line) for line in (project / "data" / "train.jsonl").read_text().splitlines()]
+        rows = read_jsonl(project / "data" / "train.jsonl")
         with_tools = [row_conversation(r) for r in rows if "tools" in r]
         assert len(rows) == 48 and len(with_tools) == 12 and all(m[1]["tool_calls"] for m, _ in with_tools)
     if template == "posttrain":
         assert len(read_documents(project / "data" / "train.jsonl")) == 40
     if template in ("off-distill", "on-distill"):
-        rows = [json.loads(line) for line in (project / "data" / "tasks.jsonl").read_text().splitlines()]
+        rows = read_jsonl(project / "data" / "tasks.jsonl")
         assert len(rows) == 32 and all(r["responses_create_params"]["input"] and r["expected_answer"] for r in rows)
     if template == "on-distill":
         assert trainers[0].teacher is not None and trainers[0].teacher.instance == "teacher_model"
@@ -76,7 +76,7 @@ def ng(command: str, project: Path, *args: str, timeout_s: float = 1500) -> subp
 
 
 def metrics_of(project: Path) -> list[dict]:
-    return [json.loads(line) for line in (project / "results" / "train" / "metrics.jsonl").read_text().splitlines()]
+    return read_jsonl(project / "results" / "train" / "metrics.jsonl")
 
 
 def assert_servable_final(project: Path) -> None:

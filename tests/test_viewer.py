@@ -18,6 +18,7 @@ from nemo_gym.cli import main
 from nemo_gym.profile import reward_stats
 from nemo_gym.viewer import RolloutIndex, RowFilter, render_rollout, reward_histogram, task_reward_stats
 from nemo_gym.viewer.index import output_chars
+from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
@@ -40,7 +41,7 @@ def all_peer_rollouts(tmp_path: Path) -> Path:
 
 def test_index_reads_every_row_back_by_offset(all_peer_rollouts: Path) -> None:
     index = RolloutIndex.build(all_peer_rollouts)
-    rows = [json.loads(line) for line in all_peer_rollouts.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(all_peer_rollouts)
     assert len(index) == len(rows) == 25 and index.skipped_lines == []
     for row_id, row in enumerate(rows):
         assert index.read(row_id) == row
@@ -51,12 +52,14 @@ def test_index_reads_every_row_back_by_offset(all_peer_rollouts: Path) -> None:
 def test_index_table_fields_of_multireward_rollouts() -> None:
     index = RolloutIndex.build(MULTIREWARD)
     table = index.table(range(len(index)))
-    assert list(table.columns) == ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "environment", "stop_reason"]
+    assert list(table.columns) == ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "tool_calls", "turns", "environment", "stop_reason"]
     assert table["task_index"].tolist() == [1, 0, 4, 2, 3]  # `_ng_task_index`, not the line order
     assert table["repeat"].tolist() == [0] * 5
     assert table["reward"].tolist() == [2.0] * 5
     assert set(table["environment"]) == {MULTIREWARD_AGENT} and set(table["stop_reason"]) == {"completed"}
     assert table["output_tokens"].iloc[0] == 142  # response.usage.output_tokens
+    # row 0 [reasoning, call, output, message]: 1 call, 2 turns; the others [reasoning, call, output, reasoning, message]: the same
+    assert table["tool_calls"].tolist() == [1] * 5 and table["turns"].tolist() == [2] * 5
     # Row 0 generated: an empty reasoning item, arguments '{"city": "New York"}' (20 characters) and the message
     # "\n\nThe weather in New York is sunny." (2 + 33 characters): 20 + 35 = 55.
     assert table["output_chars"].iloc[0] == 55
@@ -181,3 +184,109 @@ def test_ng_viewer_parameters(capsys: pytest.CaptureFixture[str]) -> None:
     assert "+jsonl_fpath: str = required" in capsys.readouterr().out
     assert main("viewer", ["+jsonl_fpath=x.jsonl", "+server_prot=7000"]) == 2
     assert "did you mean" in capsys.readouterr().err
+    assert main("viewer", ["+jsonl_fpath=x.jsonl", "+baseline_jsonl=y.jsonl"]) == 2
+    assert "did you mean 'baseline_jsonl_fpath'" in capsys.readouterr().err
+
+
+# -- two files compared (+baseline_jsonl_fpath) ------------------------------------------------------------
+SINGLE_TOOL_CALL = PEER_SERVERS / "example_single_tool_call" / "data" / "example_rollouts.jsonl"
+
+
+def before_after(tmp_path: Path) -> tuple[Path, Path]:
+    """NeMo Gym's example_single_tool_call rollouts (rewards [0, 0, 1, 1, 1]; rows 0-1 answer in text) as "before";
+    "after": tasks 0-1 answer with row 2's get_weather trajectory (reward 1), task 4 is missing, and task 0 has a
+    second rollout (row 0's own, reward 0)."""
+    rows = [json.loads(line) for line in SINGLE_TOOL_CALL.read_text().splitlines()]
+    after = [{**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])] + [rows[0]]
+    before_path, after_path = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    after_path.write_text("".join(json.dumps(r) + "\n" for r in after))
+    return before_path, after_path
+
+
+def test_rows_of_task_in_repeat_order(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": 1.0} for t, r in [(1, 1), (0, 0), (1, 0), (0, 1), (1, 2)]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = RolloutIndex.build(path)
+    assert index.rows_of_task(1).tolist() == [2, 0, 4] and index.rows_of_task(0).tolist() == [1, 3]  # by repeat
+    assert index.rows_of_task(7).tolist() == [] and index.rows_of_task("sha256:x").tolist() == []
+
+
+def test_compared_files_summary_tasks_and_difference(tmp_path: Path) -> None:
+    from nemo_gym.viewer.compare import ComparedFiles
+
+    before, after = before_after(tmp_path)
+    compared = ComparedFiles.build(RolloutIndex.build(before), RolloutIndex.build(after))
+    summary = compared.summary_table().set_index("metric")
+    # before: 5 rollouts, rewards [0, 0, 1, 1, 1], tool calls [0, 0, 1, 1, 1], turns [1, 1, 2, 2, 2]
+    # after: 5 rollouts, rewards [1, 1, 1, 1, 0], tool calls [1, 1, 1, 1, 0], turns [2, 2, 2, 2, 1]
+    assert summary.loc["tasks"].tolist() == [5, 4, -1] and summary.loc["rollouts"].tolist() == [5, 5, 0]
+    assert summary.loc["mean reward", "baseline"] == pytest.approx(0.6) and summary.loc["mean reward", "candidate"] == pytest.approx(0.8)
+    assert summary.loc["tool calls per rollout"].tolist() == pytest.approx([0.6, 0.8, 0.2])
+    assert summary.loc["turns per rollout"].tolist() == pytest.approx([1.6, 1.8, 0.2])
+    tasks = compared.tasks.set_index("task")
+    task0 = compared.tasks.loc[compared.tasks["candidate_n"] == 2, "task"].iloc[0]  # the task with two rollouts after
+    # task 0: before [0]; after [1, 0]: mean 0.5, delta +0.5; pass rate 0 -> 0.5; tool calls 0 -> 0.5; turns 1 -> 1.5
+    assert tasks.loc[task0, ["baseline_reward", "candidate_reward", "reward_delta", "candidate_pass_rate", "candidate_tool_calls", "candidate_turns"]].tolist() == [0.0, 0.5, 0.5, 0.5, 0.5, 1.5]
+    assert sorted(compared.tasks["status"]) == ["baseline only"] + ["both"] * 4
+    # paired deltas: task 0 +0.5, task 1 +1, tasks 2-3 0: mean 0.375
+    assert compared.difference.mean_difference == pytest.approx(0.375)
+    assert (compared.difference.improved, compared.difference.worsened, compared.difference.unchanged) == (2, 0, 2)
+    assert "**+0.3750**" in compared.headline() and "Tasks only in baseline: 1;" in compared.headline()
+    assert len(compared.filter_tasks("improved")) == 2 and len(compared.filter_tasks("baseline only")) == 1 and len(compared.filter_tasks("all")) == 5
+
+
+def test_compare_views_side_by_side(tmp_path: Path) -> None:
+    from nemo_gym.viewer.app import build_app
+    from nemo_gym.viewer.compare import ComparedFiles
+    from nemo_gym.viewer.compare_page import CompareViews, parse_task_key
+
+    before, after = before_after(tmp_path)
+    compared = ComparedFiles.build(RolloutIndex.build(before), RolloutIndex.build(after))
+    build_app(compared.candidate, 0.0, compared)  # the page builds, Compare tab included
+    views = CompareViews(compared)
+    headline, summary = views.overview()
+    assert "+0.3750" in headline and summary["metric"].tolist()[:2] == ["tasks", "rollouts"]
+    table, note = views.tasks("improved")
+    assert note.startswith("**2** of 5 tasks (improved)") and set(table["status"]) == {"both"}
+    task0 = compared.tasks.loc[compared.tasks["candidate_n"] == 2, "task"].iloc[0]
+    left, right = views.open_task(task0, 0)
+    assert "before.jsonl" in left and "reward <b>0.0</b> · tool calls 0 · turns 1" in left and "how&#x27;s the outside?" in left
+    assert "after.jsonl" in right and "reward <b>1.0</b> · tool calls 1 · turns 2" in right and 'ng-tool-name">get_weather<' in right
+    assert "rollout 1 of 2" in right and "rollout 2 of 2" in views.open_task(task0, 1)[1]
+    assert "This file has 1 rollout(s)" in views.open_task(task0, 1)[0]
+    only_before = compared.tasks.loc[compared.tasks["status"] == "baseline only", "task"].iloc[0]
+    left, right = views.open_task(only_before, 0)
+    assert "going out in sf tn" in left and "is not in this file" in right
+    assert "Select a task" in views.open_task("", 0)[0]
+    assert parse_task_key(" 12 ") == 12 and parse_task_key("sha256:ab") == "sha256:ab" and parse_task_key(None) is None
+
+
+def test_compare_task_indexed_files_flags_other_prompts_and_unrated_rows(tmp_path: Path) -> None:
+    from nemo_gym.viewer.compare import ComparedFiles
+
+    rows = [json.loads(line) for line in MULTIREWARD.read_text().splitlines()]  # tasks 1, 0, 4, 2, 3; reward 2.0 each
+    changed = json.loads(json.dumps(rows))
+    changed[0]["responses_create_params"]["input"][-1]["content"] = "a different question"  # task 1
+    changed[1]["reward"] = None  # task 0: no reward
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in changed))
+    compared = ComparedFiles.build(RolloutIndex.build(tmp_path / "a.jsonl"), RolloutIndex.build(tmp_path / "b.jsonl"), pass_threshold=2.0)
+    assert compared.tasks["task"].tolist() == ["0", "1", "2", "3", "4"]  # by _ng_task_index
+    assert compared.tasks["status"].tolist() == ["baseline only", "both", "both", "both", "both"]  # task 0 unrated in b
+    assert compared.tasks["same_prompt"].tolist() == [None, False, True, True, True]
+    assert compared.difference.prompt_mismatches == [1] and compared.unrated_rows == {"baseline": 0, "candidate": 1}
+    assert "1 paired tasks have different prompts" in compared.headline() and "candidate 1" in compared.headline()
+    assert compared.summary_table().set_index("metric").loc["pass rate"].tolist() == [1.0, 1.0, 0.0]  # 2.0 >= 2.0
+
+
+def test_baseline_with_broken_lines_is_said_in_the_page(tmp_path: Path) -> None:
+    from nemo_gym.viewer.app import _header
+    from nemo_gym.viewer.compare import ComparedFiles
+
+    before, after = before_after(tmp_path)
+    before.write_text(before.read_text() + "{half-written\n")
+    baseline = RolloutIndex.build(before)
+    ComparedFiles.build(baseline, RolloutIndex.build(after))  # the rows that parse are compared
+    assert "Skipped 1 line(s) that are not JSON objects (line 6)" in _header(baseline, 0.0, "Baseline") and "### Baseline:" in _header(baseline, 0.0, "Baseline")

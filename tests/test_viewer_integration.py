@@ -36,8 +36,8 @@ pytestmark = pytest.mark.integration
 class Viewer:
     """`ng_viewer` in its own session, stopped by PID; `url` once it prints its address."""
 
-    def __init__(self, jsonl_fpath: Path, port: int, log_path: Path):
-        self.command = [str(BIN / "ng_viewer"), f"+jsonl_fpath={jsonl_fpath}", f"+server_port={port}"]
+    def __init__(self, jsonl_fpath: Path, port: int, log_path: Path, *overrides: str):
+        self.command = [str(BIN / "ng_viewer"), f"+jsonl_fpath={jsonl_fpath}", f"+server_port={port}", *overrides]
         self.log_path = log_path
         self.url = ""
 
@@ -198,3 +198,76 @@ def test_ng_viewer_prints_its_url_and_no_gradio_share_hint(tmp_path: Path) -> No
     output = viewer.output()
     assert f"ng_viewer: Running on local URL: http://127.0.0.1:{port}/ (Ctrl-C stops it" in output
     assert "share=True" not in output and "public link" not in output
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+def test_ng_viewer_compares_two_files_over_http(tmp_path: Path) -> None:
+    """`ng_viewer +baseline_jsonl_fpath=`: the Compare tab's callbacks through Gradio's HTTP API (gradio_client), on
+    NeMo Gym's example_single_tool_call rollouts before/after (tests/test_viewer.py::before_after)."""
+    from gradio_client import Client
+
+    from test_viewer import before_after
+
+    before, after = before_after(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Viewer(after, port, tmp_path / "viewer.log", f"+baseline_jsonl_fpath={before}") as viewer:
+        url = viewer.wait_ready()
+        assert f"compared with 5 baseline rollouts from {before} in " in viewer.output()
+        client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
+        headline, summary = client.predict(api_name="/compare_overview")
+        assert "paired by task over **4** tasks" in headline and "**+0.3750**" in headline and "Tasks only in baseline: 1;" in headline
+        assert summary["headers"] == ["metric", "baseline", "candidate", "difference"] and summary["data"][0] == ["tasks", 5, 4, -1]
+        tasks, note = client.predict("improved", api_name="/compare_tasks")
+        assert note.startswith("**2** of 5 tasks") and [row[2] for row in tasks["data"]] == ["both", "both"]
+        task = next(row[0] for row in tasks["data"] if row[tasks["headers"].index("candidate_n")] == 2)
+        left, right = client.predict(task, 1, api_name="/compare_task")  # task 0's second rollout after; before has one
+        assert "This file has 1 rollout(s)" in left and "rollout 2 of 2" in right and "reward <b>0.0</b>" in right
+        left, right = client.predict(task, 0, api_name="/compare_task")
+        assert "tool calls 0 · turns 1" in left and "tool calls 1 · turns 2" in right and "get_weather" in right
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium); run `apt-get install -y chromium`")
+@pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+def test_compare_tab_in_chromium_shows_two_columns(tmp_path: Path) -> None:
+    """The Compare tab in a real browser: a click on a task renders its baseline and candidate rollouts side by side
+    (two columns at the same height, the baseline left); screenshot results/viewer_test/compare.png."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from test_viewer import before_after
+
+    before, after = before_after(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Viewer(after, port, tmp_path / "viewer.log", f"+baseline_jsonl_fpath={before}") as viewer, sync_playwright() as playwright:
+        url = viewer.wait_ready()
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            outside = []
+            page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).hostname not in ("127.0.0.1", None) else None)
+            page.goto(url)
+            page.get_by_role("tab", name="Compare").click()
+            expect(page.locator("#compare-headline")).to_contain_text("paired by task over 4 tasks", timeout=60_000)
+            expect(page.locator("#compare-summary")).to_contain_text("turns per rollout")
+            expect(page.locator("#compare-tasks")).to_contain_text("baseline only", timeout=30_000)
+            page.locator("#compare-status input").fill("improved")
+            page.keyboard.press("Enter")
+            page.locator("#compare-show").click()
+            expect(page.locator("#compare-note")).to_contain_text("2 of 5 tasks (improved)", timeout=30_000)
+            page.locator('#compare-tasks [data-testid="cell-0-0"]').click()  # first improved task
+            left, right = page.locator("#compare-baseline"), page.locator("#compare-candidate")
+            expect(right).to_contain_text("tool calls 1 · turns 2", timeout=30_000)
+            expect(left).to_contain_text("tool calls 0 · turns 1")
+            expect(right.locator(".ng-tool-name").first).to_have_text("get_weather")
+            left_box, right_box = left.bounding_box(), right.bounding_box()
+            assert left_box["x"] + left_box["width"] <= right_box["x"] and abs(left_box["y"] - right_box["y"]) < 5, (left_box, right_box)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT.with_name("compare.png")), full_page=True)
+            assert outside == [], f"the page fetched from outside loopback: {outside}"
+        finally:
+            browser.close()

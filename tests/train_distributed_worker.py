@@ -3,7 +3,7 @@
 `deepspeed --num_gpus 2 --no_local_rank ...`; one launch for both parts: each new process spends seconds importing transformers and DeepSpeed).
 
 First one `PolicyEngine.train_step` per case of `CASES`; rank 0 saves the metrics and the updated weights to
-`<out_dir>/<case>.pt`. Then `LocalTrainer` (the real GRPO loop, rollouts sampled from the tiny model on rank 0)
+`<out_dir>/<case>.pt`. Then `LocalTrainer` (the real training loop and GRPO recipe, rollouts sampled from the tiny model on rank 0)
 runs `LOOP_STEPS` steps into `<out_dir>/loop`. The test runs the same on one rank in its own process and compares.
 """
 
@@ -16,7 +16,8 @@ import torch
 
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate
 from nemo_gym.train.config import EngineConfig, LoggingOptions, LossOptions, TrainerConfig
-from nemo_gym.train.loop import GRPOTrainer
+from nemo_gym.train.grpo import GRPORecipe
+from nemo_gym.train.loop import TrainingLoop
 
 LOOP_STEPS = 2
 
@@ -58,16 +59,23 @@ def run_case(model_dir: str | Path, case: str) -> dict:
     return {"metrics": metrics, "weights": {name: p.detach().clone() for name, p in engine.module.named_parameters()}}
 
 
-class LocalTrainer(GRPOTrainer):
-    """The GRPO loop with rollouts sampled from the tiny model itself (no servers, no vLLM); every call of
+class LocalGRPO(GRPORecipe):
+    """The GRPO recipe with rollouts sampled from the tiny model itself (no servers, no vLLM); every call of
     `collect` leaves `collect_rank<r>_<name>` in the output folder, so the test sees which ranks collected."""
 
     def collect(self, tasks, num_repeats, name, overrides=None):
         from nemo_gym.train import distributed
         from test_train_loop import sampled_rollouts
 
-        (self.out / f"collect_rank{distributed.rank()}_{name}").touch()
-        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.step)
+        (self.loop.out / f"collect_rank{distributed.rank()}_{name}").touch()
+        return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.loop.step)
+
+
+class LocalTrainer(TrainingLoop):
+    """The training loop running `LocalGRPO`."""
+
+    def __init__(self, cfg: TrainerConfig, argv: list[str]):
+        super().__init__(LocalGRPO(cfg, argv))
 
 
 def write_tasks(model_dir: str | Path) -> None:

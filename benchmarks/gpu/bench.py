@@ -33,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -278,13 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check: a tiny model, training and the stand-in broadcast")
     parser.add_argument("--smoke-vllm", action="store_true", help="CPU plumbing check of the vLLM parts: --models on vLLM-CPU in float32, small shapes")
     args = parser.parse_args(argv)
+    bench = Bench(args.out, args.budget_s, device_name())
+    # the models written for the parts (GBs: a 494 M-parameter model and its synced copies) stay out of --out
+    with tempfile.TemporaryDirectory(prefix="ng-gpu-bench-") as work:
+        return run_parts(args, bench, Path(work))
+
+
+def run_parts(args: argparse.Namespace, bench: Bench, work: Path) -> int:
+    """The parts `args` asks for, their scratch files in `work`; 77 (skip) without CUDA, else 0."""
     import torch
 
     from nemo_gym.vllm_engine import engine_venv_ready
 
-    bench = Bench(args.out, args.budget_s, device_name())
-    work = args.out / "work"
-    work.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         from test_train_engine import make_tiny_model
 
@@ -329,7 +335,7 @@ def measure_model(bench: Bench, model: str, vllm: bool, work: Path, *, cpu: bool
         dtype, shape, requests, max_tokens = "float32", (4, 16, 16, 4), 4, 16
     else:
         config, dtype, shape, requests, max_tokens = dict(GPU_POLICY), "bfloat16", (32, 128, 256, 8), 64, 256
-    config["log_path"] = str(work / f"{model}.vllm.log")
+    config["log_path"] = str(bench.out / f"{model}.vllm.log")
     if model == "qwen2-0.5b":
         config["model"] = str(make_qwen2_05b(work / "qwen2-0.5b", "cpu" if cpu else "cuda"))
     elif model != "smollm2":

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 TARGET_PYTHON=${NG_WHEEL_PYTHON_VERSION:-3.12}
 BINARY=(fastapi starlette uvicorn httptools pydantic pydantic-core annotated-types typing-inspection python-multipart
-        openai jiter distro sniffio hydra-core omegaconf orjson jsonschema jsonschema-specifications referencing rpds-py hjson dill)
+        openai jiter distro sniffio httpx2 httpcore2 truststore opentelemetry-api typing-extensions hydra-core omegaconf orjson jsonschema jsonschema-specifications referencing rpds-py hjson dill)
 SOURCE_ONLY=(deepspeed antlr4-python3-runtime)   # no wheels on the index: built here (pure Python; DeepSpeed without its ops)
 pins=$(.venv/bin/python - "${BINARY[@]}" "${SOURCE_ONLY[@]}" <<'PYEOF'
 import sys

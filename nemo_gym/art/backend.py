@@ -27,20 +27,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from nemo_gym.art.model import TrainableModel, TrainConfig
 from nemo_gym.art.server_process import ServerProcess
 from nemo_gym.art.tokens import GroupsBatch, groups_to_batch, mean_metrics
 from nemo_gym.art.trajectories import TrajectoryGroup
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.jsonl import replace_atomically
-
-if TYPE_CHECKING:
-    from nemo_gym.art.model import TrainableModel, TrainConfig
-    from nemo_gym.train.engine import PolicyEngine
-    from nemo_gym.train.weight_sync import FilesystemWeightSync
+from nemo_gym.train.engine import PolicyEngine
+from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
 
 __all__ = ["VLLM_MODEL_APP", "LocalBackend"]
 
@@ -158,9 +156,6 @@ class LocalBackend:
     def _engine(self, run: _Run) -> PolicyEngine:
         """The model's engine, built (and restored from the last checkpoint) on first use. In the worker thread."""
         if run.engine is None:
-            from nemo_gym.train.engine import PolicyEngine
-            from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
-
             run.engine = PolicyEngine(run.model.engine_config, run.model.loss)
             if run.state.checkpoint:
                 run.engine.load_checkpoint(run.folder / "checkpoints", run.state.checkpoint)

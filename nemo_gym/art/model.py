@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,10 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.art.trajectories import TrajectoryGroup
 from nemo_gym.train.config import EngineConfig, LossOptions
 
-if TYPE_CHECKING:
-    from nemo_gym.art.backend import LocalBackend
-
-__all__ = ["TrainConfig", "Model", "TrainableModel"]
+__all__ = ["Backend", "TrainConfig", "Model", "TrainableModel"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -33,6 +30,18 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     learning_rate: float = Field(5e-6, gt=0, description="AdamW learning rate of this step")
+
+
+class Backend(Protocol):
+    """What a `TrainableModel` asks of the backend it is registered with (`nemo_gym.art.backend.LocalBackend`)."""
+
+    async def register(self, model: TrainableModel) -> None: ...
+
+    async def get_step(self, model: TrainableModel) -> int: ...
+
+    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, Any]: ...
+
+    async def log(self, model: TrainableModel, groups: list[TrajectoryGroup], split: str) -> dict[str, Any]: ...
 
 
 def _checked_name(value: str, what: str) -> str:
@@ -108,14 +117,14 @@ class TrainableModel(Model):
         if advantage_estimator not in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
             raise ValueError(f"unknown advantage_estimator {advantage_estimator!r}; expected grpo, dr_grpo, rloo or reinforce_pp")
         self.advantage_estimator = advantage_estimator
-        self.backend: LocalBackend | None = None
+        self.backend: Backend | None = None
 
-    def _registered(self) -> LocalBackend:
+    def _registered(self) -> Backend:
         if self.backend is None:
             raise RuntimeError(f"{self!r} is not registered: call `await model.register(backend)` first")
         return self.backend
 
-    async def register(self, backend: LocalBackend) -> None:
+    async def register(self, backend: Backend) -> None:
         """Attach to `backend`: restore the last step from the model's folder and start the inference server."""
         await backend.register(self)
         self.backend = backend

@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 from nemo_gym.art.model import Model
 from nemo_gym.art.trajectories import Trajectory, TrajectoryGroup
 from nemo_gym.config import REPO_ROOT
+from nemo_gym.module_loading import import_file
 
 __all__ = ["RulerError", "judge_messages", "ruler_score_group"]
 
@@ -34,8 +35,6 @@ class RulerError(RuntimeError):
 
 def group_judge() -> ModuleType:
     """The llm_judge environment's `group_judge` module (server folders are not packages: import by path)."""
-    from nemo_gym.module_loading import import_file
-
     return import_file(GROUP_JUDGE_FILE)
 
 

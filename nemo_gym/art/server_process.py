@@ -23,7 +23,7 @@ import psutil
 
 from nemo_gym.auth import RUN_TOKEN_ENV, new_run_token
 from nemo_gym.errors import ServerStartError
-from nemo_gym.run import tail
+from nemo_gym.run_processes import tail
 from nemo_gym.processes import die_with_parent  # the same parent-death signal vLLM's process gets
 
 __all__ = ["ServerProcess"]

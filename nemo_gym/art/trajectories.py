@@ -12,20 +12,25 @@ the group's `exceptions` instead of failing the group.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 import math
 import threading
 import traceback
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Awaitable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from openai.types.chat.chat_completion import Choice
+from tqdm.auto import tqdm
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
-__all__ = ["MetricValue", "MetadataValue", "MessageOrChoice", "RolloutError", "Trajectory", "TrajectoryGroup"]
+__all__ = ["MetricValue", "MetadataValue", "MessageOrChoice", "RolloutError", "Trajectory", "TrajectoryGroup", "PendingGroup", "GatherProgress"]
 
 MetricValue = Union[StrictFloat, StrictInt, StrictBool]
 """A metric: a number or a bool (strings are rejected, so every metric can be averaged)."""
@@ -141,8 +146,6 @@ class TrajectoryGroup(BaseModel):
             return super().__new__(cls)
         items = list(trajectories)
         if any(inspect.isawaitable(item) for item in items):
-            from nemo_gym.art.gather import PendingGroup
-
             return PendingGroup(items, metadata=kwargs.get("metadata") or {})
         if not hasattr(_materialized, "items"):
             _materialized.items = {}
@@ -177,3 +180,90 @@ class TrajectoryGroup(BaseModel):
         """[n] the trajectories' rewards, in order."""
         return [t.reward for t in self.trajectories]
 
+
+# -- a group not yet run, and the progress of `gather_trajectory_groups` (nemo_gym.art.gather) that it advances --
+@dataclass
+class GatherProgress:
+    """Counts and the progress bar of one `gather_trajectory_groups` call."""
+
+    total: int = 0
+    max_exceptions: int | float = 0
+    pbar: tqdm | None = None
+    sums: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    exceptions: int = 0
+
+    def record(self, trajectory: Trajectory) -> None:
+        trajectory.check_metrics()
+        for name, value in {"reward": trajectory.reward, **trajectory.metrics}.items():
+            self.sums[name] += float(value)
+            self.counts[name] += 1
+        self._update(1)
+
+    def record_exception(self) -> None:
+        """Count one failed rollout (or group); the caller re-raises it when `too_many_exceptions()`."""
+        self.exceptions += 1
+        self._update(1)
+
+    def too_many_exceptions(self) -> bool:
+        if 0 < self.max_exceptions < 1:
+            return self.exceptions > self.max_exceptions * max(1, self.total)
+        return self.exceptions > self.max_exceptions
+
+    def _update(self, n: int) -> None:
+        if self.pbar is None:
+            return
+        self.pbar.update(n)
+        postfix: dict[str, Any] = {name: self.sums[name] / self.counts[name] for name in self.sums}
+        if self.exceptions:
+            postfix["exceptions"] = self.exceptions
+        self.pbar.set_postfix(postfix, refresh=False)
+
+
+GATHER_PROGRESS: contextvars.ContextVar[GatherProgress | None] = contextvars.ContextVar("nemo_gym_art_gather", default=None)
+
+
+class PendingGroup:
+    """The rollouts of one group, not yet run: `await` it for the `TrajectoryGroup`.
+
+    Made by `TrajectoryGroup(awaitables)`. Inside `gather_trajectory_groups` each finished rollout advances
+    the shared progress bar; a rollout that raises is kept in `exceptions` (or re-raised when the gather has
+    seen more than `max_exceptions`). Awaited alone, a raising rollout is kept too.
+    """
+
+    def __init__(self, awaitables: list[Awaitable[Trajectory]], metadata: dict[str, Any]):
+        self.awaitables = awaitables
+        self.metadata = metadata
+
+    @property
+    def num_trajectories(self) -> int:
+        return len(self.awaitables)
+
+    def __await__(self) -> Generator[Any, None, TrajectoryGroup]:
+        return self._run().__await__()
+
+    async def _run(self) -> TrajectoryGroup:
+        progress = GATHER_PROGRESS.get()
+        trajectories: list[Trajectory] = []
+        exceptions: list[BaseException] = []
+        futures = [asyncio.ensure_future(a) for a in self.awaitables]
+        try:
+            for future in asyncio.as_completed(futures):
+                try:
+                    trajectory = await future
+                except Exception as exc:  # a failed rollout is a value (BaseException: let cancellation through)
+                    exceptions.append(exc)
+                    if progress is not None:
+                        progress.record_exception()
+                        if progress.too_many_exceptions():
+                            raise
+                    continue
+                if not isinstance(trajectory, Trajectory):
+                    raise TypeError(f"a rollout returned {type(trajectory).__name__}, expected a Trajectory")
+                trajectories.append(trajectory)
+                if progress is not None:
+                    progress.record(trajectory)
+        finally:
+            for future in futures:
+                future.cancel()  # no-op for finished ones; stops the rest when we raise or are cancelled
+        return TrajectoryGroup(trajectories, metadata=self.metadata, exceptions=exceptions)

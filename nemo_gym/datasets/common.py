@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import yaml
 
 from nemo_gym.errors import NemoGymError
-from nemo_gym.head import nemo_gym_home
+from nemo_gym.layout import nemo_gym_home
 
 __all__ = [
     "RegistryError",

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.datasets.common import SERVICES, RegistryError, credentials_path, remove_login, save_login
+from nemo_gym.team.client import login_server, logout_server
 
 __all__ = ["LoginOptions", "LogoutOptions", "login_main", "logout_main"]
 
@@ -52,7 +53,6 @@ def login_main(options: LoginOptions) -> int:
     if options.server:
         if options.service or options.url:
             raise RegistryError("+server=URL logs in to a run server; give it without +service / +url")
-        from nemo_gym.team.client import login_server
 
         return login_server(options.server, options.token)
     if options.service is None:
@@ -67,8 +67,6 @@ def login_main(options: LoginOptions) -> int:
 
 def logout_main(options: LogoutOptions) -> int:
     if options.server:
-        from nemo_gym.team.client import logout_server
-
         return logout_server(options.server)
     removed = remove_login(options.service)
     print(f"forgot {', '.join(removed)} in {credentials_path()}" if removed else "no saved token to forget")

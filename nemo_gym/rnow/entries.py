@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.config import did_you_mean
+from nemo_gym.jsonl import iter_lines
 from nemo_gym.rnow.loading import ProjectFunctions
 
 __all__ = ["Entry", "read_entries", "entry_problems", "entry_tool_names", "substituted_messages", "ROLES"]
@@ -29,7 +30,7 @@ Entry = tuple[int, dict[str, Any]]  # (line number, the entry)
 def read_entries(path: Path) -> tuple[list[Entry], list[str]]:
     """(entries with their 1-based line numbers, problems `train.jsonl:<line>: ...`); blank lines are skipped."""
     entries, problems = [], []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in iter_lines(path):
         if not line.strip():
             continue
         try:

@@ -19,10 +19,12 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import ConfigError
 from nemo_gym.module_loading import import_file
 from nemo_gym.rnow import decorators
 from nemo_gym.rnow.decorators import RewardSpec, ToolSpec
+from nemo_gym.venvs import VenvBuildError, ensure_venv
 
 __all__ = ["ProjectFunctions", "load_functions", "install_rnow_aliases"]
 
@@ -95,8 +97,6 @@ class _MissingPackage(ConfigError):
 def project_environment_requirements(project_dir: Path) -> tuple[Path, list[Path]]:
     """The requirements of a project's server environment: the rnow_project server's requirements.txt and the
     project's own (the files ng_run installs for it, `extra_requirements`)."""
-    from nemo_gym.config import REPO_ROOT
-
     own = project_dir / "requirements.txt"
     return REPO_ROOT / "resources_servers" / "rnow_project" / "requirements.txt", [own] if own.is_file() else []
 
@@ -106,8 +106,6 @@ def _load_in_project_environment(project: Path, require_rewards: bool, missing: 
     import asyncio
     import json
     import subprocess
-
-    from nemo_gym.venvs import VenvBuildError, ensure_venv
 
     print(f"{missing.args[0].split(':')[0]} imports a package of the project's requirements.txt: reading its rewards and tools "
           "in the project's environment (built once, then reused)...", file=sys.stderr, flush=True)  # fmt: skip

@@ -47,18 +47,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from nemo_gym.config import load_config, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
 from nemo_gym.models import context_limit
 from nemo_gym.openai_convert import messages_to_input_items
+from nemo_gym.rnow.config_yml import RnowConfig, is_rnow_key, set_override, parse_config
 from nemo_gym.rnow.entries import Entry, entry_problems, entry_tool_names, read_entries, substituted_messages
 from nemo_gym.rnow.loading import ProjectFunctions, load_functions
 from nemo_gym.rnow.tokens import PromptCounter
 from nemo_gym.train.config import TrainerConfig
-from nemo_gym.train.prime_toml import _check_keys, resolve_model
+from nemo_gym.train.prime_toml import resolve_model
 
 __all__ = ["RnowConfig", "Project", "RNOW_FLAG", "load_project", "is_sft", "split_rnow_args", "translate", "write_translation", "expand_rnow_args"]
 
@@ -69,121 +70,6 @@ MAX_PROBLEMS_SHOWN = 30
 MODEL_KEY_PREFIX = "key 'model': "  # how resolve_model's errors start
 RNOW_MODEL_FIX = ("run the project on the embedded SmolLM2-135M-Instruct with +model=embedded:smollm2 (or write model.path: embedded:smollm2 in "
                   "config.yml), or on a downloaded model with +model=<its folder>")  # fmt: skip
-
-
-# -- config.yml's schema (rnow's ProjectConfig, with the defaults of its docs) -------------------------------
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DataSection(_Section):
-    train_file: str = Field("train.jsonl", description="entries file, relative to the project")
-    batch_size: int = Field(ge=1, description="entries (prompts) per step")
-    group_size: int = Field(4, ge=1, description="rollouts per entry")
-    val_split: float | None = Field(None, ge=0, le=1, description="SFT only (ignored)")
-
-
-class ModelSection(_Section):
-    path: str | list[str] = Field(description="model, or a list of models (one run each)")
-    qlora_rank: int = Field(32, ge=1, description="LoRA rank")
-    qlora_alpha: int | None = Field(None, ge=1, description="LoRA alpha (default 2 x rank)")
-    name: str | None = None
-    description: str | None = None
-
-
-class AlgorithmSection(_Section):
-    loss_fn: Literal["ppo", "importance_sampling"] = "ppo"
-    adv_estimator: Literal["grpo", "gae", "reinforce"] = "grpo"
-    kl_penalty_coef: float | None = Field(None, ge=0, description="KL to the reference model (unset: none)")
-
-
-class RolloutSection(_Section):
-    max_turns: int = Field(1, ge=1, description="model calls per episode")
-    max_context_window: int = Field(32768, ge=1, description="most prompt tokens of an entry")
-    termination_policy: Literal["last_tool", "max_turns"] = "last_tool"
-    reasoning_mode: Literal["disabled", "low", "medium", "high"] | None = None
-    tool_timeout: float = Field(60, gt=0, description="seconds per tool call")
-    max_tool_response: int | None = Field(None, ge=1, description="tool outputs are cut to this many characters")
-    rollout_timeout: float | None = Field(None, gt=0, description="seconds per rollout")
-    include_thinking: bool = False
-    mcp_url: str | list[str] | None = None
-
-
-class TrainerSection(_Section):
-    num_epochs: int = Field(ge=1, description="passes over the entries")
-    learning_rate: float = Field(1e-4, gt=0)
-    save_step: int = Field(-1, ge=-1, description="checkpoint every N steps; -1: at the end only")
-    max_billing: float | None = None
-
-
-class RnowConfig(_Section):
-    """ReinforceNow's config.yml."""
-
-    project_id: str = ""
-    project_name: str = ""
-    dataset_id: str = ""
-    organization_id: str | None = None
-    description: str | None = None
-    dataset_type: Literal["rl", "sft", "distill", "midtrain"]
-    data: DataSection
-    model: ModelSection
-    trainer: TrainerSection
-    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
-    rollout: RolloutSection = Field(default_factory=RolloutSection)
-    teacher: dict[str, Any] | None = None
-    evals: list[dict[str, Any]] = Field(default_factory=list)
-
-
-SECTIONS = {"data", "model", "algorithm", "rollout", "trainer"}
-TOP_LEVEL = {"project_id", "project_name", "dataset_id", "organization_id", "description", "dataset_type"}
-
-
-def _is_rnow_key(key: str) -> bool:
-    """Whether an override `+key=value` edits config.yml (else it goes to the translated config)."""
-    head, _, rest = key.partition(".")
-    if head == "trainer":
-        return rest.split(".")[0] in TrainerSection.model_fields
-    return head in TOP_LEVEL or (head in SECTIONS and bool(rest)) or key == "algorithm"
-
-
-def _set(values: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for part in parents:
-        values = values.setdefault(part, {})
-        if not isinstance(values, dict):
-            raise ConfigError(f"override +{key}: '{part}' is not a section of config.yml")
-    values[last] = value
-
-
-def parse_config(values: dict[str, Any], source: str = "config.yml") -> RnowConfig:
-    """Validate config.yml's values.
-
-    Raises:
-        ConfigError: unknown keys (with a suggestion), bad values, unsupported features; each names the key.
-    """
-    if isinstance(values.get("algorithm"), str):  # `+algorithm=sft`: the command line's choice of the training mode
-        choice = values.pop("algorithm")
-        if choice != "sft":
-            raise ConfigError(f"{source}: key 'algorithm': +algorithm={choice} is not a training mode; use +algorithm=sft, or set algorithm.adv_estimator for RL")
-        values["dataset_type"] = "sft"
-    _check_keys(values, RnowConfig, "", source)
-    try:
-        config = RnowConfig.model_validate(values)
-    except ValidationError as exc:
-        problems = [f"key '{'.'.join(map(str, e['loc']))}': {e['msg']}" + ("" if e["type"] == "missing" else f" (got {e.get('input')!r})") for e in exc.errors()]
-        raise ConfigError(f"{source}: {'; '.join(problems)}") from exc
-    if config.dataset_type not in ("rl", "sft"):
-        raise ConfigError(
-            f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported in rnow projects: use rl or sft (for distillation and "
-            "continued pre-training write an ng_train config with trainer.algorithm on_distill or pretrain)"
-        )
-    if config.teacher is not None:
-        raise ConfigError(f"{source}: key 'teacher': distillation is not supported yet; remove the section")
-    if config.rollout.mcp_url:
-        raise ConfigError(f"{source}: key 'rollout.mcp_url': MCP tool servers are not supported in rnow projects yet; define the tools in tools.py")
-    if config.algorithm.adv_estimator == "gae":
-        raise ConfigError(f"{source}: key 'algorithm.adv_estimator': 'gae' is not supported: it needs a value model (critic), which this trainer has not; use grpo or reinforce")
-    return config
 
 
 # -- the project --------------------------------------------------------------------------------------------
@@ -231,7 +117,7 @@ def _read_config(root: Path, overrides: list[tuple[str, Any]]) -> dict[str, Any]
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     for key, value in overrides:
-        _set(values, key, value)
+        set_override(values, key, value)
     return values
 
 
@@ -445,7 +331,7 @@ def split_rnow_args(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]],
             config_paths += [str(p) for p in (value if isinstance(value, list) else [value])]
         elif key == "model" and isinstance(value, (str, list)):  # `+model=X`: ng_try's spelling, the same as +model.path=X
             rnow.append(("model.path", value))
-        elif key is not None and _is_rnow_key(key):
+        elif key is not None and is_rnow_key(key):
             rnow.append((key, value))
         else:
             rest.append(arg)

@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.config import parse_overrides
+from nemo_gym.datasets.common import load_login, remove_login, save_login
 from nemo_gym.errors import ConfigError, NemoGymError
 
 __all__ = [
@@ -81,8 +83,6 @@ class OrgsOptions(BaseModel):
 # -- the login -------------------------------------------------------------------------------------------------
 def current_login() -> ServerLogin | None:
     """The saved run-server login, or None when not logged in."""
-    from nemo_gym.datasets.common import load_login
-
     entry = load_login(LOGIN_ENTRY)
     if not entry.get("url") or not entry.get("token"):
         return None
@@ -90,8 +90,6 @@ def current_login() -> ServerLogin | None:
 
 
 def _save(login: ServerLogin) -> Path:
-    from nemo_gym.datasets.common import save_login
-
     return save_login(LOGIN_ENTRY, login.token, login.url, user=login.user, org=login.org or "")
 
 
@@ -129,8 +127,6 @@ def login_server(server: str, token: str | None = None) -> int:
 
 def logout_server(server: str | None) -> int:
     """`ng_logout +server=URL` (or every server when None): forget the saved login."""
-    from nemo_gym.datasets.common import remove_login
-
     login = current_login()
     if login is None or (server and _normal_url(server) != login.url):
         print(f"not logged in to {server}" if server else "not logged in to a run server")
@@ -398,8 +394,6 @@ def submit_remote(kind: str, argv: list[str], project_dir: Path | None = None) -
 
 
 def _config_paths(argv: list[str]) -> list[str]:
-    from nemo_gym.config import parse_overrides
-
     paths: list[str] = []
     for key, value in parse_overrides(argv):
         if key == "config_paths":

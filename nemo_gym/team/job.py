@@ -27,7 +27,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+from nemo_gym import commands
+from nemo_gym.background import write_stop_request
 from nemo_gym.models import nemo_gym_home
+from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV
 
 __all__ = ["KIND_COMMANDS", "RUN_ID_PATTERN", "job_run_dir", "entrypoint", "write_stop_request_on_node", "pack_final_on_node", "remove_run_dir_on_node", "main"]
 
@@ -53,8 +56,6 @@ def entrypoint(python: str, kind: str, run_id: str, argv: list[str]) -> str:
 
 def write_stop_request_on_node(run_id: str, save_model: bool) -> None:
     """`stop.json` in the run's folder (read by the trainer when the SIGTERM arrives)."""
-    from nemo_gym.background import write_stop_request
-
     run_dir = job_run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_stop_request(run_dir, save_model=save_model)
@@ -82,7 +83,6 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m nemo_gym.team.job {{{'|'.join(KIND_COMMANDS)}}} <run id> [ng_* arguments]", file=sys.stderr)
         return 2
     kind, run_id, rest = argv[0], argv[1], list(argv[2:])
-    from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV
 
     run_dir = job_run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -91,9 +91,7 @@ def main(argv: list[str]) -> int:
     rest.append(f"++trainer.output_dir={output}" if kind == "train" else f"++output_jsonl_fpath={output / 'rollouts.jsonl'}")
     command = KIND_COMMANDS[kind]
     print(f"nemo_gym run {run_id}: ng_{command} {shlex.join(rest)} (in {os.getcwd()})", flush=True)
-    from nemo_gym.cli import main as cli_main
-
-    return cli_main(command, rest)
+    return commands.main(command, rest)
 
 
 if __name__ == "__main__":

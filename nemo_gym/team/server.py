@@ -42,7 +42,8 @@ import shutil
 import sys
 import tarfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.background import new_run_id
 from nemo_gym.config import MASK, is_secret_key
 from nemo_gym.errors import ConfigError, NemoGymError
+from nemo_gym.limits import UVICORN_LIMITS
 from nemo_gym.models import nemo_gym_home
+from nemo_gym.serve import bind_socket
 from nemo_gym.team.backend import TERMINAL, RayBackend, ray_status_to_run_status
 from nemo_gym.team.job import RUN_ID_PATTERN
 from nemo_gym.team.store import Run, Store, User
@@ -117,50 +120,103 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
-def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_upload_bytes: int, harvest_interval_s: float = 10.0) -> FastAPI:
-    """The run server's app. `backend` is a started RayBackend (tests pass a fake with the same methods);
-    `harvest_interval_s` (0: never) is how often ended training runs' models are copied into storage."""
-    harvested: set[str] = set()  # runs whose model was fetched or found missing (each fetched once)
+@dataclass
+class _ModelStorage:
+    """The final models of ended training runs, kept in `<storage>/<org>/models/<run id>.tar` (each fetched from its
+    node once: `fetched` holds the runs whose model was fetched or found missing)."""
 
-    def model_path(run: Run) -> Path:
-        return storage_dir / run.org_id / "models" / f"{run.id}.tar"
+    store: Store
+    backend: RayBackend
+    storage_dir: Path
+    fetched: set[str] = field(default_factory=set)
 
-    def store_model(run: Run, job: Any | None) -> bool:
+    def path(self, run: Run) -> Path:
+        return self.storage_dir / run.org_id / "models" / f"{run.id}.tar"
+
+    def fetch(self, run: Run, job: Any | None) -> bool:
         """Copy the ended run's final/ from its node into storage; whether there is one now."""
-        path = model_path(run)
-        if not path.is_file() and run.id not in harvested:
-            data = backend.fetch_final(run.id, getattr(job, "driver_node_id", None))
+        path = self.path(run)
+        if not path.is_file() and run.id not in self.fetched:
+            data = self.backend.fetch_final(run.id, getattr(job, "driver_node_id", None))
             if data is not None:
                 _write_private_file(_private_dir(path.parent), path, data)
-            harvested.add(run.id)
+            self.fetched.add(run.id)
         return path.is_file()
 
-    def harvest() -> None:
-        jobs = backend.jobs()
-        for run in store.all_runs():
+    def harvest(self) -> None:
+        """Fetch the model of every ended training run not fetched yet."""
+        jobs = self.backend.jobs()
+        for run in self.store.all_runs():
             job = jobs.get(run.submission_id)
             if run.kind == "train" and job is not None and ray_status_to_run_status(job.status) in TERMINAL:
                 try:
-                    store_model(run, job)
+                    self.fetch(run, job)
                 except NemoGymError as exc:
                     log.warning("run %s: model not copied: %s", run.id, exc)
+
+    def describe(self, run: Run, job: Any | None) -> dict[str, Any]:
+        """A run as the API answers it (secret arguments masked)."""
+        return {
+            "id": run.id, "org": run.org_id, "user": run.user_id, "kind": run.kind, "args": mask_secret_args(run.args),
+            "status": ray_status_to_run_status(job.status) if job is not None else "unknown",
+            "message": getattr(job, "message", None), "created": run.created_at,
+            "started_at": _seconds(getattr(job, "start_time", None)), "ended_at": _seconds(getattr(job, "end_time", None)),
+            "returncode": getattr(job, "driver_exit_code", None), "stop_requested": run.stop_requested,
+            "save_model": run.save_model, "model_stored": self.path(run).is_file(),
+        }  # fmt: skip
+
+
+def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_upload_bytes: int, harvest_interval_s: float = 10.0) -> FastAPI:
+    """The run server's app. `backend` is a started RayBackend (tests pass a fake with the same methods);
+    `harvest_interval_s` (0: never) is how often ended training runs' models are copied into storage."""
+    models = _ModelStorage(store, backend, storage_dir)
+    app = FastAPI(title="nemo_gym run server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_harvesting(models, harvest_interval_s))
+
+    @app.exception_handler(NemoGymError)
+    async def _nemo_gym_error(request: Request, exc: NemoGymError) -> JSONResponse:
+        return JSONResponse(status_code=502, content={"detail": str(exc)})
+
+    user_of, member = _authentication(store)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/me")
+    def me(user: User = Depends(user_of)) -> dict[str, Any]:
+        return {"user": user.id, "orgs": list(user.orgs)}
+
+    _add_upload_route(app, member, storage_dir, max_upload_bytes)
+    _add_run_routes(app, member, models)
+    _add_run_control_routes(app, member, models)
+    _add_model_routes(app, member, models)
+    return app
+
+
+def _harvesting(models: _ModelStorage, interval_s: float) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """The app's lifespan: `models.harvest()` every `interval_s` seconds (never when 0)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async def loop() -> None:
             while True:
-                await asyncio.sleep(harvest_interval_s)
+                await asyncio.sleep(interval_s)
                 try:
-                    await run_in_threadpool(harvest)
+                    await run_in_threadpool(models.harvest)
                 except Exception:  # noqa: BLE001  (Ray unreachable for a moment: try again next time)
                     log.exception("model harvest failed")
 
-        task = asyncio.create_task(loop()) if harvest_interval_s > 0 else None
+        task = asyncio.create_task(loop()) if interval_s > 0 else None
         yield
         if task is not None:
             task.cancel()
 
-    app = FastAPI(title="nemo_gym run server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    return lifespan
+
+
+def _authentication(store: Store) -> tuple[Callable[..., User], Callable[..., tuple[str, User]]]:
+    """The dependencies `user_of` (the bearer token's user, else 401) and `member` (org, user of a member of the
+    path's organization, else 404)."""
 
     def user_of(request: Request) -> User:
         header = request.headers.get("authorization", "")
@@ -175,35 +231,17 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
             raise _not_found()
         return org, user
 
-    def run_of(org_user: tuple[str, User], run_id: str) -> Run:
-        run = store.get_run(org_user[0], run_id) if RUN_ID_PATTERN.match(run_id) else None
-        if run is None:
-            raise _not_found()
-        return run
+    return user_of, member
 
-    def describe(run: Run, job: Any | None) -> dict[str, Any]:
-        model = model_path(run)
-        return {
-            "id": run.id, "org": run.org_id, "user": run.user_id, "kind": run.kind, "args": mask_secret_args(run.args),
-            "status": ray_status_to_run_status(job.status) if job is not None else "unknown",
-            "message": getattr(job, "message", None), "created": run.created_at,
-            "started_at": _seconds(getattr(job, "start_time", None)), "ended_at": _seconds(getattr(job, "end_time", None)),
-            "returncode": getattr(job, "driver_exit_code", None), "stop_requested": run.stop_requested,
-            "save_model": run.save_model, "model_stored": model.is_file(),
-        }  # fmt: skip
 
-    @app.exception_handler(NemoGymError)
-    async def _nemo_gym_error(request: Request, exc: NemoGymError) -> JSONResponse:
-        return JSONResponse(status_code=502, content={"detail": str(exc)})
+def _run_of(store: Store, org_user: tuple[str, User], run_id: str) -> Run:
+    run = store.get_run(org_user[0], run_id) if RUN_ID_PATTERN.match(run_id) else None
+    if run is None:
+        raise _not_found()
+    return run
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @app.get("/v1/me")
-    def me(user: User = Depends(user_of)) -> dict[str, Any]:
-        return {"user": user.id, "orgs": list(user.orgs)}
-
+def _add_upload_route(app: FastAPI, member: Callable[..., tuple[str, User]], storage_dir: Path, max_upload_bytes: int) -> None:
     @app.post("/v1/orgs/{org}/uploads", status_code=201)
     async def upload(request: Request, org_user: tuple[str, User] = Depends(member)) -> dict[str, str]:
         upload_id = secrets.token_hex(UPLOAD_ID_BYTES)
@@ -227,10 +265,15 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
             archive.unlink(missing_ok=True)
         return {"upload_id": upload_id}
 
+
+def _add_run_routes(app: FastAPI, member: Callable[..., tuple[str, User]], models: _ModelStorage) -> None:
+    """Submit, list and read runs, and their logs."""
+    store, backend = models.store, models.backend
+
     @app.post("/v1/orgs/{org}/runs", status_code=201)
     def submit(body: SubmitRequest, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
         org, user = org_user
-        working_dir = storage_dir / org / "uploads" / body.upload_id
+        working_dir = models.storage_dir / org / "uploads" / body.upload_id
         if not body.upload_id.isalnum() or not working_dir.is_dir():
             raise _not_found()
         run_id = new_run_id(body.kind)
@@ -239,21 +282,21 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
         finally:
             shutil.rmtree(working_dir, ignore_errors=True)  # Ray has packed and uploaded it
         run = store.add_run(run_id, org, user.id, body.kind, body.args, submission_id)
-        return describe(run, backend.job(submission_id))
+        return models.describe(run, backend.job(submission_id))
 
     @app.get("/v1/orgs/{org}/runs")
     def list_runs(org_user: tuple[str, User] = Depends(member)) -> list[dict[str, Any]]:
         jobs = backend.jobs()
-        return [describe(run, jobs.get(run.submission_id)) for run in store.list_runs(org_user[0])]
+        return [models.describe(run, jobs.get(run.submission_id)) for run in store.list_runs(org_user[0])]
 
     @app.get("/v1/orgs/{org}/runs/{run_id}")
     def get_run(run_id: str, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
-        run = run_of(org_user, run_id)
-        return describe(run, backend.job(run.submission_id))
+        run = _run_of(store, org_user, run_id)
+        return models.describe(run, backend.job(run.submission_id))
 
     @app.get("/v1/orgs/{org}/runs/{run_id}/logs")
     async def logs(run_id: str, follow: bool = False, org_user: tuple[str, User] = Depends(member)) -> Response:
-        run = await run_in_threadpool(run_of, org_user, run_id)
+        run = await run_in_threadpool(_run_of, store, org_user, run_id)
         if not follow:
             return Response(await run_in_threadpool(backend.logs, run.submission_id), media_type="text/plain; charset=utf-8")
 
@@ -263,19 +306,24 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
 
         return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
 
+
+def _add_run_control_routes(app: FastAPI, member: Callable[..., tuple[str, User]], models: _ModelStorage) -> None:
+    """Stop and delete runs."""
+    store, backend = models.store, models.backend
+
     @app.post("/v1/orgs/{org}/runs/{run_id}/stop")
     def stop(run_id: str, body: StopRequest, org_user: tuple[str, User] = Depends(member)) -> dict[str, Any]:
-        run = run_of(org_user, run_id)
+        run = _run_of(store, org_user, run_id)
         job = backend.job(run.submission_id)
         if job is None or ray_status_to_run_status(job.status) in TERMINAL:
-            return describe(run, job)
+            return models.describe(run, job)
         store.mark_stop(run.org_id, run.id, body.save_model)
         backend.request_stop(run.id, run.submission_id, getattr(job, "driver_node_id", None), body.save_model)
-        return describe(store.get_run(run.org_id, run.id) or run, backend.job(run.submission_id))
+        return models.describe(store.get_run(run.org_id, run.id) or run, backend.job(run.submission_id))
 
     @app.delete("/v1/orgs/{org}/runs/{run_id}", status_code=204)
     def delete(run_id: str, force: bool = False, org_user: tuple[str, User] = Depends(member)) -> Response:
-        run = run_of(org_user, run_id)
+        run = _run_of(store, org_user, run_id)
         job = backend.job(run.submission_id)
         if job is not None and ray_status_to_run_status(job.status) not in TERMINAL:
             if not force:
@@ -283,30 +331,32 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
             backend.request_stop(run.id, run.submission_id, getattr(job, "driver_node_id", None), False)
             job = _wait_terminal(backend, run.submission_id, timeout_s=60.0) or job
         backend.delete(run.id, run.submission_id, getattr(job, "driver_node_id", None) if job is not None else None)
-        model_path(run).unlink(missing_ok=True)
+        models.path(run).unlink(missing_ok=True)
         store.delete_run(run.org_id, run.id)
         return Response(status_code=204)
 
+
+def _add_model_routes(app: FastAPI, member: Callable[..., tuple[str, User]], models: _ModelStorage) -> None:
+    """Download a run's final model; list the organization's stored models."""
+
     @app.get("/v1/orgs/{org}/runs/{run_id}/model")
     def model(run_id: str, org_user: tuple[str, User] = Depends(member)) -> FileResponse:
-        run = run_of(org_user, run_id)
-        stored = model_path(run)
+        run = _run_of(models.store, org_user, run_id)
+        stored = models.path(run)
         if not stored.is_file():
-            job = backend.job(run.submission_id)
+            job = models.backend.job(run.submission_id)
             status = ray_status_to_run_status(job.status) if job is not None else "unknown"
             if status not in TERMINAL:
                 raise HTTPException(status_code=409, detail=f"run {run.id} is {status}: its model is ready once it ends (stop it with save_model=true)")
-            if not store_model(run, job):
+            if not models.fetch(run, job):
                 raise HTTPException(status_code=404, detail=f"run {run.id} left no final model (stopped without save_model, or not a training run)")
         return FileResponse(stored, media_type="application/x-tar", filename=f"{run.id}.tar")
 
     @app.get("/v1/orgs/{org}/models")
-    def models(org_user: tuple[str, User] = Depends(member)) -> list[dict[str, Any]]:
-        folder = storage_dir / org_user[0] / "models"
+    def list_models(org_user: tuple[str, User] = Depends(member)) -> list[dict[str, Any]]:
+        folder = models.storage_dir / org_user[0] / "models"
         found = sorted(folder.glob("*.tar"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() else []
         return [{"run_id": p.stem, "size_bytes": p.stat().st_size, "stored_at": p.stat().st_mtime} for p in found]
-
-    return app
 
 
 def mask_secret_args(argv: list[str]) -> list[str]:
@@ -405,9 +455,6 @@ def serve_main(options: ServeOptions) -> int:
     if options.admin:
         return admin_main(options)
     import uvicorn
-
-    from nemo_gym.limits import UVICORN_LIMITS
-    from nemo_gym.serve import bind_socket
 
     data_dir = data_dir_of(options)
     store = Store(data_dir / "serve.db")

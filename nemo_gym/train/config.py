@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nemo_gym.config import did_you_mean
+from nemo_gym.config import LoadedConfig, validation_problems
+from nemo_gym.errors import ConfigError
 from nemo_gym.responses_params import ResponsesCreateParams
 
 __all__ = [
     "LoraOptions", "EngineConfig", "LossOptions", "EvalOptions", "TaskFilter", "WandbOptions", "LoggingOptions",
-    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "check_hardware", "trainer_problems",
+    "SupervisedOptions", "TeacherOptions", "TrainerConfig", "TrainOptions", "ALGORITHMS", "check_algorithm", "check_hardware", "trainer_problems", "trainer_config",
 ]  # fmt: skip
 
 ALGORITHMS = ("grpo", "sft", "pretrain", "on_distill")
@@ -206,34 +207,26 @@ class TrainOptions(BaseModel):
     overwrite: bool = Field(False, description="delete the outputs of an earlier run in trainer.output_dir and start over (without it: a checkpoint of the same config is resumed, any other earlier run is an error)")
 
 
-def _section_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The section model at a pydantic error location's parent (`("engine", "lora", "rnak")` → LoraOptions)."""
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
-        if field is None:
-            return None
-        annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        found = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if found is None:
-            return None
-        model = found
-    return model
-
-
 def trainer_problems(exc: ValidationError) -> list[str]:
     """One `trainer.<key>: ...` line per error of validating the trainer section; an unknown key gets a suggestion
     among the keys of its section and the list of them (as every other config key does)."""
-    problems = []
-    for error in exc.errors():
-        key = "trainer." + ".".join(map(str, error["loc"]))
-        section = _section_at(TrainerConfig, error["loc"]) if error["type"] == "extra_forbidden" else None
-        if section is not None:
-            name = str(error["loc"][-1])
-            problems.append(f"{key}: not a key of {key.rpartition('.')[0]}{did_you_mean(name, section.model_fields)}; its keys: {', '.join(section.model_fields)}")
-        else:
-            problems.append(f"{key}: {error['msg']}")
-    return problems
+    return validation_problems(TrainerConfig, exc, "trainer.{key}")
+
+
+def trainer_config(loaded: LoadedConfig) -> TrainerConfig:
+    """The `trainer:` section of a loaded config, validated (ng_train, and ng_train +background=true before it detaches).
+
+    Raises:
+        ConfigError: no `trainer:` section, or a bad one: each key named with the file that set it, an unknown one
+            with a suggestion.
+    """
+    section = loaded.values.get("trainer")
+    if not isinstance(section, dict):
+        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
+    try:
+        return TrainerConfig.model_validate(section)
+    except ValidationError as exc:
+        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
 
 
 def check_algorithm(cfg: TrainerConfig) -> list[str]:

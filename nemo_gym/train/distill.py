@@ -9,8 +9,8 @@ with log π_student the sampler's (vLLM's) log-prob of the token it sampled, and
 `importance_sampling`, -r_t A_t with r_t = π_θ / π_sampler (`nemo_gym.rl.policy_loss`, per-token advantages),
 so minimising it lowers the reverse KL(π_θ || π_teacher) along the student's trajectories.
 
-Per step (the GRPO recipe of `nemo_gym.train.loop.GRPOTrainer`, whose loop, checkpoints, evaluation, weight sync and
-multi-rank handling this reuses): `batch_size` tasks × `group_size` student rollouts through the gym's agents,
+Per step (a recipe of `nemo_gym.train.loop.TrainingLoop`, which owns the steps, checkpoints, evaluation schedule and
+multi-rank handling; tasks, rollouts and weight sync as GRPO's, `nemo_gym.train.policy_gym`): `batch_size` tasks × `group_size` student rollouts through the gym's agents,
 served by vllm_model with the current weights → the teacher's log-probs of each rollout's whole token sequence
 → per-token advantages on the generated tokens (mask 1) → one optimizer step → weight sync. Rewards are recorded
 (reward_* metrics) but do not enter the loss; no group is dropped for equal rewards.
@@ -39,15 +39,18 @@ from typing import Any
 import httpx
 import torch
 
+from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.errors import ConfigError, ServerError
+from nemo_gym.head import run_token_for_url
 from nemo_gym.rl import policy_loss, token_entropy, token_logprobs
 from nemo_gym.teacher_scoring import SCORE_ROUTE, parse_prompt_logprobs, prompt_logprobs_request
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate, rollout_to_sequence
 from nemo_gym.train.config import TeacherOptions, TrainerConfig
 from nemo_gym.train.engine import PolicyEngine
-from nemo_gym.train.loop import GRPOTrainer, _stats
+from nemo_gym.train.loop import TrainingLoop, value_stats
+from nemo_gym.train.policy_gym import GymRecipe, PolicyGym
 
-__all__ = ["DistillBatch", "distill_advantages", "distill_batch", "TeacherClient", "DistillEngine", "OnPolicyDistillTrainer"]
+__all__ = ["DistillBatch", "distill_advantages", "distill_batch", "TeacherClient", "DistillEngine", "OnPolicyDistillRecipe"]
 
 
 def distill_advantages(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -116,8 +119,6 @@ class TeacherClient:
                 raise ConfigError(f"trainer.teacher.api_key_env: environment variable {options.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
         elif run_token:
-            from nemo_gym.auth import TOKEN_HEADER
-
             headers[TOKEN_HEADER] = run_token
         self.headers = headers
         self.model = options.model
@@ -160,43 +161,48 @@ class TeacherClient:
         return answer.json()
 
 
-class OnPolicyDistillTrainer(GRPOTrainer):
-    """GRPOTrainer with the teacher's per-token advantages instead of group-relative rewards."""
+class OnPolicyDistillRecipe(GymRecipe):
+    """On-policy distillation (see the module docstring): GRPO's gym and loop, the teacher's per-token advantages
+    instead of group-relative rewards; a `nemo_gym.train.loop.Recipe`."""
+
+    batch_on_main = True
 
     def __init__(self, cfg: TrainerConfig, argv: list[str]):
         if "loss_type" not in cfg.loss.model_fields_set:  # the method's loss unless the config chose another
             cfg = cfg.model_copy(update={"loss": cfg.loss.model_copy(update={"loss_type": "importance_sampling"})})
-        super().__init__(cfg, argv)
+        self.cfg, self.argv = cfg, argv
+        self.engine: DistillEngine | None = None
+        self.gym: PolicyGym | None = None  # rank 0 only
+        self.teacher: TeacherClient | None = None  # rank 0 only
+        self.loop: TrainingLoop | None = None
+        self.has_eval = False
 
-    def setup(self) -> None:
-        from nemo_gym.head import run_token_for_url
-
-        super().setup()  # tasks, servers, the engine (make_engine), weight sync, reporter, resume
-        if self.is_main:
+    def setup(self, loop: TrainingLoop) -> None:
+        """Rank 0: tasks, servers and the teacher's client; every rank: the engine; rank 0: the weight sync."""
+        self.loop = loop
+        if loop.is_main:  # the other ranks neither read the tasks nor start servers
+            self.gym = PolicyGym(self.cfg, self.argv, loop.out)
+            self.has_eval = bool(self.gym.eval_tasks)
+        self.engine = DistillEngine(self.cfg.engine, self.cfg.loss, total_steps=self.cfg.num_steps)
+        if loop.is_main:
+            self.gym.connect(self.engine)
             teacher = self.cfg.teacher
             assert teacher is not None  # check_algorithm
-            url = teacher.base_url or self.servers.server_url(teacher.instance)
-            token = None if teacher.base_url else run_token_for_url(self.servers.head_url)
+            url = teacher.base_url or self.gym.servers.server_url(teacher.instance)
+            token = None if teacher.base_url else run_token_for_url(self.gym.servers.head_url)
             self.teacher = TeacherClient(teacher, url, run_token=token, parallel=self.cfg.num_samples_in_parallel)
 
-    def make_engine(self) -> DistillEngine:
-        return DistillEngine(self.cfg.engine, self.cfg.loss, total_steps=self.cfg.num_steps)
-
-    def _rollout_step(self) -> tuple[dict[str, Any], TrainingBatch | None]:
+    def prepare_step(self, step: int) -> tuple[dict[str, Any], TrainingBatch | None]:
         """Rank 0: the step's student rollouts, scored by the teacher; (metrics so far, the batch or None)."""
         cfg = self.cfg
-        indices = self.sampler.batch(self.step)
-        started = time.monotonic()
-        with self.stop.abandonable():
-            rollouts = self.collect([self.tasks[i] for i in indices], cfg.group_size, f"step_{self.step + 1:06d}")
-        generation_s = time.monotonic() - started
+        tasks, rollouts, generation_s = self.step_rollouts(step)
         rewards = [float(row["reward"]) for row in rollouts]
         metrics: dict[str, Any] = {
-            "step": self.step + 1,
-            "data_position": (self.step + 1) * cfg.batch_size,
+            "step": step + 1,
+            "data_position": (step + 1) * cfg.batch_size,
             "rollouts": len(rollouts),
-            "rollouts_failed": len(indices) * cfg.group_size - len(rollouts),
-            **_stats("reward", rewards),
+            "rollouts_failed": len(tasks) * cfg.group_size - len(rollouts),
+            **value_stats("reward", rewards),
             "pass_rate": sum(r >= cfg.eval.pass_threshold for r in rewards) / max(1, len(rewards)),
             "time_generation_s": generation_s,
         }
@@ -204,13 +210,13 @@ class OnPolicyDistillTrainer(GRPOTrainer):
         sequences = [s for s in sequences if s.num_generated_tokens > 0]
         if not sequences:
             metrics["trained"] = False
-            print(f"ng_train: WARNING step {self.step + 1}: no rollout with generated tokens; no optimizer step", flush=True)
+            print(f"ng_train: WARNING step {step + 1}: no rollout with generated tokens; no optimizer step", flush=True)
             return metrics, None
         started = time.monotonic()
-        with self.stop.abandonable():
+        with self.loop.stop.abandonable():
             teacher = self.teacher.score([s.input_ids for s in sequences])
         metrics["time_teacher_s"] = time.monotonic() - started
         batch = distill_batch(sequences, teacher, pad_token_id=self.engine.pad_token_id)
         kl = -batch.token_advantages[batch.loss_mask > 0]  # log π_student - log π_teacher on the sampled tokens
-        metrics.update(teacher_kl_mean=kl.mean().item(), teacher_kl_max=kl.max().item(), **_stats("advantage", -kl))
+        metrics.update(teacher_kl_mean=kl.mean().item(), teacher_kl_max=kl.max().item(), **value_stats("advantage", -kl))
         return metrics, batch

@@ -24,6 +24,9 @@ import sys
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from nemo_gym import commands
+from nemo_gym.processes import free_port
+
 __all__ = ["world_size", "rank", "is_main", "needs_relaunch", "launcher_command", "relaunch", "broadcast_from_main", "all_gather", "shard", "shutdown"]
 
 T = TypeVar("T")
@@ -84,8 +87,6 @@ def relaunch(num_ranks: int, argv: list[str]) -> int:
     Each rank gets `OMP_NUM_THREADS` = cores / ranks unless it is set. Returns 128 + the signal number when a
     forwarded signal ended the run with a non-zero status (the launcher itself exits with 1).
     """
-    from nemo_gym.processes import free_port
-
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_ranks)))
     command = launcher_command(num_ranks, argv, free_port())
@@ -171,7 +172,5 @@ def shard(num_rows: int, rank: int, world_size: int) -> slice:
 
 
 if __name__ == "__main__":  # one rank of ng_train (see `launcher_command`)
-    from nemo_gym.cli import main
-
     # the deepspeed launcher appends --local_rank=<n> (also in LOCAL_RANK, which DeepSpeed reads) unless --no_local_rank
-    sys.exit(main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))]))
+    sys.exit(commands.main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))]))

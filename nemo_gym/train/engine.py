@@ -34,15 +34,16 @@ import copy
 import math
 import os
 import random
-import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from nemo_gym.models import EMBEDDED_PREFIX, embedded_model, nemo_gym_home
 from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
 from nemo_gym.paths import resolve_inside
-from nemo_gym.train import crash_points, distributed
+from nemo_gym.processes import free_port
+from nemo_gym.train import crash_points, distributed, safe_checkpoint
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import EngineConfig, LossOptions
 
@@ -56,9 +57,7 @@ def set_single_process_env() -> dict[str, str]:
     """
     wanted = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     if "MASTER_PORT" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            wanted["MASTER_PORT"] = str(sock.getsockname()[1])
+        wanted["MASTER_PORT"] = str(free_port())
     added = {k: v for k, v in wanted.items() if k not in os.environ}
     os.environ.update(added)
     return added
@@ -70,8 +69,6 @@ def resolve_model_path(model_path: str) -> Path:
     Raises:
         FileNotFoundError: no such folder, or the embedded model has not been converted yet.
     """
-    from nemo_gym.models import EMBEDDED_PREFIX, embedded_model, nemo_gym_home
-
     if model_path.startswith(EMBEDDED_PREFIX):
         found = embedded_model(model_path)
         candidates = sorted((nemo_gym_home() / "models").glob(f"{found.name}-*/config.json"))
@@ -138,7 +135,6 @@ class PolicyEngine:
         self.device = torch.device(self.engine.device)  # where DeepSpeed put the model: cuda:<LOCAL_RANK> or cpu
         if self.reference is not None:
             self.reference.to(self.device)
-        from nemo_gym.train import safe_checkpoint
 
         safe_checkpoint.install(self.engine)  # checkpoint loads refuse pickled code
         self.step = 0

@@ -1,76 +1,51 @@
-"""`ng_train`: GRPO through the gym's own servers (ARCHITECTURE §8).
+"""`ng_train`'s training loop (ARCHITECTURE §8), one for every recipe: GRPO (`nemo_gym.train.grpo`), sft / pretrain
+(`nemo_gym.train.supervised`) and on-policy distillation (`nemo_gym.train.distill`).
 
-Recipe (torchtune style: setup / train / save_checkpoint / cleanup). Per step:
-  1. tasks: the next `batch_size` rows of a fixed per-epoch permutation of the (filtered) task file, so the
-     batch of step k depends only on (seed, k) and a resumed run takes exactly the batch the uninterrupted run
-     would have taken;
-  2. rollouts: `group_size` per task through the agents (`nemo_gym.collect.collect_rollouts`, files under
-     `output_dir/rollouts/`), sampled by vllm_model serving the current weights;
-  3. advantages per group (`nemo_gym.rl.compute_advantages`); groups whose rewards do not vary and groups
-     with failed rollouts are dropped and counted; a step with no group left is logged loudly (no update);
-  4. one optimizer step on the trainer's own log-probs of the generated ids (`PolicyEngine.train_step`);
-  5. weight sync to the policy server; a metrics line in `output_dir/metrics.jsonl`; evaluation every
-     `eval.interval` steps; a checkpoint every `checkpoint_interval` steps and at the end.
+The loop owns what every recipe shares (torchtune style: setup / train / save_checkpoint / cleanup):
+  - the steps: step k (0-based) trains on the batch the recipe prepares for k (`Recipe.prepare_step`: each recipe
+    takes the next `batch_size` rows of a fixed per-epoch permutation, `TaskSampler`, so the batch of step k
+    depends only on (seed, k) and a resumed run takes exactly the batch the uninterrupted run would have taken);
+    one optimizer step of the recipe's engine (`PolicyEngine.train_step`, whose loss the recipe chose); then the
+    recipe publishes the new weights (`Recipe.publish_weights`: the weight sync to the policy server, or nothing);
+  - stop handling (`nemo_gym.train.stopping`): a stop abandons the rollouts it interrupts, or ends the loop after the
+    step; `max_train_time_s`;
+  - evaluation every `eval.interval` steps, at step 0 and at the end (`Recipe.evaluate`);
+  - a metrics line per step in `output_dir/metrics.jsonl` (and TensorBoard, W&B: `nemo_gym.train.reporting`);
+  - checkpoints every `checkpoint_interval` steps and at the end (DeepSpeed's, `trainer_state.json`, RNG states,
+    `latest_step`), resume from the latest one, and `final/`.
 
 Several ranks (`trainer.num_ranks`, or under torchrun / the deepspeed launcher; `nemo_gym.train.distributed`): rank 0
-alone does steps 1-3, the evaluations, the logging and the writes to `output_dir`, inside `lead()`, which broadcasts
-its result (the step's batch, whether to go on, checkpoint or stop) to the other ranks; step 4, the checkpoints and
-the exports are collectives every rank takes part in.
+alone evaluates, logs and writes to `output_dir`, inside `lead()`, which broadcasts its result (the step's batch when
+the recipe prepares it on rank 0, `Recipe.batch_on_main`; whether to go on, checkpoint or stop) to the other ranks;
+the optimizer step, the checkpoints and the exports are collectives every rank takes part in.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
-from pydantic import ValidationError
 
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.collect import TASK_INDEX_KEY, CollectConfig, collect_rollouts, load_tasks
-from nemo_gym.config import LoadedConfig, mask_secrets
+from nemo_gym.config import mask_secrets
 from nemo_gym.errors import ConfigError
-from nemo_gym.head import run_token_for_url
-from nemo_gym.jsonl import replace_atomically, write_jsonl
+from nemo_gym.jsonl import replace_atomically
 from nemo_gym.paths import check_name
-from nemo_gym.rl import compute_advantages, zero_variance_groups
-from nemo_gym.run import NgRunProcess
 from nemo_gym.train import crash_points, distributed
-from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
-from nemo_gym.train.config import EvalOptions, TaskFilter, TrainerConfig, check_algorithm, check_hardware, trainer_problems
-from nemo_gym.train.output_dir import OVERWRITE_KEY, prepare_output_dir, write_run_config
+from nemo_gym.train.batch import TrainingBatch
+from nemo_gym.train.config import TrainerConfig
+from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.reporting import MetricsReporter
-from nemo_gym.train.stopping import StopRequested, StopSignal, run_stoppable
+from nemo_gym.train.stopping import StopRequested, StopSignal
 
-__all__ = ["TaskSampler", "filter_tasks", "GroupedStep", "build_step", "GRPOTrainer", "make_trainer", "train_main"]
-
-if TYPE_CHECKING:
-    from nemo_gym.train.engine import PolicyEngine
+__all__ = ["Recipe", "TaskSampler", "TrainingLoop", "value_stats"]
 
 T = TypeVar("T")
-
-
-# -- tasks ---------------------------------------------------------------------------------------------------
-def filter_tasks(tasks: list[dict[str, Any]], task_filter: TaskFilter) -> list[dict[str, Any]]:
-    """Tasks of a profiled JSONL inside the pass-rate / std bounds (rows without the field pass)."""
-
-    def keep(task: dict[str, Any]) -> bool:
-        pass_rate, std = task.get("pass_rate"), task.get("std_reward")
-        if pass_rate is not None and task_filter.min_pass_rate is not None and pass_rate < task_filter.min_pass_rate:
-            return False
-        if pass_rate is not None and task_filter.max_pass_rate is not None and pass_rate > task_filter.max_pass_rate:
-            return False
-        return not (std is not None and task_filter.min_std_reward is not None and std < task_filter.min_std_reward)
-
-    return [task for task in tasks if keep(task)]
 
 
 class TaskSampler:
@@ -95,61 +70,74 @@ class TaskSampler:
         return [self._order(p // self.num_tasks)[p % self.num_tasks] for p in range(start, start + self.batch_size)]
 
 
-# -- rollouts → training batch ---------------------------------------------------------------------------------
-@dataclass
-class GroupedStep:
-    """What one step's rollouts gave: the batch to train on (None when nothing is left) and counts."""
-
-    batch: TrainingBatch | None
-    rewards: list[float]
-    groups_total: int
-    groups_zero_variance: int
-    groups_incomplete: int
-    advantages: torch.Tensor
-
-
-def build_step(rollouts: list[dict[str, Any]], num_tasks: int, group_size: int, estimator: str, pad_token_id: int) -> GroupedStep:
-    """Group rollouts by task, drop incomplete and zero-variance groups, compute advantages, collate."""
-    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in rollouts:
-        groups[row[TASK_INDEX_KEY]].append(row)
-    complete = [groups[t] for t in range(num_tasks) if len(groups.get(t, [])) == group_size]
-    rewards = [float(row["reward"]) for row in rollouts]
-    empty = torch.zeros(0)
-    if not complete:
-        return GroupedStep(None, rewards, num_tasks, 0, num_tasks, empty)
-    rewards_G = torch.tensor([[float(row["reward"]) for row in group] for group in complete], dtype=torch.float32)
-    zero_var = zero_variance_groups(rewards_G)
-    kept = [group for group, drop in zip(complete, zero_var.tolist()) if not drop]
-    counts = dict(groups_total=num_tasks, groups_zero_variance=int(zero_var.sum()), groups_incomplete=num_tasks - len(complete))
-    if not kept:
-        return GroupedStep(None, rewards, advantages=empty, **counts)
-    advantages_G = compute_advantages(rewards_G[~zero_var], estimator=estimator)
-    sequences = [rollout_to_sequence(row) for group in kept for row in group]
-    batch = collate(sequences, advantages_G.reshape(-1), pad_token_id=pad_token_id)
-    return GroupedStep(batch, rewards, advantages=advantages_G.reshape(-1), **counts)
-
-
-def _stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
+def value_stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
+    """`{prefix}_mean`, `_std` (population), `_min` and `_max` of `values: [n]`; {} when there are none."""
     tensor = torch.as_tensor(values, dtype=torch.float64)
     if tensor.numel() == 0:
         return {}
     return {f"{prefix}_mean": tensor.mean().item(), f"{prefix}_std": tensor.std(unbiased=False).item(), f"{prefix}_min": tensor.min().item(), f"{prefix}_max": tensor.max().item()}
 
 
-# -- the trainer -----------------------------------------------------------------------------------------------
-class GRPOTrainer:
-    """setup → train → save_checkpoint → cleanup (see the module docstring)."""
+class Recipe(Protocol):
+    """A training method the loop runs. Attributes: `cfg` (the recipe's config: it may set its own defaults, e.g.
+    num_steps from epochs, by `setup`'s end), `engine` (its `PolicyEngine`, made by `setup`; None before),
+    `batch_on_main` (True: rank 0 alone prepares each step's batch and the loop broadcasts it; False: every rank
+    prepares the same batch itself), `has_eval` (whether `evaluate` has data, known on rank 0 after `setup`)."""
 
-    def __init__(self, cfg: TrainerConfig, argv: list[str]):
-        self.cfg = cfg
-        self.argv = argv
-        self.out = Path(cfg.output_dir)
+    cfg: TrainerConfig
+    engine: PolicyEngine | None
+    batch_on_main: bool
+    has_eval: bool
+
+    def setup(self, loop: TrainingLoop) -> None:
+        """Data, servers and the engine, on every rank (rank 0 alone talks to the gym and writes); may raise
+        `StopRequested` (a stop while waiting for servers)."""
+        ...
+
+    def prepare_step(self, step: int) -> tuple[dict[str, Any], TrainingBatch | None]:
+        """The metrics so far of step `step` (0-based; `step` is `step + 1` in them) and its batch, or None for no
+        optimizer step (nothing to train on: logged as `trained: false`)."""
+        ...
+
+    def publish_weights(self, step: int) -> dict[str, Any]:
+        """After the optimizer step of `step` (1-based) and after a resume, on every rank: hand the weights to whoever
+        samples with them; returns metrics for the step's line."""
+        ...
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """Rank 0: the evaluation metrics after `step` steps ({} when stopping)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the recipe keeps in a checkpoint's `trainer_state.json` beside the loop's own fields."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """On resume: the `trainer_state.json` of the checkpoint."""
+        ...
+
+    def cleanup(self) -> None:
+        """Stop what `setup` started (also after a failed or stopped setup)."""
+        ...
+
+
+class TrainingLoop:
+    """setup → train → save_checkpoint → cleanup of a `Recipe` (see the module docstring); run by
+    `nemo_gym.train.stopping.run_stoppable`."""
+
+    def __init__(self, recipe: Recipe):
+        self.recipe = recipe
+        self.cfg = recipe.cfg
+        self.out = Path(self.cfg.output_dir)
         self.step = 0
         self.stop = StopSignal()  # SIGTERM / SIGINT (ng_runs stop, Ctrl-C): see nemo_gym.train.stopping
         self.is_main = distributed.is_main()  # rank 0: the gym's client and the writer of output_dir
-        self.servers: NgRunProcess | None = None
         self.reporter: MetricsReporter | None = None
+
+    @property
+    def engine(self) -> PolicyEngine | None:
+        """The recipe's engine (None before its setup)."""
+        return getattr(self.recipe, "engine", None)
 
     def lead(self, work: Callable[[], T]) -> T:
         """`work()` on rank 0, its result on every rank (rank 0 decides, the other ranks follow).
@@ -173,61 +161,19 @@ class GRPOTrainer:
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from nemo_gym.train.weight_sync import make_weight_sync
-
-        cfg = self.cfg
-        if self.is_main:  # the other ranks neither read the tasks nor start servers
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.tasks = filter_tasks(self._load(cfg.input_jsonl_fpath, None), cfg.filter)
-            self.sampler = TaskSampler(len(self.tasks), cfg.batch_size, cfg.seed)
-            self.eval_tasks = self._load(cfg.eval.input_jsonl_fpath, cfg.eval.limit) if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
-            self.servers = NgRunProcess(self.argv, cfg.head_server_url, self.out / "ng_run.log", caller="ng_train")
-        self.engine = self.make_engine()
+        """The output folder, the recipe's setup, the metrics reporter; the latest checkpoint with `resume`."""
         if self.is_main:
-            policy_url = self.servers.server_url(cfg.policy_instance) if cfg.sync_weights else None
-            self.sync = make_weight_sync(
-                cfg.weight_sync, policy_url=policy_url, weights_dir=self.out / "weights", trainer_device=self.engine.device,
-                host=cfg.weight_sync_host, run_token=run_token_for_url(self.servers.head_url) if policy_url else None,
-            )  # fmt: skip
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.recipe.setup(self)
+        self.cfg = cfg = self.recipe.cfg  # the recipe's own defaults (e.g. num_steps from supervised.num_epochs)
+        if self.is_main:
             self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))  # to TensorBoard and W&B
         if cfg.resume:
-            self._resume()
-
-    def make_engine(self) -> PolicyEngine:
-        """The engine of this recipe: GRPO's PolicyEngine (other recipes return a subclass with their own loss)."""
-        from nemo_gym.train.engine import PolicyEngine
-
-        return PolicyEngine(self.cfg.engine, self.cfg.loss, total_steps=self.cfg.num_steps)
-
-    def _load(self, path: str, limit: int | None) -> list[dict[str, Any]]:
-        collect = CollectConfig(
-            input_jsonl_fpath=path, output_jsonl_fpath=str(self.out / "unused.jsonl"), agent_name=self.cfg.agent_name, limit=limit, responses_create_params=self.cfg.responses_create_params
-        )
-        return load_tasks(collect)
-
-    # -- rollouts ------------------------------------------------------------------------------------
-    def collect(self, tasks: list[dict[str, Any]], num_repeats: int, name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Rollouts of `tasks` × `num_repeats` (rows of collect's output; failed rollouts are absent)."""
-        folder = self.out / "rollouts"
-        folder.mkdir(exist_ok=True)
-        tasks_path = folder / f"{name}_tasks.jsonl"
-        write_jsonl(tasks_path, tasks)
-        collect = CollectConfig(
-            input_jsonl_fpath=str(tasks_path), output_jsonl_fpath=str(folder / f"{name}.jsonl"), agent_name=self.cfg.agent_name,
-            num_repeats=num_repeats, num_samples_in_parallel=self.cfg.num_samples_in_parallel, responses_create_params=overrides or {},
-            resume=False, progress=False, request_timeout_s=self.cfg.request_timeout_s,
-        )  # fmt: skip
-
-        async def run() -> None:
-            async with ServerClient(self.servers.head_url, timeouts=ClientTimeouts(read_s=self.cfg.request_timeout_s)) as client:
-                await collect_rollouts(collect, client)
-
-        asyncio.run(run())
-        with open(collect.output_jsonl_fpath) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+            self.resume()
 
     # -- train ---------------------------------------------------------------------------------------
     def train(self) -> None:
+        """Steps until `num_steps`, a stop or `max_train_time_s`; checkpoints; `final/` unless stopped."""
         cfg = self.cfg
         self.lead(self._evaluate_first)
         started = time.monotonic()
@@ -245,8 +191,11 @@ class GRPOTrainer:
         if self.is_main:
             print(f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model: +policy_model.responses_api_models.vllm_model.model=...)", flush=True)
 
+    def _evaluates(self) -> bool:
+        return bool(self.cfg.eval.interval and self.recipe.has_eval)
+
     def _evaluate_first(self) -> None:
-        if self.cfg.eval.interval and self.eval_tasks and self.step == 0:
+        if self._evaluates() and self.step == 0:
             self.log({"step": 0, **self.evaluate()})
 
     def _finish_step(self, metrics: dict[str, Any], started: float) -> tuple[bool, bool]:
@@ -254,7 +203,7 @@ class GRPOTrainer:
         cfg = self.cfg
         out_of_time = cfg.max_train_time_s is not None and time.monotonic() - started >= cfg.max_train_time_s
         last = self.step == cfg.num_steps or out_of_time
-        if cfg.eval.interval and self.eval_tasks and (self.step % cfg.eval.interval == 0 or last):
+        if self._evaluates() and (self.step % cfg.eval.interval == 0 or last):
             metrics.update(self.evaluate())
         self.log(metrics)
         if out_of_time and self.step < cfg.num_steps:
@@ -262,74 +211,26 @@ class GRPOTrainer:
         return last, out_of_time
 
     def train_one_step(self) -> dict[str, Any]:
-        """Rollouts and batch on rank 0, broadcast; the optimizer step on every rank; the weight sync."""
-        cfg = self.cfg
-        metrics, batch = self.lead(self._rollout_step)
+        """The recipe's batch (prepared on rank 0 and broadcast, or on every rank), the optimizer step on every rank,
+        the recipe's weight publication; the step's metrics."""
+
+        def prepare() -> tuple[dict[str, Any], TrainingBatch | None]:
+            return self.recipe.prepare_step(self.step)
+
+        metrics, batch = self.lead(prepare) if self.recipe.batch_on_main else prepare()
         if batch is None:
             return metrics
         started = time.monotonic()
         metrics.update(self.engine.train_step(batch))
         metrics["time_training_s"] = time.monotonic() - started
         metrics["tokens_per_s"] = metrics["num_tokens"] / max(metrics["time_training_s"], 1e-9)
-        started = time.monotonic()
-        if cfg.sync_weights:
-            self.push_weights(self.step + 1)
-        metrics["time_sync_s"] = time.monotonic() - started
+        metrics.update(self.recipe.publish_weights(self.step + 1))
         metrics["trained"] = True
         return metrics
 
-    def push_weights(self, step: int) -> None:
-        """Rank 0 sends the weights to the policy server (`trainer.weight_sync`: a HF folder it reloads, or a broadcast);
-        the other ranks only take part in the export (a collective under ZeRO-3)."""
-        if self.is_main:
-            self.sync.push(self.engine, step)
-        else:
-            self.engine.join_export()
-
-    def _rollout_step(self) -> tuple[dict[str, Any], TrainingBatch | None]:
-        """Rank 0: the step's rollouts, grouped; (metrics so far, the batch to train on or None)."""
-        cfg = self.cfg
-        indices = self.sampler.batch(self.step)
-        started = time.monotonic()
-        with self.stop.abandonable():
-            rollouts = self.collect([self.tasks[i] for i in indices], cfg.group_size, f"step_{self.step + 1:06d}")
-        generation_s = time.monotonic() - started
-        grouped = build_step(rollouts, len(indices), cfg.group_size, cfg.advantage_estimator, self.engine.pad_token_id)
-        metrics: dict[str, Any] = {
-            "step": self.step + 1,
-            "data_position": (self.step + 1) * cfg.batch_size,
-            "rollouts": len(rollouts),
-            "rollouts_failed": len(indices) * cfg.group_size - len(rollouts),
-            "groups_total": grouped.groups_total,
-            "groups_zero_variance": grouped.groups_zero_variance,
-            "groups_incomplete": grouped.groups_incomplete,
-            **_stats("reward", grouped.rewards),
-            "pass_rate": sum(r >= cfg.eval.pass_threshold for r in grouped.rewards) / max(1, len(grouped.rewards)),
-            **_stats("advantage", grouped.advantages),
-            "time_generation_s": generation_s,
-        }
-        if grouped.batch is None:
-            metrics["trained"] = False
-            print(
-                f"ng_train: WARNING step {self.step + 1}: no group left to train on ({grouped.groups_zero_variance} with equal rewards, "
-                f"{grouped.groups_incomplete} with failed rollouts, of {grouped.groups_total}); no optimizer step. "
-                "Filter the tasks (profile them, keep 0 < pass_rate < 1) or raise group_size",
-                file=sys.stderr,
-                flush=True,
-            )
-        return metrics, grouped.batch
-
-    def evaluate(self) -> dict[str, float]:
-        """Mean reward and pass@1 (share of rollouts with reward >= pass_threshold) on the validation tasks."""
-        options: EvalOptions = self.cfg.eval
-        if self.stop.requested:  # stopping: log the finished step without evaluating
-            return {}
-        with self.stop.abandonable():
-            rows = self.collect(self.eval_tasks, options.num_repeats, f"eval_step_{self.step:06d}", options.responses_create_params)
-        rewards = [float(r["reward"]) for r in rows]
-        if not rewards:
-            return {"eval_rollouts": 0}
-        return {"eval_reward_mean": sum(rewards) / len(rewards), "eval_pass_at_1": sum(r >= options.pass_threshold for r in rewards) / len(rewards), "eval_rollouts": len(rewards)}
+    def evaluate(self) -> dict[str, Any]:
+        """Rank 0: the recipe's evaluation after `self.step` steps."""
+        return self.recipe.evaluate(self.step)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """metrics.jsonl, console, TensorBoard and W&B (trainer.logging) via nemo_gym.train.reporting."""
@@ -344,84 +245,38 @@ class GRPOTrainer:
         if not self.is_main:
             return
         engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
-        state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine}
+        state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine, **self.recipe.state_dict()}
         replace_atomically(folder / tag / "trainer_state.json", json.dumps(state).encode())
         crash_points.reached("checkpoint_state", self.step)  # a test hook; nothing unless NEMO_GYM_CRASH_AT is set
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
         replace_atomically(folder / "latest_step", tag.encode())  # last, and whole: a resume never finds a partial checkpoint
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
+        """Load the latest checkpoint (engine, step, RNG states, the recipe's state) and publish its weights; none: step 0.
+
+        Raises:
+            PathEscapeError: `latest_step` names no plain checkpoint tag (checked before anything is loaded).
+        """
         folder = self.out / "checkpoints"
         if not (folder / "latest_step").is_file():
             print(f"ng_train: +trainer.resume=true but no checkpoint in {folder}; starting at step 0", file=sys.stderr)
             return
         tag = check_name((folder / "latest_step").read_text().strip(), what=f"{folder / 'latest_step'}: checkpoint tag")
         self.engine.load_checkpoint(folder, tag)
-        self.step = json.loads((folder / tag / "trainer_state.json").read_text())["step"]
+        state = json.loads((folder / tag / "trainer_state.json").read_text())
+        self.step = state["step"]
         rng = torch.load(folder / tag / "rng_state.pt", weights_only=True)  # tensors, ints and tuples only: no pickled code runs
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
-        if self.cfg.sync_weights:
-            self.push_weights(self.step)  # the policy server starts from the initial weights
+        self.recipe.load_state_dict(state)
+        self.recipe.publish_weights(self.step)  # the policy server starts from the initial weights
         if self.is_main:
             print(f"ng_train: resumed from {folder / tag} at step {self.step}", flush=True)
 
     def cleanup(self) -> None:
-        if hasattr(getattr(self, "sync", None), "close"):
-            self.sync.close()
-        if getattr(self, "reporter", None):
-            self.reporter.close()
-        if getattr(self, "servers", None):
-            self.servers.stop()
-
-
-def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
-    """`ng_train`: validate the `trainer:` section, run the recipe; returns the exit status. An output_dir that an
-    earlier run used is resumed (a checkpoint of the same config; 0 at once when it is finished) or refused
-    (`nemo_gym.train.output_dir`; `+overwrite=true` starts over).
-
-    Raises:
-        ConfigError: no or a bad `trainer:` section (each key named, an unknown one with a suggestion), or an
-            output_dir that holds another run's outputs.
-    """
-    section = loaded.values.get("trainer")
-    if not isinstance(section, dict):
-        raise ConfigError("ng_train needs a `trainer:` section (see configs/train/quickstart_grpo.yaml)")
-    try:
-        cfg = TrainerConfig.model_validate(section)
-    except ValidationError as exc:
-        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(trainer_problems(exc))}") from exc
-    problems, warnings = check_hardware(cfg, cuda_available=torch.cuda.is_available())
-    problems = check_algorithm(cfg) + problems
-    if problems:
-        raise ConfigError(f"{loaded.origin('trainer')}: {'; '.join(problems)}")
-    if distributed.is_main():
-        for warning in warnings:
-            print(f"ng_train: WARNING {warning}", file=sys.stderr, flush=True)
-    # an output_dir an earlier run used: resume it (same config, a checkpoint), or stop (nemo_gym.train.output_dir)
-    cfg, state = prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main())
-    if state == "finished":
-        return 0
-    if distributed.is_main():
-        write_run_config(cfg)
-    if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
-        decided = [arg for arg in argv if arg.lstrip("+").partition("=")[0] != OVERWRITE_KEY] + (["++trainer.resume=true"] if state == "resume" else [])
-        return distributed.relaunch(cfg.num_ranks, decided)
-    status = run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
-    distributed.shutdown()  # every rank gets here (a failing rank raises instead, and the launcher stops the others)
-    return status
-
-
-def make_trainer(cfg: TrainerConfig, argv: list[str]) -> GRPOTrainer:
-    """The recipe of `trainer.algorithm`: GRPO here; sft / pretrain in nemo_gym.train.supervised; on_distill in
-    nemo_gym.train.distill (each a GRPOTrainer with its own data and loss)."""
-    if cfg.algorithm in ("sft", "pretrain"):
-        from nemo_gym.train.supervised import SupervisedTrainer, check_supervised
-
-        check_supervised(cfg)
-        return SupervisedTrainer(cfg, argv)
-    if cfg.algorithm == "on_distill":
-        from nemo_gym.train.distill import OnPolicyDistillTrainer
-
-        return OnPolicyDistillTrainer(cfg, argv)
-    return GRPOTrainer(cfg, argv)
+        """The recipe's cleanup (servers, weight sync), then the reporter's."""
+        try:
+            self.recipe.cleanup()
+        finally:
+            if self.reporter is not None:
+                self.reporter.close()

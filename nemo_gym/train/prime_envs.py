@@ -25,6 +25,7 @@ from nemo_gym.config import REPO_ROOT, did_you_mean, load_config
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.module_loading import import_file
+from nemo_gym.serve import load_server_class
 
 __all__ = ["ADAPTER", "ResolvedEnv", "our_environments", "resolve_env", "key_path"]
 
@@ -77,8 +78,6 @@ def _dataset_path(datasets: list[dict[str, Any]], types: tuple[str, ...], env_id
 
 @functools.cache
 def _server_config_class(env_id: str) -> type[BaseModel]:
-    from nemo_gym.serve import load_server_class
-
     return load_server_class(RESOURCES_DIR / env_id / "app.py").Config
 
 

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nemo_gym.config import did_you_mean, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
+from nemo_gym.model_list import offline_models
 from nemo_gym.models import EMBEDDED_MODELS, EMBEDDED_PREFIX, embedded_model
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.prime_envs import ResolvedEnv, key_path, resolve_env
@@ -238,8 +239,6 @@ def resolve_model(model: str, base_dir: Path, *, fix: str = TOML_MODEL_FIX) -> s
 def offline_models_hint(wanted: str | None = None) -> str:
     """`ng_models` lists ...: the models found on this machine (embedded, Hugging Face cache, trained), at most 5,
     and the folder to write when `wanted` (a Hugging Face id) is in the Hugging Face cache."""
-    from nemo_gym.model_list import offline_models
-
     found = offline_models()
     cached = next((entry.model for entry in found if entry.kind == "hf_cache" and entry.name == wanted), None)
     if cached:

@@ -110,7 +110,7 @@ class StopSignal:
 
 
 class Stoppable(Protocol):
-    """What `run_stoppable` needs of a trainer (GRPOTrainer has it)."""
+    """What `run_stoppable` needs of a trainer (`nemo_gym.train.loop.TrainingLoop` has it)."""
 
     stop: StopSignal
     step: int

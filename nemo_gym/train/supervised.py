@@ -1,7 +1,7 @@
 """Supervised modes of `ng_train`: `sft` (chat fine-tuning; off-policy distillation) and `pretrain` (plain text).
 
-Recipe (the GRPO recipe's setup / train / save_checkpoint / cleanup, `nemo_gym.train.loop.GRPOTrainer`, with the
-rollouts replaced by a fixed tokenized dataset; no servers, no vLLM):
+Recipe (of `nemo_gym.train.loop.TrainingLoop`, which owns the steps, checkpoints, resume and evaluation schedule, as
+for GRPO; here a fixed tokenized dataset takes the place of the rollouts; no servers, no vLLM):
   1. data, tokenized once before the first step (every bad row is reported as `file:line: ...` before training):
      - sft: one conversation per row, tokenized with the model's chat template; the loss mask is 1 exactly on
        the tokens of assistant turns (`chat_sequence`). Rows are chat (`messages` [+ `tools`]), a Responses body
@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,19 +44,17 @@ from typing import Any
 import torch
 
 from nemo_gym import openai_convert, tool_calls
-from nemo_gym.config import mask_secrets
 from nemo_gym.errors import ConfigError, DataError
 from nemo_gym.jsonl import iter_jsonl
 from nemo_gym.rl import token_logprobs
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig
-from nemo_gym.train.engine import PolicyEngine
-from nemo_gym.train.loop import GRPOTrainer, TaskSampler
-from nemo_gym.train.reporting import MetricsReporter
+from nemo_gym.train.engine import PolicyEngine, resolve_model_path
+from nemo_gym.train.loop import TaskSampler, TrainingLoop
 
 __all__ = [
     "row_conversation", "chat_sequence", "load_sft_sequences", "read_documents", "pack_documents", "load_pretrain_sequences",
-    "DatasetStats", "SupervisedEngine", "SupervisedTrainer", "cross_entropy", "check_supervised",
+    "DatasetStats", "SupervisedEngine", "SupervisedRecipe", "cross_entropy", "check_supervised",
 ]  # fmt: skip
 
 
@@ -320,69 +317,79 @@ class SupervisedEngine(PolicyEngine):
         return cross_entropy(self.logprobs(batch), batch.loss_mask, max(1, batch.num_generated_tokens)).item()
 
 
-# -- the trainer -----------------------------------------------------------------------------------------------
-class SupervisedTrainer(GRPOTrainer):
-    """`sft` / `pretrain`: GRPOTrainer's loop, checkpoints and resume over a fixed tokenized dataset (no servers)."""
+# -- the recipe ------------------------------------------------------------------------------------------------
+class SupervisedRecipe:
+    """`sft` / `pretrain` over a fixed tokenized dataset (no servers); a `nemo_gym.train.loop.Recipe` (the loop
+    brings the steps, checkpoints, resume and `final/`)."""
 
-    def setup(self) -> None:
+    batch_on_main = False  # every rank tokenizes the same data and takes the same batch: nothing to broadcast
+
+    def __init__(self, cfg: TrainerConfig, argv: list[str] | None = None):
+        self.cfg = cfg
+        self.engine: SupervisedEngine | None = None
+        self.loop: TrainingLoop | None = None
+        self.sequences: list[TrainingSequence] = []
+        self.eval_sequences: list[TrainingSequence] = []
+        self.sampler: TaskSampler | None = None
+        self.has_eval = False
+
+    def setup(self, loop: TrainingLoop) -> None:
+        """Every rank: the data, tokenized and checked (num_steps from `supervised.num_epochs`), the engine."""
         from transformers import AutoTokenizer
 
-        from nemo_gym.train.engine import resolve_model_path
-
+        self.loop = loop
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.engine.model_path))
         load = load_sft_sequences if cfg.algorithm == "sft" else load_pretrain_sequences
         self.sequences, stats = load(cfg.input_jsonl_fpath, tokenizer, cfg.supervised)  # every rank: cheap, deterministic
-        self.eval_tasks = load(cfg.eval.input_jsonl_fpath, tokenizer, cfg.supervised)[0] if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
+        self.eval_sequences = load(cfg.eval.input_jsonl_fpath, tokenizer, cfg.supervised)[0] if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
+        self.has_eval = bool(self.eval_sequences)
         self.sampler = TaskSampler(len(self.sequences), cfg.batch_size, cfg.seed)
         if cfg.supervised.num_epochs is not None:
             self.cfg = cfg = cfg.model_copy(update={"num_steps": cfg.supervised.num_epochs * math.ceil(len(self.sequences) / cfg.batch_size)})
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
+        if loop.is_main:
             print(
                 f"ng_train: {cfg.algorithm} on {cfg.input_jsonl_fpath}: {stats.kept} sequences from {stats.rows} rows "
                 f"({stats.target_tokens} target tokens; {stats.dropped_reward} below min_reward, {stats.truncated} cut to {cfg.supervised.max_seq_len} tokens); "
                 f"{cfg.num_steps} steps of {cfg.batch_size}",
                 flush=True,
             )
-        self.engine = self.make_engine()
-        if self.is_main:
-            self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))
-        if cfg.resume:
-            self._resume()
+        self.engine = SupervisedEngine(cfg.engine, cfg.loss, total_steps=cfg.num_steps)
 
-    def make_engine(self) -> SupervisedEngine:
-        return SupervisedEngine(self.cfg.engine, self.cfg.loss, total_steps=self.cfg.num_steps)
-
-    def train_one_step(self) -> dict[str, Any]:
+    def prepare_step(self, step: int) -> tuple[dict[str, Any], TrainingBatch | None]:
+        """The step's sequences (`TaskSampler`), collated; metrics `step`, `data_position`, `epoch`."""
         cfg = self.cfg
-        indices = self.sampler.batch(self.step)
+        indices = self.sampler.batch(step)
         batch = collate([self.sequences[i] for i in indices], [1.0] * len(indices), pad_token_id=self.engine.pad_token_id)
-        started = time.monotonic()
-        metrics: dict[str, Any] = {"step": self.step + 1, "data_position": (self.step + 1) * cfg.batch_size, "epoch": self.step * cfg.batch_size / len(self.sequences)}
-        metrics.update(self.engine.train_step(batch))
-        metrics["time_training_s"] = time.monotonic() - started
-        metrics["tokens_per_s"] = metrics["num_tokens"] / max(metrics["time_training_s"], 1e-9)
-        metrics["trained"] = True
-        return metrics
+        return {"step": step + 1, "data_position": (step + 1) * cfg.batch_size, "epoch": step * cfg.batch_size / len(self.sequences)}, batch
 
-    def push_weights(self, step: int) -> None:
+    def publish_weights(self, step: int) -> dict[str, Any]:
         """No policy server to update in the supervised modes."""
+        return {}
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, step: int) -> dict[str, Any]:
         """`eval_loss`: token-mean cross-entropy on the validation data (nats per target token)."""
-        if self.stop.requested or not self.eval_tasks:
+        if self.loop.stop.requested or not self.eval_sequences:
             return {}
         size = max(self.cfg.batch_size, self.cfg.engine.micro_batch_size)
         total, count = 0.0, 0
-        for start in range(0, len(self.eval_tasks), size):
-            chunk = self.eval_tasks[start : start + size]
+        for start in range(0, len(self.eval_sequences), size):
+            chunk = self.eval_sequences[start : start + size]
             batch = collate(chunk, [1.0] * len(chunk), pad_token_id=self.engine.pad_token_id)
             tokens = batch.num_generated_tokens
             total += self.engine.eval_loss(batch) * tokens
             count += tokens
         return {"eval_loss": total / max(count, 1), "eval_tokens": float(count)}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing beyond the loop's state: the batch of a step is a function of (seed, step)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see `state_dict`)."""
+
+    def cleanup(self) -> None:
+        """Nothing started."""
 
 
 def check_supervised(cfg: TrainerConfig) -> None:

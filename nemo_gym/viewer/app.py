@@ -2,7 +2,8 @@
 
 The file is indexed once (`RolloutIndex`, one streaming pass; only offsets and table fields stay in memory) and a
 rollout is read from disk when it is opened. The page has a filtered table of rollouts, the selected rollout's
-rendering, and reward statistics (a histogram and per-task statistics) of the filtered rows.
+rendering, and reward statistics (a histogram and per-task statistics) of the filtered rows. With a baseline file
+(`+baseline_jsonl_fpath=`), a Compare tab shows both files per task side by side (`nemo_gym.viewer.compare_page`).
 
 Privacy: Gradio's analytics and version check are off (`GRADIO_ANALYTICS_ENABLED=False`, set before Gradio is
 imported), no share link is made, the theme uses local fonts only, and the server binds 127.0.0.1 by default.
@@ -23,6 +24,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from nemo_gym.errors import ConfigError  # noqa: E402
+from nemo_gym.viewer.compare import ComparedFiles  # noqa: E402
+from nemo_gym.viewer.compare_page import add_compare_tab  # noqa: E402
 from nemo_gym.viewer.index import RolloutIndex, RowFilter  # noqa: E402
 from nemo_gym.viewer.options import ViewerOptions  # noqa: E402
 from nemo_gym.viewer.render import render_rollout  # noqa: E402
@@ -106,19 +109,22 @@ class _Views:
         return row_id, self.open_row(row_id)
 
 
-def _header(index: RolloutIndex, index_s: float) -> str:
-    text = f"### Rollouts: `{index.path}`\n{len(index)} rollouts, indexed in {index_s:.1f} s."
+def _header(index: RolloutIndex, index_s: float, label: str = "Rollouts") -> str:
+    text = f"### {label}: `{index.path}`\n{len(index)} rollouts, indexed in {index_s:.1f} s."
     if index.skipped_lines:
         shown = ", ".join(map(str, index.skipped_lines[:10]))
         text += f" Skipped {len(index.skipped_lines)} line(s) that are not JSON objects (line {shown}{', ...' if len(index.skipped_lines) > 10 else ''})."
     return text
 
 
-def build_app(index: RolloutIndex, index_s: float = 0.0) -> gr.Blocks:
-    """The viewer page over `index` (launch it with `viewer_launch_kwargs`)."""
+def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles | None = None) -> gr.Blocks:
+    """The viewer page over `index` (launch it with `viewer_launch_kwargs`); with `compared` (whose candidate is
+    `index`), also the Compare tab."""
     views = _Views(index)
     with gr.Blocks(title="nemo_gym rollouts", analytics_enabled=False) as app:
         gr.Markdown(_header(index, index_s))
+        if compared is not None and compared.baseline.skipped_lines:
+            gr.Markdown(_header(compared.baseline, index_s, "Baseline"))
         with gr.Row():
             # Text boxes, not gr.Number: an empty gr.Number sends 0, and blank must mean "no bound".
             reward_min = gr.Textbox(label="reward ≥", placeholder="any", elem_id="reward-min")
@@ -136,6 +142,8 @@ def build_app(index: RolloutIndex, index_s: float = 0.0) -> gr.Blocks:
         with gr.Tab("Reward statistics"):
             histogram = gr.BarPlot(x="reward", y="count", title="reward histogram (filtered rollouts)", elem_id="histogram", sort=None, y_lim=[0, None])
             per_task = gr.Dataframe(interactive=False, elem_id="task-stats", label="per-task reward statistics (sample std, as ng_profile)")
+        if compared is not None:
+            add_compare_tab(compared, app)
         filter_inputs = [reward_min, reward_max, environments, text]
         filter_outputs = [table, summary, histogram, per_task]
         app.load(views.apply, filter_inputs, filter_outputs)
@@ -159,17 +167,22 @@ def viewer_main(options: ViewerOptions) -> int:
     """`ng_viewer`: index the file, print the URL and serve until Ctrl-C. Returns 0.
 
     Raises:
-        DataError: the file does not exist.
+        DataError: a file (jsonl_fpath or baseline_jsonl_fpath) does not exist.
         ConfigError: no free port.
     """
     start = time.perf_counter()
     index = RolloutIndex.build(options.jsonl_fpath)
+    baseline = RolloutIndex.build(options.baseline_jsonl_fpath) if options.baseline_jsonl_fpath else None
     index_s = time.perf_counter() - start
+    compared = None if baseline is None else ComparedFiles.build(baseline, index, options.pass_threshold)
     port = free_port(options.server_host, options.server_port)
     if port != options.server_port:
         print(f"ng_viewer: port {options.server_port} is in use; using {port}", flush=True)
     print(f"ng_viewer: {len(index)} rollouts from {options.jsonl_fpath} (indexed in {index_s:.1f} s)", flush=True)
-    app = build_app(index, index_s)
+    if compared is not None:
+        compare_s = time.perf_counter() - start - index_s
+        print(f"ng_viewer: compared with {len(compared.baseline)} baseline rollouts from {options.baseline_jsonl_fpath} in {compare_s:.1f} s (tab Compare)", flush=True)
+    app = build_app(index, index_s, compared)
     app.launch(**viewer_launch_kwargs(options.server_host, port), prevent_thread_lock=True)
     print(f"ng_viewer: Running on local URL: {app.local_url} (Ctrl-C stops it; +server_host=0.0.0.0 serves other machines)", flush=True)
     app.block_thread()  # until Ctrl-C

@@ -4,7 +4,7 @@ The viewer never holds the file in memory: `RolloutIndex.build` reads it line by
 each row's byte offset and length plus a few small table fields, and drops the parsed row. A trajectory is read
 back with `RolloutIndex.read(row_id)` (one seek and one read). Text search streams the candidate rows' bytes.
 
-Per row the index keeps (numeric columns in `array`s, strings as category codes, ~60 bytes a row):
+Per row the index keeps (numeric columns in `array`s, strings as category codes, ~85 bytes a row):
 
     row            position among the file's non-blank lines (0-based); the id used everywhere here
     line           line number in the file (1-based, blank lines counted)
@@ -13,8 +13,13 @@ Per row the index keeps (numeric columns in `array`s, strings as category codes,
     reward         `reward` (NaN when absent or not a number)
     output_chars   characters the policy generated: assistant text, reasoning text and function-call arguments
     output_tokens  `response.usage.output_tokens` (-1 when absent)
+    tool_calls     `function_call` items of `response.output`
+    turns          the model's turns in `response.output` (`nemo_gym.comparison.tool_calls_and_turns`)
     environment    `agent_ref.name`, else `dataset`, else "(none)"
     stop_reason    `stop_reason`, else `response.incomplete_details.reason`, else `response.status`, else "(none)"
+
+Not in the table, for comparing two files (`nemo_gym.viewer.compare`): the task key (`nemo_gym.comparison.task_key`:
+`_ng_task_index`, else a digest of the prompt and agent) and the prompt digest, both as category codes.
 
 Lines that are not a JSON object (e.g. the half-written last line of a running collection) are skipped and
 counted in `skipped_lines`.
@@ -33,12 +38,13 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from nemo_gym.comparison import TaskKey, prompt_digest, task_key, tool_calls_and_turns
 from nemo_gym.errors import DataError
 
 __all__ = ["RolloutIndex", "RowFilter", "output_chars"]
 
 NONE_LABEL = "(none)"
-TABLE_COLUMNS = ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "environment", "stop_reason"]
+TABLE_COLUMNS = ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "tool_calls", "turns", "environment", "stop_reason"]
 _SEARCH_BLOCK_BYTES = 1 << 20
 
 
@@ -111,10 +117,10 @@ class RowFilter:
 class _Categories:
     """Strings stored as small integer codes."""
 
-    labels: list[str] = field(default_factory=list)
-    codes: dict[str, int] = field(default_factory=dict)
+    labels: list[Any] = field(default_factory=list)
+    codes: dict[Any, int] = field(default_factory=dict)
 
-    def code(self, label: str) -> int:
+    def code(self, label: Any) -> int:
         if label not in self.codes:
             self.codes[label] = len(self.labels)
             self.labels.append(label)
@@ -144,10 +150,17 @@ class RolloutIndex:
         self._reward = array("d")
         self._output_chars = array("q")
         self._output_tokens = array("q")
+        self._tool_calls = array("q")
+        self._turns = array("q")
         self._environment = array("i")
         self._stop_reason = array("i")
+        self._task_key = array("i")
+        self._prompt = array("i")
         self._environments = _Categories()
         self._stop_reasons = _Categories()
+        self._task_keys = _Categories()
+        self._prompts = _Categories()
+        self._task_rows: tuple[np.ndarray, np.ndarray] | None = None  # (row ids sorted by task code, each code's start)
 
     @classmethod
     def build(cls, path: str | Path) -> RolloutIndex:
@@ -186,6 +199,11 @@ class RolloutIndex:
         self._reward.append(_reward(row.get("reward")))
         self._output_chars.append(output_chars(response))
         self._output_tokens.append(_int_or(usage.get("output_tokens") if isinstance(usage, dict) else None, -1))
+        tool_calls, turns = tool_calls_and_turns(response)
+        self._tool_calls.append(tool_calls)
+        self._turns.append(turns)
+        self._task_key.append(self._task_keys.code(task_key(row)))
+        self._prompt.append(self._prompts.code(prompt_digest(row)))
         self._environment.append(self._environments.code(_environment(row)))
         self._stop_reason.append(self._stop_reasons.code(_stop_reason(row)))
 
@@ -201,6 +219,39 @@ class RolloutIndex:
     def rewards(self) -> np.ndarray:
         """Reward of every row, `(n_rows,)` float64, NaN where missing (a read-only view, no copy)."""
         return _view(self._reward)
+
+    def column(self, name: str) -> np.ndarray:
+        """A per-row column `(n_rows,)` as a read-only view: `tool_calls`, `turns`, `reward`, `task_key` or `prompt`
+        (the last two as codes into `task_key_labels` / `prompt_labels`)."""
+        return _view(getattr(self, f"_{name}"))
+
+    @property
+    def task_key_labels(self) -> list[TaskKey]:
+        """The task keys, indexed by the codes of `column("task_key")`."""
+        return self._task_keys.labels
+
+    @property
+    def prompt_labels(self) -> list[str]:
+        """The prompt digests, indexed by the codes of `column("prompt")`."""
+        return self._prompts.labels
+
+    def environment_of(self, row_id: int) -> str:
+        return self._environments.labels[self._environment[row_id]]
+
+    def rows_of_task(self, key: TaskKey) -> np.ndarray:
+        """The row ids of task `key` `(n_rollouts,)`, ordered by repeat then row (empty for an unknown key).
+
+        The first call sorts the rows by task once (O(n log n)); later calls are a dictionary lookup and a slice.
+        """
+        code = self._task_keys.codes.get(key)
+        if code is None:
+            return np.zeros(0, dtype=np.int64)
+        if self._task_rows is None:
+            order = np.lexsort((np.arange(len(self)), _view(self._repeat), _view(self._task_key)))
+            starts = np.searchsorted(_view(self._task_key)[order], np.arange(len(self._task_keys.labels) + 1))
+            self._task_rows = order, starts
+        order, starts = self._task_rows
+        return order[starts[code] : starts[code + 1]]
 
     def read(self, row_id: int) -> dict[str, Any]:
         """The full row `row_id` (one seek and one read).
@@ -262,6 +313,8 @@ class RolloutIndex:
                 "reward": _column(self._reward, ids),
                 "output_chars": _column(self._output_chars, ids),
                 "output_tokens": pd.Series(tokens, dtype="Int64").where(tokens >= 0, pd.NA),
+                "tool_calls": _column(self._tool_calls, ids),
+                "turns": _column(self._turns, ids),
                 "environment": [self._environments.labels[c] for c in _column(self._environment, ids)],
                 "stop_reason": [self._stop_reasons.labels[c] for c in _column(self._stop_reason, ids)],
             },

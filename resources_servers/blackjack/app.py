@@ -14,10 +14,9 @@ from typing import Any
 from pydantic import Field
 
 from nemo_gym.gymnasium_env import GymnasiumEnv, StepResult
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ServerConfig, VerifyRequest, VerifyResult
 
-game = import_sibling(__file__, "blackjack_game.py")
+from . import blackjack_game as game
 
 
 class BlackjackConfig(ServerConfig):

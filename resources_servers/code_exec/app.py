@@ -17,14 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
+from . import grading
+from . import sandbox as sandbox_module
+
 logger = logging.getLogger(__name__)
-
-
-sandbox_module = import_sibling(__file__, "sandbox.py")
-grading = import_sibling(__file__, "grading.py")
 
 
 class UnitTest(BaseModel):

@@ -15,15 +15,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.module_loading import import_sibling
+from nemo_gym.module_loading import script_package
+
+if not __package__:  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
+    __package__ = script_package(__file__)
+
+from . import task_bank  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parent
 EXAMPLE_TASKS = ("add", "reverse_string", "is_palindrome", "fizzbuzz", "balanced_parentheses")
 INSTRUCTION = "Answer with the complete function in a ```python code block."
-
-
-def _task_bank():
-    return import_sibling(__file__, "task_bank.py")
 
 
 def call_text(name: str, args: list[Any]) -> str:
@@ -63,7 +64,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 
 def prepare(data_dir: Path) -> int:
     """Write both files into `data_dir`; returns the number of tasks."""
-    rows = [build_row(task) for task in _task_bank().TASKS]
+    rows = [build_row(task) for task in task_bank.TASKS]
     names = [row["entry_point"] for row in rows]
     if len(set(names)) != len(names):
         raise ValueError("task_bank.py: two tasks share a function name")

@@ -58,9 +58,8 @@ from typing import Literal
 import psutil
 
 from nemo_gym.errors import ServerError
-from nemo_gym.module_loading import import_sibling
 
-seccomp_filter = import_sibling(__file__, "seccomp_filter.py")
+from . import seccomp_filter
 
 __all__ = ["SandboxLimits", "SandboxResult", "Sandbox", "SandboxUnavailableError", "WORKDIR", "KilledBy"]
 

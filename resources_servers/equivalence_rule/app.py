@@ -21,11 +21,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nemo_gym.answers import first_answer, last_assistant_text, strip_thinking
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.trajectory import Trajectory
 
-rules = import_sibling(__file__, "rules.py")
-text_rules = import_sibling(__file__, "text_rules.py")
+from . import rules, text_rules
+
 Rule, RuleOptions = rules.Rule, rules.RuleOptions
 GradingRule = Literal["rules", "exact", "seq_match", "weighted_seq_match"]
 
@@ -100,7 +100,7 @@ class EquivalenceRuleServer(ResourcesServer):
         `failure_reason`. By one of NeMo Gym's: its score of the whole reply, in [0, 1]."""
         references = [request.expected_answer] if isinstance(request.expected_answer, str) else request.expected_answer
         if self.config.grading_rule != "rules":
-            reply, text_rule = text_rules.output_text(request.response), self.config.grading_rule
+            reply, text_rule = Trajectory.of(request.response).output_text, self.config.grading_rule
             # Off the event loop: difflib takes about a second on a megabyte of reply.
             score = await asyncio.to_thread(lambda: max(text_rules.grade(reply, reference, text_rule) for reference in references))
             return VerifyResult(reward=score, equivalence_score=score, grading_rule=text_rule)

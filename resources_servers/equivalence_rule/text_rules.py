@@ -16,24 +16,12 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
-from typing import Any, Literal
+from typing import Literal
 
 TextRule = Literal["exact", "seq_match", "weighted_seq_match"]
 WHITESPACE = re.compile(r"\s+")
 PREFIX_CHARS = 10  # weighted_seq_match's prefix
 FULL_WEIGHT, PREFIX_WEIGHT = 0.85, 0.15
-
-
-def output_text(response: dict[str, Any]) -> str:
-    """The `output_text` parts of every `message` item of a Responses `Response` dict, joined with nothing
-    between them (NeMo Gym's reading: all messages, not only the last). Items and parts of unexpected shape
-    are skipped (model output is untrusted)."""
-    output = response.get("output")
-    texts = []
-    for item in output if isinstance(output, list) else []:
-        if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list):
-            texts += [p["text"] for p in item["content"] if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)]
-    return "".join(texts)
 
 
 def normalize(text: str) -> str:

@@ -10,17 +10,14 @@ code points of the synonym) and `extract_synonym_values` (the submission), and t
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from fastapi import HTTPException
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field
 
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.trajectory import Trajectory
 
 
-class MultiStepTask(BaseModel):
-    """Task fields of a row (all required, as in NeMo Gym)."""
+class MultiStepRequest(VerifyRequest):
+    """A `/verify` body: the row's task fields (all required, as in NeMo Gym) plus the rollout's `response`."""
 
     id: int
     expected_synonyms: list[str]
@@ -37,33 +34,19 @@ class MultiStepResult(VerifyResult):
     order_instruction_following_failure: bool = Field(description="right values, wrong order or repeats")
 
 
-def parse_task(request: VerifyRequest) -> MultiStepTask:
-    """The row's task fields. Raises HTTPException(422) when they are missing or malformed."""
-    try:
-        return MultiStepTask.model_validate(request.model_extra or {})
-    except ValidationError as exc:
-        raise HTTPException(422, detail=json.loads(exc.json(include_url=False))) from exc
-
-
-def last_submission(response: dict[str, Any]) -> list[int]:
-    """`synonym_values` of the last `extract_synonym_values` call; [] when there is none or it is malformed
-    (an `output` that is not a list included)."""
-    output = response.get("output")
-    calls = [item for item in output if isinstance(item, dict) and item.get("type") == "function_call"] if isinstance(output, list) else []
-    for call in reversed(calls):
-        if call.get("name") != "extract_synonym_values":
-            continue
-        try:
-            values = json.loads(call.get("arguments") or "")["synonym_values"]
-        except (ValueError, TypeError, KeyError):
-            return []
-        ok = isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-        return values if ok else []
-    return []
+def last_submission(trajectory: Trajectory) -> list[int]:
+    """`synonym_values` of the last `extract_synonym_values` call; [] when there is none or its arguments are
+    not `{"synonym_values": [int, ...]}`."""
+    call = trajectory.last_call("extract_synonym_values")
+    values = call.arguments.get("synonym_values") if call is not None and call.arguments is not None else None
+    ok = isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return values if ok else []
 
 
 class ExampleMultiStepServer(ResourcesServer):
     """Synonym-value extraction over several tool calls. Reward range: [0.0, 1.0], binary (= accuracy)."""
+
+    verify_request_type = MultiStepRequest
 
     @tool
     async def get_synonym_value(self, synonym: str) -> dict[str, int]:
@@ -75,9 +58,9 @@ class ExampleMultiStepServer(ResourcesServer):
         """Submit the synonym values, in the order the synonyms are listed."""
         return {"success": True}
 
-    async def verify(self, request: VerifyRequest, session: Session) -> MultiStepResult:
-        task = parse_task(request)
-        expected, actual = task.expected_synonym_values, last_submission(request.response)
+    async def verify(self, request: MultiStepRequest, session: Session) -> MultiStepResult:
+        """1.0 when the last submission equals `expected_synonym_values`, in order, else 0.0."""
+        expected, actual = request.expected_synonym_values, last_submission(Trajectory.of(request.response))
         accuracy = actual == expected
         set_overlap = len(set(actual) & set(expected)) / len(expected)
         return MultiStepResult(
@@ -86,6 +69,6 @@ class ExampleMultiStepServer(ResourcesServer):
             accuracy=accuracy,
             set_overlap=set_overlap,
             # NeMo Gym also tests the label string, which can never be among integer values.
-            original_term_minefield_hit=task.minefield_label_value in actual,
+            original_term_minefield_hit=request.minefield_label_value in actual,
             order_instruction_following_failure=not accuracy and set_overlap == 1.0,
         )

@@ -11,40 +11,34 @@ gives the same state either way.
 
 from __future__ import annotations
 
-import json
-from typing import Any, TypeVar
+from typing import Any
 
-from fastapi import HTTPException
-from pydantic import BaseModel, ValidationError
-
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
 
 COUNT_KEY = "count"
-_Task = TypeVar("_Task", bound=BaseModel)
 
 
-class SeedTask(BaseModel):
+class CounterSeed(SeedRequest):
+    """A `/seed_session` body: the row, with the counter's start."""
+
     initial_count: int
 
 
-class VerifyTask(BaseModel):
+class CounterRequest(VerifyRequest):
+    """A `/verify` body: the row, with the counter's expected final value, plus the rollout's `response`."""
+
     expected_count: int
-
-
-def parse_task(model: type[_Task], fields: dict[str, Any]) -> _Task:
-    """The row's task fields as `model`. Raises HTTPException(422) when they are missing or malformed."""
-    try:
-        return model.model_validate(fields)
-    except ValidationError as exc:
-        raise HTTPException(422, detail=json.loads(exc.json(include_url=False))) from exc
 
 
 class ExampleSessionStateMgmtServer(ResourcesServer):
     """Stateful counter. Reward range: [0.0, 1.0], binary."""
 
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
+    seed_request_type = CounterSeed
+    verify_request_type = CounterRequest
+
+    async def seed_session(self, row: CounterSeed, session: Session) -> dict[str, Any]:
         """Start the counter at the row's `initial_count` (422 without it)."""
-        session[COUNT_KEY] = parse_task(SeedTask, row).initial_count
+        session[COUNT_KEY] = row.initial_count
         return {}
 
     @tool
@@ -58,7 +52,6 @@ class ExampleSessionStateMgmtServer(ResourcesServer):
         """Read the counter."""
         return {"count": session.setdefault(COUNT_KEY, 0)}
 
-    async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
+    async def verify(self, request: CounterRequest, session: Session) -> VerifyResult:
         """1.0 when the session's counter equals `expected_count` (422 without it), else 0.0."""
-        expected_count = parse_task(VerifyTask, request.model_extra or {}).expected_count
-        return VerifyResult(reward=float(COUNT_KEY in session and session[COUNT_KEY] == expected_count))
+        return VerifyResult(reward=float(COUNT_KEY in session and session[COUNT_KEY] == request.expected_count))

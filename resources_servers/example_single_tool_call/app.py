@@ -6,16 +6,8 @@ Matches NeMo Gym's `example_single_tool_call` server (0.7.0): same tool name, ar
 
 from __future__ import annotations
 
-from typing import Any
-
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
-
-
-def function_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `function_call` items of a Responses `Response` dict's `output`, in order (others skipped; an
-    `output` that is not a list has none)."""
-    output = response.get("output")
-    return [item for item in output if isinstance(item, dict) and item.get("type") == "function_call"] if isinstance(output, list) else []
+from nemo_gym.trajectory import Trajectory
 
 
 class ExampleSingleToolCallServer(ResourcesServer):
@@ -31,5 +23,5 @@ class ExampleSingleToolCallServer(ResourcesServer):
 
     async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
         """1.0 when any `get_weather` function call appears in the trajectory, else 0.0."""
-        called = any(call.get("name") == "get_weather" for call in function_calls(request.response))
+        called = bool(Trajectory.of(request.response).calls_named("get_weather"))
         return VerifyResult(reward=float(called))

@@ -21,12 +21,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nemo_gym.answers import last_assistant_text
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-instructions = import_sibling(__file__, "instructions.py")
-reference = import_sibling(__file__, "ifeval_reference.py")
-iftrain = import_sibling(__file__, "iftrain.py")
+from . import ifeval_reference as reference
+from . import iftrain, instructions
+
 Semantics = Literal["ours", "nemo_gym"]
 # The ids a row may use, by semantics: IFEval's (ours, or IFEval's own readings where ours depart) and NeMo Gym's 29 more.
 REGISTRIES: dict[str, dict[str, Any]] = {

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nemo_gym.jsonl import write_jsonl
-from nemo_gym.module_loading import import_sibling
+from nemo_gym.module_loading import script_package
+
+if not __package__:  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
+    __package__ = script_package(__file__)
+
+from . import instructions  # noqa: E402  # the module object app.py uses
 
 HERE = Path(__file__).resolve().parent
-
-
-instructions = import_sibling(__file__, "instructions.py")  # the module object app.py uses
 
 TOPICS = [
     "the moon", "the water cycle", "honey bees", "rainy days", "riding a bicycle", "a healthy breakfast",

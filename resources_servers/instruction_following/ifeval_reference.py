@@ -25,9 +25,7 @@ from typing import Any, Callable
 import langdetect
 from syntok.tokenizer import Tokenizer
 
-from nemo_gym.module_loading import import_sibling
-
-instructions = import_sibling(__file__, "instructions.py")
+from . import instructions
 
 __all__ = ["split_into_sentences", "word_tokens", "REFERENCE_CHECKS"]
 

@@ -22,10 +22,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from nemo_gym.module_loading import import_sibling
+from . import ifeval_reference as reference
+from . import instructions
 
-instructions = import_sibling(__file__, "instructions.py")
-reference = import_sibling(__file__, "ifeval_reference.py")
 Args, NoArgs, Relation, compare = instructions.Args, instructions.NoArgs, instructions.Relation, instructions.compare
 split_into_sentences, word_tokens, literal = reference.split_into_sentences, reference.word_tokens, reference.literal
 

@@ -10,12 +10,9 @@ collector writes to the failures file), never reward 0.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import unicodedata
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,20 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from nemo_gym.answers import strip_thinking
 from nemo_gym.server import ResourcesServer, ServerConfig, ServerRef, Session, VerifyRequest, VerifyResult
 
-
-def _load_sibling(filename: str) -> Any:
-    """Import a module of this folder under a unique name (server folders are not packages)."""
-    name = f"nemo_gym_resources_llm_judge_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-judge = _load_sibling("judge.py")
-group = _load_sibling("group_judge.py")
+from . import group_judge as group
+from . import judge
 
 
 class JudgeRequest(VerifyRequest):

@@ -25,24 +25,24 @@ lone letter; option text in the first box); the stored `example_rollouts.jsonl` 
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from typing import Any, Literal
 
-from fastapi import HTTPException
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field
 
 from nemo_gym.answers import last_boxed, normalize_text
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.trajectory import Trajectory
 
 RowGradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
 GradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon", "lenient_answer_colon_md"]
 Options = list[dict[str, str | None]]
 
 
-class MCQATask(BaseModel):
-    """Task fields of a row (`uuid`, `metadata` and others are kept in the answer but not read)."""
+class MCQARequest(VerifyRequest):
+    """A `/verify` body: the row's task fields (`uuid`, `metadata` and others are kept in the answer but not
+    read) plus the rollout's `response`."""
 
     options: Options | None = Field(None, description='[{"A": "text"}, ...]; its keys are the allowed letters')
     expected_answer: str | None = Field(None, description="gold letter")
@@ -221,20 +221,7 @@ def regex_letter(text: str, patterns: str | list[str], options: Options | None, 
     return None
 
 
-def output_text(response: dict[str, Any]) -> str:
-    """All `output_text` parts of the `message` items of a Response dict, joined (as `Response.output_text`);
-    items and parts of another shape, and an `output` that is not a list, give no text."""
-    output = response.get("output")
-    return "".join(
-        part["text"]
-        for item in (output if isinstance(output, list) else [])
-        if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list)
-        for part in item["content"]
-        if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str)
-    )
-
-
-def extract_answer(text: str, task: MCQATask, mode: GradingMode, legacy: bool = False) -> str | None:
+def extract_answer(text: str, task: MCQARequest, mode: GradingMode, legacy: bool = False) -> str | None:
     """The answer letter in `text` for `task` under grading `mode`, or None."""
     allowed = allowed_letters(task.options)
     metadata = task.template_metadata or {}
@@ -254,21 +241,20 @@ def extract_answer(text: str, task: MCQATask, mode: GradingMode, legacy: bool = 
 class MCQAServer(ResourcesServer):
     """Multiple-choice question answering. Reward range: [0.0, 1.0], binary (extracted letter == gold)."""
 
+    verify_request_type = MCQARequest
+
     class Config(ServerConfig):
         grading_mode: GradingMode | None = Field(None, description="overrides every row's grading_mode when set")
         legacy_boxed_parsing: bool = Field(
             False, description="read \\boxed{} as NeMo Gym did before 0.7.0 (the first box holding a lone letter)"
         )
 
-    async def verify(self, request: VerifyRequest, session: Session) -> MCQAResult:
-        try:
-            task = MCQATask.model_validate(request.model_extra or {})
-        except ValidationError as exc:
-            raise HTTPException(422, detail=json.loads(exc.json(include_url=False))) from exc
-        gold = (task.expected_answer or "").strip().upper()
-        text = output_text(request.response).strip()
-        mode = self.config.grading_mode or task.grading_mode
-        letter = extract_answer(text, task, mode, self.config.legacy_boxed_parsing) if text else None
+    async def verify(self, request: MCQARequest, session: Session) -> MCQAResult:
+        """1.0 when the letter read from the text of all the trajectory's messages is the gold one, else 0.0."""
+        gold = (request.expected_answer or "").strip().upper()
+        text = Trajectory.of(request.response).output_text.strip()
+        mode = self.config.grading_mode or request.grading_mode
+        letter = extract_answer(text, request, mode, self.config.legacy_boxed_parsing) if text else None
         return MCQAResult(reward=float(bool(gold) and letter == gold), expected_answer=gold, extracted_answer=letter)
 
     async def aggregate_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import reasoning_gym
 from fastapi import HTTPException
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, model_validator
 from reasoning_gym.factory import DATASETS
 
 from nemo_gym.answers import last_answer_tag, last_assistant_text, last_boxed, last_line, strip_thinking
@@ -47,47 +47,49 @@ class Extraction(str, Enum):
     NONE = "none"
 
 
-class OurTask(BaseModel):
-    """Our row shape (`prepare.py`): the generator name and the whole entry."""
+class ReasoningGymRequest(VerifyRequest):
+    """A `/verify` body: a row of either shape (module docstring) plus the rollout's `response`. Ours, when it
+    has `entry` or no `metadata`: `dataset` and `entry`; else NeMo Gym's: `question`, `answer`, `metadata`
+    (with `source_dataset`). A row of neither shape is a 422 naming the missing or mistyped field."""
 
-    model_config = ConfigDict(extra="ignore")
-    dataset: str = Field(description="reasoning_gym generator name, e.g. basic_arithmetic")
-    entry: dict[str, Any] = Field(description="the reasoning_gym entry: question, answer, metadata")
+    dataset: str | None = Field(None, description="ours: the reasoning_gym generator name, e.g. basic_arithmetic")
+    entry: dict[str, Any] | None = Field(None, description="ours: the reasoning_gym entry: question, answer (str | null), metadata")
+    question: str | None = Field(None, description="NeMo Gym's: the entry's question")
+    answer: str | None = Field(None, description="NeMo Gym's (required there): the reference answer; null where the checker reads the metadata")
+    metadata: dict[str, Any] | None = Field(None, description="NeMo Gym's: the entry's metadata, with source_dataset")
 
+    @property
+    def ours(self) -> bool:
+        """Whether the row has our shape: an `entry`, or no `metadata`."""
+        return "entry" in self.model_fields_set or "metadata" not in self.model_fields_set
 
-class NemoGymTask(BaseModel):
-    """NeMo Gym's row shape: the entry's fields at the top level, the generator in `metadata.source_dataset`."""
-
-    model_config = ConfigDict(extra="ignore")
-    question: str
-    answer: str | None = Field(description="the reference answer; null where the checker reads the metadata")
-    metadata: dict[str, Any] = Field(description="the entry's metadata, with source_dataset")
-
-
-def task_of(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(generator name, reasoning_gym entry) of a row of either shape: ours when it has `entry`, else NeMo Gym's.
-
-    Raises:
-        HTTPException: 422 naming the missing or mistyped field.
-    """
-    try:
-        if "entry" in row or "metadata" not in row:
-            task = OurTask.model_validate(row)
-            dataset, entry = task.dataset, task.entry
-            if dataset == "composite":  # a mix of generators: each entry is scored by its own generator's checker
-                metadata = entry.get("metadata")
-                dataset = metadata.get("source_dataset", dataset) if isinstance(metadata, dict) else dataset
-            if "answer" not in entry or not isinstance(entry["answer"], (str, type(None))):
-                raise HTTPException(422, "entry.answer: the reference answer must be a string or null")
+    @model_validator(mode="after")
+    def _one_shape(self) -> ReasoningGymRequest:
+        if self.ours:
+            required = {"dataset": self.dataset, "entry": self.entry}
         else:
-            nemo = NemoGymTask.model_validate(row)
-            dataset = nemo.metadata.get("source_dataset")
-            if not isinstance(dataset, str):
-                raise HTTPException(422, "metadata.source_dataset: the reasoning_gym generator name (a string) is missing")
-            entry = {"question": nemo.question, "answer": nemo.answer, "metadata": nemo.metadata}
-    except ValidationError as exc:
-        raise HTTPException(422, exc.errors(include_url=False, include_input=False)) from None
-    return dataset, with_grid_tuples(dataset, entry)
+            required = {"question": self.question, "metadata": self.metadata, **({} if "answer" in self.model_fields_set else {"answer": None})}
+        if missing := [name for name, value in required.items() if value is None]:
+            shape = "our row shape (with entry)" if self.ours else "NeMo Gym's row shape (with metadata)"
+            raise ValueError(f"{', '.join(missing)}: required in {shape} (only NeMo Gym's answer may be null)")
+        if self.ours and not isinstance(self.entry.get("answer", 0), (str, type(None))):  # type: ignore[union-attr]
+            raise ValueError("entry.answer: the reference answer must be a string or null")
+        if not self.ours and not isinstance(self.metadata.get("source_dataset"), str):  # type: ignore[union-attr]
+            raise ValueError("metadata.source_dataset: the reasoning_gym generator name (a string) is missing")
+        return self
+
+    def task(self) -> tuple[str, dict[str, Any]]:
+        """(generator name, reasoning_gym entry) of the row: a composite row's entry is scored by its own
+        generator's checker (`entry.metadata.source_dataset`); ARC grids as tuples (`with_grid_tuples`)."""
+        if self.ours:
+            dataset, entry = self.dataset or "", self.entry or {}
+            metadata = entry.get("metadata")
+            if dataset == "composite" and isinstance(metadata, dict):
+                dataset = metadata.get("source_dataset", dataset)
+        else:
+            metadata = self.metadata or {}
+            dataset, entry = metadata["source_dataset"], {"question": self.question, "answer": self.answer, "metadata": metadata}
+        return dataset, with_grid_tuples(dataset, entry)
 
 
 def with_grid_tuples(dataset: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -193,17 +195,19 @@ class ReasoningGymServer(ResourcesServer):
     """Single-turn reasoning tasks from `reasoning-gym`; no tools. Reward in [0, 1] (the library's score;
     some generators give partial credit, e.g. spell_backward per matching letter)."""
 
+    verify_request_type = ReasoningGymRequest
+
     class Config(ServerConfig):
         binary_reward: bool = Field(False, description="reward 1.0 only for a full score, 0.0 for any partial credit")
 
-    async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
+    async def verify(self, request: ReasoningGymRequest, session: Session) -> VerifyResult:
         """Score the last assistant message against the row's entry. Reward in [0, 1].
 
         Raises:
             HTTPException: 422 for a row of neither shape, an unknown dataset, or an entry whose own reference
                 answer its checker rejects (a data problem, never a silent 0).
         """
-        dataset, entry = task_of(request.model_extra or {})
+        dataset, entry = request.task()
         scorer = score_fn(dataset)
         numeric = isinstance(entry["answer"], str) and NUMBER.fullmatch(entry["answer"].strip()) is not None
         candidates, where = answer_candidates(last_assistant_text(request.response), numeric=numeric)

@@ -12,11 +12,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.openai_convert import ConversionError
 from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
 
-vf_adapter = import_sibling(__file__, "vf_adapter.py")
+from . import vf_adapter
 
 EXAMPLE_ENVS = str(Path(__file__).resolve().parent / "example_envs")  # the bundled vf_reverse_text package
 

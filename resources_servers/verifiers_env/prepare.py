@@ -22,9 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nemo_gym.config import parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
-from nemo_gym.module_loading import import_sibling
+from nemo_gym.module_loading import script_package
 
-vf_adapter = import_sibling(__file__, "vf_adapter.py")
+if not __package__:  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
+    __package__ = script_package(__file__)
+
+from . import vf_adapter  # noqa: E402
 
 __all__ = ["PrepareOptions", "prepare_rows", "main"]
 

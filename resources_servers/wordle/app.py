@@ -15,10 +15,10 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints
 
 from nemo_gym.gymnasium_env import GymnasiumEnv, StepResult
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ServerConfig, VerifyRequest, VerifyResult
 
-game = import_sibling(__file__, "wordle_game.py")
+from . import wordle_game as game
+
 TargetWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{5}$", to_lower=True)]
 
 

@@ -15,10 +15,11 @@ from typing import Any, get_type_hints
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from nemo_gym.module_loading import import_sibling
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.trajectory import Trajectory
 
-workplace = import_sibling(__file__, "workplace.py")
+from . import workplace
+
 STATE = "state"
 
 
@@ -53,12 +54,12 @@ def replay(state: dict[str, Any], response: dict[str, Any]) -> int:
     """Apply the trajectory's function calls to `state` as the tool routes would (calls with unparsable or
     invalid arguments, or unknown names, change nothing). Returns the number of calls applied."""
     applied = 0
-    for item in response.get("output") or []:
-        if not isinstance(item, dict) or item.get("type") != "function_call" or item.get("name") not in workplace.OPERATIONS:
+    for call in Trajectory.of(response).function_calls:
+        if call.name not in workplace.OPERATIONS or call.arguments is None:
             continue
         try:
-            arguments = ARGUMENTS[item["name"]].model_validate_json(item.get("arguments") or "{}")
-            workplace.OPERATIONS[item["name"]](state, **dict(arguments))
+            arguments = ARGUMENTS[call.name].model_validate(call.arguments)
+            workplace.OPERATIONS[call.name](state, **dict(arguments))
             applied += 1
         except (ValueError, TypeError, ValidationError, workplace.ToolError):
             continue

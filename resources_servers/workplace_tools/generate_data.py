@@ -38,9 +38,13 @@ SYSTEM = (
 )
 
 sys.path.insert(0, str(REPO))
-from nemo_gym.serve import load_module, load_server_class  # noqa: E402
+from nemo_gym.module_loading import script_package  # noqa: E402
+from nemo_gym.serve import load_server_class  # noqa: E402
 
-workplace = load_module(FOLDER / "app.py").workplace
+if not __package__:  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
+    __package__ = script_package(__file__)
+
+from . import workplace  # noqa: E402  # the module object app.py uses
 
 
 def day_name(date: str) -> str:

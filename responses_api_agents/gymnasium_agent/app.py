@@ -17,25 +17,15 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from enum import Enum
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from nemo_gym.errors import ServerHTTPError
+from nemo_gym.agent_steps import ModelCalls, StopReason, initial_input
 from nemo_gym.gymnasium_env import message_text
 from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
-
-
-class StopReason(str, Enum):
-    """How an episode ended."""
-
-    completed = "completed"  # the environment said terminated
-    max_steps = "max_steps"  # the environment said truncated, or max_turns model calls were made
-    max_tokens = "max_tokens"  # the model ran out of output tokens (response status incomplete); no step taken
-    context_overflow = "context_overflow"  # the model server refused the prompt as too long
 
 
 class GymnasiumAgentConfig(ServerConfig):
@@ -98,31 +88,17 @@ class GymnasiumAgent(AgentServer):
     async def episode(self, row: dict[str, Any], session_id: str, cookies: httpx.Cookies) -> tuple[dict[str, Any], StopReason]:
         """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
         params = row["responses_create_params"]
-        initial = params.get("input", [])
-        if isinstance(initial, str):
-            initial = [{"role": "user", "content": initial}]
+        initial = initial_input(params)
         fields = await self.reset_fields()
         first = await self.env_call("/reset", {name: row[name] for name in fields if name in row}, session_id, cookies)
         trajectory: list[dict[str, Any]] = [observation_message(first.get("observation", ""))]
-        usage: Counter[str] = Counter()
+        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s)
         stop_reason = StopReason.max_steps
-        model_response: dict[str, Any] = {}
         for _ in range(self.config.max_turns):
-            try:
-                model_response = await self.client.post(
-                    self.config.model_server.name, "/v1/responses", {**params, "input": [*initial, *trajectory]},
-                    session_id=session_id, timeout_s=self.config.model_timeout_s,
-                )
-            except ServerHTTPError as exc:
-                if exc.status_code == 400 and "context" in exc.body.lower():
-                    stop_reason = StopReason.context_overflow
-                    break
-                raise
-            output = model_response.get("output") or []
+            output, stop = await model.step(params, [*initial, *trajectory])
             trajectory.extend(output)
-            usage.update({k: v for k, v in (model_response.get("usage") or {}).items() if isinstance(v, int)})
-            if model_response.get("status") == "incomplete":
-                stop_reason = StopReason.max_tokens
+            if stop:  # max_tokens: no step taken; context_overflow
+                stop_reason = stop
                 break
             result = await self.env_call("/step", {"action": reply_text(output)}, session_id, cookies)
             trajectory.append(observation_message(result.get("observation", "")))
@@ -131,10 +107,7 @@ class GymnasiumAgent(AgentServer):
                 break
             if result.get("truncated"):
                 break
-        final = {**model_response, "output": trajectory}
-        if usage:
-            final["usage"] = {**(model_response.get("usage") or {}), **usage}
-        return final, stop_reason
+        return model.final_response(trajectory), stop_reason
 
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)

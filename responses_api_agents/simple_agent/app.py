@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from enum import Enum
 from typing import Any
 
 import httpx
@@ -21,21 +20,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from nemo_gym.agent_steps import ModelCalls, StopReason, initial_input
 from nemo_gym.api_schema import json_body
 from nemo_gym.errors import ServerError, ServerHTTPError
 from nemo_gym.limits import read_json_object
 from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
-
-
-class StopReason(str, Enum):
-    """How an episode ended."""
-
-    completed = "completed"  # the model answered without calling a tool
-    max_steps = "max_steps"  # max_steps model calls were made
-    max_tokens = "max_tokens"  # the model ran out of output tokens (response status incomplete)
-    context_overflow = "context_overflow"  # the model server refused the prompt as too long
-    tool_error = "tool_error"  # the last tool call failed (its error went back to the model)
-    parse_error = "parse_error"  # the last tool call's arguments were not valid JSON
 
 
 class SimpleAgentConfig(ServerConfig):
@@ -94,34 +83,19 @@ class SimpleAgent(AgentServer):
 
     async def loop(self, params: dict[str, Any], session_id: str, cookies: httpx.Cookies) -> tuple[dict[str, Any], StopReason]:
         """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
-        initial = params.get("input", [])
-        if isinstance(initial, str):
-            initial = [{"role": "user", "content": initial}]
+        initial = initial_input(params)
         tool_names = {t.get("name") for t in params.get("tools") or [] if t.get("type") == "function"}
         trajectory: list[dict[str, Any]] = []
-        usage: Counter[str] = Counter()
+        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s)
         stop_reason = StopReason.max_steps
-        model_response: dict[str, Any] = {}
         for _ in range(self.config.max_steps):
-            try:
-                model_response = await self.client.post(
-                    self.config.model_server.name, "/v1/responses", {**params, "input": [*initial, *trajectory]},
-                    session_id=session_id, timeout_s=self.config.model_timeout_s,
-                )
-            except ServerHTTPError as exc:
-                if exc.status_code == 400 and "context" in exc.body.lower() and trajectory:
-                    stop_reason = StopReason.context_overflow
-                    break
-                raise
-            output = model_response.get("output") or []
+            # a context overflow on the task's own prompt is a failure, later it ends the episode
+            output, stop = await model.step(params, [*initial, *trajectory], overflow_ends=bool(trajectory))
             trajectory.extend(output)
-            for key, value in (model_response.get("usage") or {}).items():
-                if isinstance(value, int):
-                    usage[key] += value
-            calls = [item for item in output if item.get("type") == "function_call"]
-            if model_response.get("status") == "incomplete":
-                stop_reason = StopReason.max_tokens
+            if stop:
+                stop_reason = stop
                 break
+            calls = [item for item in output if item.get("type") == "function_call"]
             if not calls:
                 stop_reason = StopReason.completed
                 break
@@ -129,10 +103,7 @@ class SimpleAgent(AgentServer):
                 text, problem = await self.call_tool(call, tool_names, session_id, cookies)
                 trajectory.append({"type": "function_call_output", "call_id": call.get("call_id"), "output": text})
                 stop_reason = problem or StopReason.max_steps
-        final = {**model_response, "output": trajectory}
-        if usage:
-            final["usage"] = {**(model_response.get("usage") or {}), **usage}
-        return final, stop_reason
+        return model.final_response(trajectory), stop_reason
 
     async def call_tool(self, call: dict[str, Any], tool_names: set[str], session_id: str, cookies: httpx.Cookies) -> tuple[str, StopReason | None]:
         """Execute one function call; returns the output text and a problem if it failed."""

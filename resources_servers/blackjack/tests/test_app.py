@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import episode_response, server_client
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_hitting_to_bust_loses_and_invalid_actions_are_forfeited():
 
 
 def test_bundled_tasks():
-    tasks = [json.loads(line) for line in (SERVER_DIR / "data/tasks.jsonl").read_text().splitlines()]
+    tasks = read_jsonl(SERVER_DIR / "data/tasks.jsonl")
     assert len(tasks) >= 50 and len({t["seed"] for t in tasks}) == len(tasks)
     assert import_file(SERVER_DIR / "generate_data.py").task_rows() == tasks
 

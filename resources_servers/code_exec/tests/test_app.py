@@ -3,7 +3,6 @@ preparation. Runs code in the bubblewrap sandbox (`apt-get install -y bubblewrap
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,8 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.serve import load_server_class
 from nemo_gym.testing import assistant_response, post_verify
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 CodeExecServer = load_server_class(SERVER_DIR / "app.py")
@@ -25,7 +26,7 @@ EXAMPLES = SERVER_DIR / "data/example.jsonl"
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 response = assistant_response
@@ -60,9 +61,7 @@ def test_every_reference_solution_scores_one(client):
 
 
 def test_prepare_reproduces_the_bundled_files(tmp_path):
-    spec = importlib.util.spec_from_file_location("code_exec_prepare_test", SERVER_DIR / "prepare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(SERVER_DIR / "prepare.py")
     assert module.main(["--data-dir", str(tmp_path)]) == 0
     assert (tmp_path / "code_tasks.jsonl").read_bytes() == TASKS.read_bytes()
     assert (tmp_path / "example.jsonl").read_bytes() == EXAMPLES.read_bytes()

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
 from nemo_gym.validation import validate_data
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 ROW = {
@@ -161,7 +162,7 @@ def test_generator_reproduces_the_bundled_files(tmp_path: Path) -> None:
 
 
 def test_bundled_tasks_are_valid_and_cover_every_instruction(client: TestClient) -> None:
-    rows = [json.loads(line) for line in (SERVER_DIR / "data" / "train.jsonl").read_text().splitlines()]
+    rows = read_jsonl(SERVER_DIR / "data" / "train.jsonl")
     assert len(rows) >= 50
     instructions = import_file(SERVER_DIR / "instructions.py")
     assert {i for row in rows for i in row["instruction_id_list"]} == set(instructions.INSTRUCTIONS)

@@ -7,9 +7,7 @@ a middleware on its app.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from nemo_gym.collect import CollectConfig, collect_rollouts
 from nemo_gym.config import load_config, server_instances
 from nemo_gym.head import build_head_app
 from nemo_gym.serve import load_server_class
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 REPO = SERVER_DIR.parents[1]
@@ -32,16 +32,7 @@ EQUAL, NOT_EQUAL = "Same meaning. [[A=B]]", "Different answers. [[A!=B]]"
 OCEAN_ROW = json.loads((SERVER_DIR / "data/example.jsonl").read_text().splitlines()[0])  # expected "The Pacific Ocean"
 
 
-def _sibling(filename: str) -> Any:
-    name = f"llm_judge_test_{Path(filename).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SERVER_DIR / filename)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-judge, group, generate_data = _sibling("judge.py"), _sibling("group_judge.py"), _sibling("generate_data.py")
+judge, group, generate_data = (import_file(SERVER_DIR / name) for name in ("judge.py", "group_judge.py", "generate_data.py"))
 
 
 def response(text: str) -> dict[str, Any]:
@@ -280,7 +271,7 @@ def test_ng_group_verify_end_to_end(stack, tmp_path):
     argv = [f"+rollouts_jsonl_fpath={tmp_path / 'rollouts.jsonl'}", f"+output_jsonl_fpath={tmp_path / 'grouped.jsonl'}",
             "+resources_server=llm_judge", f"+head_server_url={head_url}", "+num_groups_in_parallel=2", "+max_retries=0"]
     assert cli.main("group_verify", argv) == 1  # the command as ng_group_verify runs it, in this process; one group failed
-    scored = [json.loads(line) for line in (tmp_path / "grouped.jsonl").read_text().splitlines()]
+    scored = read_jsonl(tmp_path / "grouped.jsonl")
     assert [(r["reward"], r["pointwise_reward"], r["group_explanation"]) for r in scored] == [(1.0, 0.5, "correct"), (0.0, 0.5, "wrong city"), (0.8, 0.5, "correct, wordier")]
     failure = json.loads((tmp_path / "grouped_failures.jsonl").read_text())
     assert failure["_ng_task_index"] == 1 and failure["_ng_rollout_indices"] == [0, 1] and failure["failure_class"] == "judge_unparsable"

@@ -1,11 +1,11 @@
 """rnow_project on the sample project: tools, and every example row verifying (more in tests/test_rnow.py)."""
 
-import json
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from nemo_gym.module_loading import import_file
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 app = import_file(SERVER_DIR / "app.py")
@@ -13,7 +13,7 @@ app = import_file(SERVER_DIR / "app.py")
 
 def test_sample_project_tools_and_example_rows():
     server = app.RnowProjectServer({"project_dir": "examples/rnow_project", "max_tool_response_chars": 2000})
-    rows = [json.loads(line) for line in (SERVER_DIR / "data" / "example.jsonl").read_text().splitlines()]
+    rows = read_jsonl(SERVER_DIR / "data" / "example.jsonl")
     with TestClient(server.build_app()) as client:
         assert {t["name"] for t in client.get("/tools").json()} == {"add", "multiply", "capital"}
         assert client.post("/add", json={"a": 2, "b": 3}).json() == "5"

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.errors import ConfigError
+from nemo_gym.jsonl import read_jsonl
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import assistant_response, post_verify, server_client
 
@@ -19,7 +19,7 @@ prepare = import_file(SERVER_DIR / "prepare.py")
 
 
 def example_rows() -> list[dict]:
-    return [json.loads(line) for line in (SERVER_DIR / "data" / "example.jsonl").read_text().splitlines()]
+    return read_jsonl(SERVER_DIR / "data" / "example.jsonl")
 
 
 def test_verify_scores_with_the_rubric():
@@ -99,6 +99,6 @@ def test_prepare_writes_rows(tmp_path, capsys):
     out = tmp_path / "rows.jsonl"
     code = prepare.main(["+env_id=vf_reverse_text", "+split=eval", "+limit=5", f"+output_jsonl_fpath={out}"])
     assert code == 0, capsys.readouterr().err
-    assert [json.loads(line) for line in out.read_text().splitlines()] == example_rows()  # data/example.jsonl is this output
+    assert read_jsonl(out) == example_rows()  # data/example.jsonl is this output
     assert prepare.main(["+env_id=vf_reverse_text", "+split=test", f"+output_jsonl_fpath={out}"]) == 2
     assert "+split" in capsys.readouterr().err

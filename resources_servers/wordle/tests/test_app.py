@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import episode_response, server_client
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 DATA = SERVER_DIR / "data"
@@ -80,11 +80,11 @@ def test_bundled_word_lists_and_tasks():
     allowed = game.load_words("allowed_words.txt")
     assert len(targets) == len(set(targets)) >= 500
     assert all(len(w) == 5 and w.isalpha() and w.islower() for w in targets) and set(targets) <= allowed
-    tasks = [json.loads(line) for line in (DATA / "tasks.jsonl").read_text().splitlines()]
+    tasks = read_jsonl(DATA / "tasks.jsonl")
     assert len(tasks) >= 50 and {t["target_word"] for t in tasks} <= set(targets)
     generator = import_file(SERVER_DIR / "generate_data.py")
     assert generator.task_rows(targets) == tasks  # the bundled tasks are what the script writes
-    examples = [json.loads(line) for line in (DATA / "example.jsonl").read_text().splitlines()]
+    examples = read_jsonl(DATA / "example.jsonl")
     assert examples == tasks[:5]
 
 

@@ -10,9 +10,10 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import server_client
+from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
-ROWS = [json.loads(line) for line in (SERVER_DIR / "data/example.jsonl").read_text().splitlines()]
+ROWS = read_jsonl(SERVER_DIR / "data/example.jsonl")
 ROW = ROWS[0]  # Push 'Team sync' (E101) from Friday 2025-03-14 to Tuesday 2025-03-11, same time.
 
 
@@ -134,7 +135,7 @@ def test_malformed_rows_are_422(client):
 
 def test_rows_advertise_the_servers_tools_and_the_generator_is_deterministic(client):
     tools = client.get("/tools").json()
-    tasks = [json.loads(line) for line in (SERVER_DIR / "data/tasks.jsonl").read_text().splitlines()]
+    tasks = read_jsonl(SERVER_DIR / "data/tasks.jsonl")
     assert len(tasks) >= 50 and tasks[:5] == ROWS
     assert all(row["responses_create_params"]["tools"] == tools for row in tasks)
     assert import_file(SERVER_DIR / "generate_data.py").task_rows() == tasks

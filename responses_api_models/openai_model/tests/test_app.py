@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -14,12 +13,13 @@ import uvicorn
 import yaml
 
 from nemo_gym.serve import load_server_class
+from nemo_gym.jsonl import read_jsonl
 
 HERE = Path(__file__).resolve().parents[1]
 MODELS = HERE.parent
 OpenAIModel = load_server_class(HERE / "app.py")
 ScriptedModel = load_server_class(MODELS / "scripted_model" / "app.py")
-ROWS = [json.loads(line) for line in (HERE / "data" / "example.jsonl").read_text().splitlines()]
+ROWS = read_jsonl(HERE / "data" / "example.jsonl")
 
 
 def _serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:

@@ -5,17 +5,18 @@ The server with the real SmolLM2 on vLLM is tested in tests/test_e2e_vllm.py (ma
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import yaml
 
 from nemo_gym import openai_convert, tool_calls
 from nemo_gym.serve import load_server_class
+from nemo_gym.jsonl import read_jsonl
 
 HERE = Path(__file__).resolve().parents[1]
 VLLMModel = load_server_class(HERE / "app.py")
-ROWS = [json.loads(line) for line in (HERE / "data" / "example.jsonl").read_text().splitlines()]
+ROWS = read_jsonl(HERE / "data" / "example.jsonl")
 
 
 def test_example_rows_render_to_plain_text_chats():
@@ -61,7 +62,7 @@ def test_response_format_becomes_a_structured_output_constraint():
     import pytest
     from fastapi import HTTPException
 
-    module = __import__(VLLMModel.__module__)
+    module = sys.modules[VLLMModel.__module__]
     constraint = module._response_format_constraint
     schema = {"type": "object", "properties": {"verdict": {"enum": ["[[A=B]]", "[[A!=B]]"]}}, "required": ["verdict"]}
     assert constraint(None) is None and constraint({"type": "text"}) is None

@@ -1,0 +1,43 @@
+"""The command line: the console scripts `ng_<name>` and `nemo_gym_<name>` of every command in
+`nemo_gym.commands.COMMANDS` (both names run the same command), `ng <name>`, and (in this package's modules) the
+mains of the commands that join a core command to the extras that feed it: `ng_run` and `ng_train` read
+ReinforceNow projects and Prime-style TOML, `ng_train` and `ng_collect_rollouts` also run in the background or on
+the run server, `ng_status` also lists background runs and the run server's.
+
+This package is the top layer (see `nemo_gym.layout.LAYERS`): nothing in nemo_gym imports it; a command is run
+by name through `nemo_gym.commands.main`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Callable
+
+from nemo_gym.commands import COMMANDS, dispatch, main, unknown_command
+
+__all__ = ["COMMANDS", "main", "dispatch", "ng", "unknown_command"]
+
+
+def _entry(name: str) -> Callable[[], None]:
+    def entry() -> None:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # Started as a background job of a non-interactive shell (`ng_... &` in a script, a CI harness), which
+            # ignores SIGINT: every ng_ command documents Ctrl-C / SIGINT as its stop, so it gets KeyboardInterrupt back.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.exit(main(name))
+
+    entry.__name__ = f"ng_{name}"
+    return entry
+
+
+def __getattr__(name: str) -> Callable[[], None]:
+    """`ng_<command>`: the console-script entry of a command of COMMANDS (`from nemo_gym.cli import ng_run`)."""
+    if name.startswith("ng_") and name.removeprefix("ng_") in COMMANDS:
+        return _entry(name.removeprefix("ng_"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def ng() -> None:
+    """`ng <command> +key=value ...`: any ng_* command by name, with a suggestion for an unknown one."""
+    sys.exit(dispatch(sys.argv[1:]))
