@@ -2,59 +2,53 @@
 
 A task asks "What is 347 * 29?" (one call: `multiply`) or "What is 347 * 29 + 518?" (two calls, the second on
 the first's result: `multiply`, then `add`). The reward is the final answer, checked exactly: the last integer
-of the last assistant message must equal `expected_answer`. The row's `expected_calls` are the calls an expert
+of the last assistant message with text (`Trajectory.final_text`) must equal `expected_answer`. The row's `expected_calls` are the calls an expert
 makes (kept for the verifier fields and for a scripted expert, `tasks.expert_script`); the reward does not
 require them. No per-rollout state: the tools are pure functions of their arguments.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.trajectory import Trajectory
 
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
 
 class Call(BaseModel):
+    """A tool call: the tool's name and its arguments."""
+
     name: str
     arguments: dict[str, int]
 
 
 class CalculatorVerifyRequest(VerifyRequest):
-    expected_answer: int
-    expected_calls: list[Call] = []
+    """A `/verify` body: the row's task fields plus the rollout's `response`."""
+
+    expected_answer: int = Field(description="the exact integer the final answer must be")
+    expected_calls: list[Call] = Field([], description="the calls an expert makes, in order (not required for the reward)")
 
 
-def final_answer(response: dict[str, Any]) -> int | None:
-    """The last integer (thousands commas allowed) of the trajectory's last assistant message; None without one."""
-    output = response.get("output")
-    messages = [item for item in output if isinstance(item, dict) and item.get("type", "message") == "message" and item.get("role") == "assistant"] if isinstance(output, list) else []
-    if not messages:
-        return None
-    content = messages[-1].get("content")
-    parts = content if isinstance(content, list) else []
-    text = content if isinstance(content, str) else "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-    found = _INTEGER.findall(text)
+class CalculatorResult(VerifyResult):
+    extracted_answer: int | None = Field(description="the last integer of the final assistant message; None without one")
+    num_tool_calls: int = Field(description="function calls in the trajectory")
+    failure_reason: str | None = Field(description="None when correct, else no_tool_call, no_answer or wrong_answer")
+
+
+def final_answer(trajectory: Trajectory) -> int | None:
+    """The last integer (thousands commas allowed) of the trajectory's final assistant text; None without one."""
+    found = _INTEGER.findall(trajectory.final_text)
     return int(found[-1].replace(",", "")) if found else None
 
 
-def made_calls(response: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+def made_calls(trajectory: Trajectory) -> list[tuple[str, dict[str, Any] | None]]:
     """(name, parsed arguments or None when they are not a JSON object) of every function call, in order."""
-    output = response.get("output")
-    calls = []
-    for item in output if isinstance(output, list) else []:
-        if isinstance(item, dict) and item.get("type") == "function_call":
-            try:
-                arguments = json.loads(item.get("arguments") or "{}")
-            except (TypeError, ValueError):  # not a JSON string (malformed input is scored, never a 500)
-                arguments = None
-            calls.append((str(item.get("name")), arguments if isinstance(arguments, dict) else None))
-    return calls
+    return [(call.name, call.arguments) for call in trajectory.function_calls]
 
 
 class ToolCalculatorServer(ResourcesServer):
@@ -72,16 +66,16 @@ class ToolCalculatorServer(ResourcesServer):
         """Add two integers."""
         return a + b
 
-    async def verify(self, request: CalculatorVerifyRequest, session: Session) -> VerifyResult:
+    async def verify(self, request: CalculatorVerifyRequest, session: Session) -> CalculatorResult:
         """1.0 iff the final answer equals `expected_answer`; components: the answer and the share of the expected
         calls made (same name and arguments, any order)."""
-        answer = final_answer(request.response)
-        calls = made_calls(request.response)
+        trajectory = Trajectory.of(request.response)
+        answer, calls = final_answer(trajectory), made_calls(trajectory)
         expected = [(c.name, c.arguments) for c in request.expected_calls]
         matched = sum(1 for call in expected if call in calls)
         correct = answer == request.expected_answer
         failure = None if correct else ("no_tool_call" if not calls else "no_answer" if answer is None else "wrong_answer")
-        return VerifyResult(
+        return CalculatorResult(
             reward=float(correct), reward_components={"answer": float(correct), "calls": matched / len(expected) if expected else 0.0},
             extracted_answer=answer, num_tool_calls=len(calls), failure_reason=failure,
         )  # fmt: skip

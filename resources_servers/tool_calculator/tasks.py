@@ -20,6 +20,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.jsonl import read_jsonl
+
 FOLDER = Path(__file__).resolve().parent
 SEED = 2111
 NUM_DRAWN = 400
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("results/train/tool_agent_expert_tasks.jsonl"))
     args = parser.parse_args()
     if args.expert_rows:
-        rows = [json.loads(line) for line in (FOLDER / "data" / "train.jsonl").read_text().splitlines()][: args.expert_rows]
+        rows = read_jsonl(FOLDER / "data" / "train.jsonl", limit=args.expert_rows)
         write(args.output, [expert_row(row) for row in rows])
         print(f"{len(rows)} expert rows -> {args.output}")
         return

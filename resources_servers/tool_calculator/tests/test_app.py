@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.jsonl import read_jsonl
 from nemo_gym.module_loading import import_file
 from nemo_gym.testing import server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 tasks = import_file(SERVER_DIR / "tasks.py")
-ROWS = {name: [json.loads(line) for line in (SERVER_DIR / "data" / f"{name}.jsonl").read_text().splitlines()] for name in ("example", "train", "heldout")}
+ROWS = {name: read_jsonl(SERVER_DIR / "data" / f"{name}.jsonl") for name in ("example", "train", "heldout")}
 
 
 def call(name: str, arguments: dict | str) -> dict:
