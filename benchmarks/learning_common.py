@@ -1,37 +1,29 @@
 """Shared pieces of the learning benchmarks (`learning_basic_arithmetic.py`, `learning_tool_agent.py`).
 
 Held-out figures: a rollout file of `ng_collect_rollouts` (or an ng_train evaluation, `rollouts/eval_step_*.jsonl`) →
-per-task means → the mean with a 95 % percentile-bootstrap interval over tasks (10,000 resamples); two files of
+per-task means → the mean with a 95 % percentile-bootstrap interval over tasks (10,000 resamples,
+`nemo_gym.bootstrap_ci`, draw for draw from a seeded `random.Random`); two files of
 the same tasks → the paired difference with its interval. The reward curve: training batch mean reward per GRPO
 step, its moving average, held-out mean reward at each evaluation (ng_train's `metrics.jsonl`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bootstrap_ci", "eval_per_task", "compare", "format_comparison", "read_metrics", "eval_files", "plot_reward_curve"]
+from nemo_gym.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
+from nemo_gym.jsonl import iter_jsonl, read_jsonl
 
-RESAMPLES = 10_000
-
-
-def bootstrap_ci(per_task: list[float], resamples: int, rng: random.Random) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of the mean of `per_task` (tasks resampled with replacement)."""
-    means = sorted(sum(rng.choices(per_task, k=len(per_task))) / len(per_task) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+__all__ = ["eval_per_task", "compare", "format_comparison", "read_metrics", "eval_files", "plot_reward_curve"]
 
 
 def eval_per_task(rollouts_file: Path, key: str) -> dict[int, list[float]]:
     """Per task (its index in the evaluated file), the rewards (key `reward`) or passes (`pass`) of its samples."""
     per_task: dict[int, list[float]] = defaultdict(list)
-    for line in Path(rollouts_file).read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for _, row in iter_jsonl(rollouts_file):
         value = float(row["reward"]) if key == "reward" else float(float(row["reward"]) >= 1.0)
         per_task[row["_ng_task_index"]].append(value)
     return per_task
@@ -48,9 +40,9 @@ def compare(before_file: Path, after_file: Path, rng: random.Random) -> dict[str
         a = [sum(after[t]) / len(after[t]) for t in tasks]
         diff = [y - x for x, y in zip(b, a)]
         summary["mean_reward" if key == "reward" else "pass_at_1"] = {
-            "before": sum(b) / len(b), "before_ci95": bootstrap_ci(b, RESAMPLES, rng),
-            "after": sum(a) / len(a), "after_ci95": bootstrap_ci(a, RESAMPLES, rng),
-            "difference": sum(diff) / len(diff), "difference_ci95": bootstrap_ci(diff, RESAMPLES, rng), "tasks": len(tasks),
+            "before": sum(b) / len(b), "before_ci95": bootstrap_mean_ci(b, DEFAULT_RESAMPLES, rng=rng),
+            "after": sum(a) / len(a), "after_ci95": bootstrap_mean_ci(a, DEFAULT_RESAMPLES, rng=rng),
+            "difference": sum(diff) / len(diff), "difference_ci95": bootstrap_mean_ci(diff, DEFAULT_RESAMPLES, rng=rng), "tasks": len(tasks),
         }  # fmt: skip
     return summary
 
@@ -64,7 +56,7 @@ def format_comparison(name: str, s: dict[str, Any]) -> str:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The lines of an ng_train run's `metrics.jsonl`."""
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 def eval_files(run_dir: Path) -> list[Path]:

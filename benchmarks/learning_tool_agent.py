@@ -44,6 +44,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from learning_common import compare, eval_files, format_comparison, plot_reward_curve, read_metrics  # noqa: E402
 
+from nemo_gym.jsonl import read_jsonl, write_jsonl  # noqa: E402
+from nemo_gym.trajectory import Trajectory  # noqa: E402
+
 BIN = Path(sys.executable).parent
 SERVERS = [ENV / "configs/tool_calculator_expert.yaml", REPO / "responses_api_models/vllm_model/configs/vllm_model.yaml"]  # fmt: skip
 POLICY_AGENT, EXPERT_AGENT = "tool_calculator_simple_agent", "tool_calculator_expert_agent"
@@ -93,11 +96,9 @@ def ng_train(config: str, overrides: list[str]) -> None:
 
 
 def prepare_data(args: argparse.Namespace) -> None:
-    from nemo_gym.jsonl import write_jsonl
-
     tasks = tasks_module()
-    train = [json.loads(line) for line in (ENV / "data/train.jsonl").read_text().splitlines()]
-    heldout = [json.loads(line) for line in (ENV / "data/heldout.jsonl").read_text().splitlines()][: args.heldout_limit]
+    train = read_jsonl(ENV / "data/train.jsonl")
+    heldout = read_jsonl(ENV / "data/heldout.jsonl")[: args.heldout_limit]
     write_jsonl(OUT / "heldout.jsonl", heldout)
     write_jsonl(OUT / "expert_tasks.jsonl", [tasks.expert_row(row) for row in train[: args.sft_tasks]])
     print(f"{len(train)} training tasks ({args.sft_tasks} for the expert), {len(heldout)} held-out tasks (disjoint questions)", flush=True)
@@ -154,23 +155,18 @@ def train(args: argparse.Namespace) -> None:
 
 # -- the figures -----------------------------------------------------------------------------------------------
 def model_turns(output: list[dict[str, Any]]) -> int:
-    """Model calls of a trajectory: maximal runs of items other than tool outputs (`function_call_output`)."""
-    turns, inside = 0, False
-    for item in output:
-        ours = item.get("type") != "function_call_output"
-        turns += ours and not inside
-        inside = ours
-    return turns
+    """Model calls of a trajectory (`response.output`): its runs of model items (`Trajectory.model_turns`)."""
+    return Trajectory.of({"output": output}).model_turns
 
 
 def behaviour(rollouts_file: Path) -> dict[str, Any]:
     """Per rollout means: tool calls, model turns; share of rollouts with a tool call; stop and failure reasons."""
-    rows = [json.loads(line) for line in rollouts_file.read_text().splitlines() if line.strip()]
-    outputs = [row["response"].get("output") or [] for row in rows]
-    calls = [sum(item.get("type") == "function_call" for item in output) for output in outputs]
+    rows = read_jsonl(rollouts_file)
+    views = [Trajectory.of(row["response"]) for row in rows]
+    calls = [len(view.function_calls) for view in views]
     return {
         "rollouts": len(rows), "mean_reward": sum(float(r["reward"]) for r in rows) / max(1, len(rows)),
-        "tool_calls_per_rollout": sum(calls) / max(1, len(rows)), "turns_per_rollout": sum(map(model_turns, outputs)) / max(1, len(rows)),
+        "tool_calls_per_rollout": sum(calls) / max(1, len(rows)), "turns_per_rollout": sum(view.model_turns for view in views) / max(1, len(rows)),
         "share_with_tool_call": sum(c > 0 for c in calls) / max(1, len(rows)),
         "stop_reasons": dict(Counter(r.get("stop_reason") for r in rows)), "failure_reasons": dict(Counter(r.get("failure_reason") for r in rows)),
     }  # fmt: skip

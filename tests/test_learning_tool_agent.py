@@ -28,6 +28,7 @@ import learning_common  # noqa: E402
 import learning_tool_agent as bench  # noqa: E402
 
 from nemo_gym import openai_convert, tool_calls  # noqa: E402
+from nemo_gym.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.module_loading import import_file  # noqa: E402
 from nemo_gym.serve import load_server_class  # noqa: E402
 
@@ -55,7 +56,7 @@ def expert_rollout(row: dict) -> dict:
 @pytest.mark.long
 def test_expert_rollouts_through_the_real_servers(tmp_path):
     rows = tmp_path / "expert_tasks.jsonl"
-    examples = [json.loads(line) for line in (ENV / "data/example.jsonl").read_text().splitlines()]
+    examples = read_jsonl(ENV / "data/example.jsonl")
     rows.write_text("".join(json.dumps(tasks.expert_row(row)) + "\n" for row in examples))
     out = tmp_path / "expert.jsonl"
     with NgRun(f"+config_paths=[{CONFIGS}]", timeout_s=300) as run:
@@ -66,7 +67,7 @@ def test_expert_rollouts_through_the_real_servers(tmp_path):
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    rollouts = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["_ng_task_index"])
+    rollouts = sorted(read_jsonl(out), key=lambda r: r["_ng_task_index"])
     assert [r["reward"] for r in rollouts] == [1.0] * 5
     for rollout, row in zip(rollouts, examples):
         calls = [(i["name"], json.loads(i["arguments"])) for i in rollout["response"]["output"] if i["type"] == "function_call"]
