@@ -359,9 +359,8 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
     into_lists = [(key, value) for key, value in overrides if _list_index_path(merged, key)]
     if into_lists:  # `generators.0.size=5`: set inside the file's list (a merge would replace the list by a dict)
         cli = OmegaConf.create({})
-        for key, value in overrides:
-            if (key, value) not in into_lists:
-                OmegaConf.update(cli, key, value, force_add=True, merge=False)
+        for key, value in (o for o in overrides if o not in into_lists):
+            OmegaConf.update(cli, key, value, force_add=True, merge=False)
     _anchor_implementation_dirs(cli, cwd)  # a relative implementation_dir on the command line: from the working directory
     merged = OmegaConf.merge(merged, cli)
     for key, value in into_lists:
