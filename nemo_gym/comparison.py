@@ -9,8 +9,9 @@ the sampling parameters. Two files keyed by index are paired by index; a pair wh
 (`TaskPair.same_prompt` False): the files were collected from different inputs, or on purpose with other prompts.
 
 Per rollout: `tool_calls` counts `function_call` items of `response.output`; `turns` counts the model's turns,
-the runs of consecutive model items (message, reasoning, function_call) between tool outputs, i.e. the model
-calls an agent made: `[function_call, function_call_output, message]` is 2 turns.
+the runs of consecutive model items (assistant message, reasoning, function_call) between tool outputs and other
+roles' messages, i.e. the model calls an agent made: `[function_call, function_call_output, message]` is 2 turns, and
+so is a game's `[assistant, user observation, assistant]`.
 
 Pure Python (no numpy): this is core, and ng_eval runs without the viewer's extras.
 """
@@ -62,7 +63,9 @@ def tool_calls_and_turns(response: Any) -> tuple[int, int]:
         if not isinstance(item, dict):
             continue
         kind = item.get("type") or ("message" if "role" in item else None)
-        if kind in _MODEL_ITEMS:
+        if kind == "message" and item.get("role", "assistant") != "assistant":
+            in_turn = False  # another role's message (an environment's observation as a user turn) ends a turn
+        elif kind in _MODEL_ITEMS:
             tool_calls += kind == "function_call"
             turns += not in_turn
             in_turn = True

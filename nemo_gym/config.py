@@ -315,6 +315,18 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
             cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str(folder)
 
 
+def _list_index_path(config: DictConfig, key: str) -> bool:
+    """Whether the dotted `key` goes through a list of `config` (`generators.0.size` with `generators` a list)."""
+    node: Any = config
+    for part in key.split("."):
+        if isinstance(node, ListConfig):
+            return True
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return False
+
+
 def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | None = None, resolve: bool = True) -> LoadedConfig:
     """Load and merge the config for a command line.
 
@@ -344,8 +356,19 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
         merged = OmegaConf.merge(merged, env_cfg)
     for key, _ in overrides:
         origins[key.split(".")[0]] = "<command line>"
+    into_lists = [(key, value) for key, value in overrides if _list_index_path(merged, key)]
+    if into_lists:  # `generators.0.size=5`: set inside the file's list (a merge would replace the list by a dict)
+        cli = OmegaConf.create({})
+        for key, value in (o for o in overrides if o not in into_lists):
+            OmegaConf.update(cli, key, value, force_add=True, merge=False)
     _anchor_implementation_dirs(cli, cwd)  # a relative implementation_dir on the command line: from the working directory
     merged = OmegaConf.merge(merged, cli)
+    for key, value in into_lists:
+        try:
+            OmegaConf.update(merged, key, value, force_add=True, merge=True)
+        except (OmegaConfBaseException, IndexError, TypeError, ValueError) as exc:
+            reason = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+            raise ConfigError(f"<command line>: key {key!r}: {reason} (a list's items are numbered from 0)") from exc
     loaded = LoadedConfig(values={}, origins=origins)
     _check_missing(merged, loaded)
     try:

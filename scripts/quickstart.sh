@@ -4,7 +4,8 @@
 #   -> ng_train (a short GRPO run on the profiled tasks whose pass rate is strictly between 0 and 1, attached to the
 #   same servers) -> stop the servers.
 # Outputs land in $OUT (results/quickstart/); the trained model in $OUT/train/final. Settings: OUT, REPEATS (4),
-# PARALLEL (16), MAX_OUTPUT_TOKENS (256), TRAIN_STEPS (2). A rerun resumes the collection and trains again.
+# PARALLEL (16), MAX_OUTPUT_TOKENS (256), TRAIN_STEPS (2), TASKS_PER_GENERATOR (25 tasks from each of reasoning_gym's four
+# generators). A rerun resumes the collection and trains again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -14,13 +15,15 @@ REPEATS=${REPEATS:-4}
 PARALLEL=${PARALLEL:-16}
 MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-256}
 TRAIN_STEPS=${TRAIN_STEPS:-2}
+TASKS_PER_GENERATOR=${TASKS_PER_GENERATOR:-25}
 mkdir -p "$OUT"
 times=("install $(( $(date +%s) - t0 ))s")
 stage() { local now; now=$(date +%s); times+=("$1 $(( now - t ))s"); t=$now; }
 t=$(date +%s)
 
 echo "== 1/6 prepare: reasoning_gym tasks from the generators of resources_servers/reasoning_gym/configs/quickstart_tasks.yaml, mcqa's example rows"
-.venv/bin/python -W ignore::SyntaxWarning resources_servers/reasoning_gym/prepare.py "+config_paths=[resources_servers/reasoning_gym/configs/quickstart_tasks.yaml]" "+output_jsonl_fpath=$OUT/reasoning_gym_tasks.jsonl"
+.venv/bin/python -W ignore::SyntaxWarning resources_servers/reasoning_gym/prepare.py "+config_paths=[resources_servers/reasoning_gym/configs/quickstart_tasks.yaml]" "+output_jsonl_fpath=$OUT/reasoning_gym_tasks.jsonl" \
+  "++generators.0.size=$TASKS_PER_GENERATOR" "++generators.1.size=$TASKS_PER_GENERATOR" "++generators.2.size=$TASKS_PER_GENERATOR" "++generators.3.size=$TASKS_PER_GENERATOR"
 .venv/bin/python scripts/quickstart_tasks.py "$OUT/reasoning_gym_tasks.jsonl" "$OUT/tasks.jsonl"
 echo "   mcqa: NeMo Gym's rows, each after one worked example answered \\boxed{B} (SmolLM2 then answers in the box);"
 echo "   graded as NeMo Gym grades them (strict_single_letter_boxed): the right letter in the box, or 0"

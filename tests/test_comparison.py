@@ -38,6 +38,9 @@ def test_tool_calls_and_turns_worked_examples():
     assert tool_calls_and_turns({"output": [call, out]}) == (1, 1)  # stopped after the tool (max steps)
     assert tool_calls_and_turns({"output": [{"role": "assistant", "content": "hi"}]}) == (0, 1)  # a message without "type"
     assert tool_calls_and_turns(None) == (0, 0) and tool_calls_and_turns({"output": "x"}) == (0, 0)
+    # gymnasium_agent's games: each observation goes back as a user message, and each answer is a model call
+    said, seen = {"type": "message", "role": "assistant"}, {"type": "message", "role": "user"}
+    assert tool_calls_and_turns({"output": [said, seen, said, seen, said]}) == (0, 3)
 
 
 @needs_peer_data

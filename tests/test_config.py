@@ -124,3 +124,16 @@ def test_every_yaml_in_the_tree_loads():
         if "policy_model" not in loaded.values:
             loaded = load_config([f"+config_paths=[{path},{scripted}]", *values])
         server_instances(loaded, check_dirs=True)
+
+
+def test_an_override_sets_an_item_of_a_files_list(tmp_path):
+    """`generators.0.size=5` changes one item of the file's list; it used to replace the list by a dict and crash."""
+    path = tmp_path / "tasks.yaml"
+    path.write_text("generators:\n  - {name: a, size: 25}\n  - {name: b, size: 25}\n")
+    values = load_config([f"+config_paths=[{path}]", "++generators.1.size=5", "+other.0=x"], cwd=tmp_path).values
+    assert values["generators"] == [{"name": "a", "size": 25}, {"name": "b", "size": 5}]
+    assert values["other"] == {"0": "x"}  # not a list in any file: a key as before
+    with pytest.raises(ConfigError, match=r"key 'generators\.2\.size': list index out of range \(a list's items are numbered from 0\)"):
+        load_config([f"+config_paths=[{path}]", "++generators.2.size=5"], cwd=tmp_path)
+    with pytest.raises(ConfigError, match=r"key 'generators\.b\.size'"):
+        load_config([f"+config_paths=[{path}]", "++generators.b.size=5"], cwd=tmp_path)

@@ -3,9 +3,9 @@ served by vLLM on CPU: prepare → ng_run → ng_collect_rollouts → ng_profile
 same servers) → stop.
 
 One run of the script for the module (OUT = a temporary folder); each test reads what it wrote. It runs with
-REPEATS=8 (the job's default is 4) and MAX_OUTPUT_TOKENS=128 (default 256, to keep the time about the same): SmolLM2
-answers mcqa's ten-option questions right about one time in eight, and 5 tasks x 4 rollouts would all score 0 one
-run in twenty (0.87^20); 5 x 8 leaves that at 0.4 %.
+REPEATS=8 (the job's default is 4), MAX_OUTPUT_TOKENS=128 (default 256) and TASKS_PER_GENERATOR=10 (default 25; 45
+tasks instead of 105, for CI's time): SmolLM2 answers mcqa's ten-option questions right about one time in eight, and
+5 tasks x 4 rollouts would all score 0 one run in twenty (0.87^20); 5 x 8 leaves that at 0.4 %.
 Run: `.venv/bin/python -m pytest tests/test_e2e_main_job.py -m e2e -q`.
 """
 
@@ -28,6 +28,7 @@ pytest.importorskip("deepspeed")
 REPEATS = 8
 MAX_OUTPUT_TOKENS = 128
 TRAIN_STEPS = 2
+TASKS_PER_GENERATOR = 10  # reasoning_gym's four generators
 
 
 @dataclass
@@ -43,7 +44,7 @@ class MainJob:
 def main_job(tmp_path_factory) -> MainJob:
     out = tmp_path_factory.mktemp("quickstart")
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}  # ng_train must not take itself for a rank of this process
-    env |= {"OUT": str(out), "REPEATS": str(REPEATS), "MAX_OUTPUT_TOKENS": str(MAX_OUTPUT_TOKENS), "TRAIN_STEPS": str(TRAIN_STEPS)}
+    env |= {"OUT": str(out), "REPEATS": str(REPEATS), "MAX_OUTPUT_TOKENS": str(MAX_OUTPUT_TOKENS), "TRAIN_STEPS": str(TRAIN_STEPS), "TASKS_PER_GENERATOR": str(TASKS_PER_GENERATOR)}
     done = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
     return MainJob(out, done.stdout)
@@ -64,7 +65,7 @@ def model_calls(output: list[dict]) -> list[dict]:
 def test_smollm2_rollouts_carry_training_token_information(main_job):
     tasks = main_job.rows("tasks.jsonl")
     rollouts = main_job.rows("rollouts.jsonl")
-    assert len(rollouts) == REPEATS * len(tasks) == REPEATS * 105
+    assert len(rollouts) == REPEATS * len(tasks) == REPEATS * (4 * TASKS_PER_GENERATOR + 5)
     assert not (main_job.out / "rollouts_failures.jsonl").exists() or not (main_job.out / "rollouts_failures.jsonl").read_text().strip()
     for rollout in rollouts:
         assert 0.0 <= rollout["reward"] <= 1.0

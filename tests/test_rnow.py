@@ -217,6 +217,9 @@ def test_server_tools_subset_truncation_and_verify(tmp_path):
         assert client.post("/add", json={"a": "one", "b": 2}, headers=SESSION).status_code == 422
         client.post("/seed_session", json={"responses_create_params": {"input": []}}, headers=SESSION)  # no subset: all tools
         assert client.post("/add", json={"a": 1, "b": 2}, headers=SESSION).json() == "3"
+        for bad in ({"tools": "echo"}, {"metadata": ["answer"]}):  # a bad entry is a 422 naming the field, not a session kept as given
+            seeded = client.post("/seed_session", json={"responses_create_params": {"input": []}, **bad}, headers=SESSION)
+            assert seeded.status_code == 422 and seeded.json()["detail"][0]["loc"][0] in bad, seeded.text
 
         row = {"responses_create_params": {"input": user("6 x 7?")}, "rewards": ["answered", "accuracy"], "metadata": {"answer": "42"}}
         good = client.post("/verify", json={**row, "response": answer_response("Answer: 42")}).json()

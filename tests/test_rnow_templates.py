@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_gym.config import load_config, server_instances
+from nemo_gym.config import load_config
 from nemo_gym.errors import ConfigError
 from nemo_gym.models import context_limit
 from nemo_gym.rnow.project import expand_rnow_args, load_project

@@ -342,12 +342,12 @@ def measure_model(bench: Bench, model: str, vllm: bool, work: Path, *, cpu: bool
         raise ValueError(f"unknown model {model!r}: smollm2 or qwen2-0.5b")
     if not vllm:
         engine = training_throughput(bench, model, Path(config["model"]), dtype=dtype, shape=shape)
-        bench.part(f"{model} sync", 60, lambda: sync_times(bench, model, engine, None, work))
+        bench.part(f"{model} sync", 60, lambda engine=engine: sync_times(bench, model, engine, None, work))
         return
     with serve_vllm_model(config, config["startup_timeout_s"]) as (url, server):
         generation_throughput(bench, model, url, requests=requests, max_tokens=max_tokens)
         engine = training_throughput(bench, model, Path(server.engine.model), dtype=dtype, shape=shape)
-        bench.part(f"{model} sync", 60, lambda: sync_times(bench, model, engine, url, work))
+        bench.part(f"{model} sync", 60, lambda engine=engine: sync_times(bench, model, engine, url, work))
     del engine
     import torch
 

@@ -16,12 +16,11 @@ import dataclasses
 from enum import Enum
 from typing import Any, Literal
 
-from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.answers import last_assistant_text
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.server import ResourcesServer, SeedRequest, ServerConfig, Session, VerifyRequest, VerifyResult
 
 from . import ifeval_reference as reference
 from . import iftrain, instructions
@@ -45,7 +44,8 @@ class FailureReason(str, Enum):
 
 
 class InstructionTask(BaseModel):
-    """The task fields of a row: parallel lists of IFEval instruction ids and their keyword arguments."""
+    """The task fields of a row: parallel lists of IFEval instruction ids and their keyword arguments. Declared
+    here once; the `/seed_session` and `/verify` bodies are this plus their own fields."""
 
     model_config = ConfigDict(extra="allow")
     instruction_id_list: list[str] = Field(min_length=1, description="instruction ids, e.g. punctuation:no_comma")
@@ -62,6 +62,13 @@ class InstructionTask(BaseModel):
     def bound(self, semantics: Semantics = "ours") -> list[Any]:
         """The row's `instructions.BoundInstruction`s, in order, checked under `semantics`."""
         return instructions.bind_instructions(self.instruction_id_list, self.kwargs, REGISTRIES[semantics])
+
+
+class InstructionSeed(InstructionTask, SeedRequest):
+    """`/seed_session` body: the row, its instructions checked at rollout start (422 for an unknown id or bad
+    kwargs), so a malformed row fails before the model is called."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class InstructionFollowingRequest(InstructionTask, VerifyRequest):
@@ -96,6 +103,7 @@ class InstructionFollowingServer(ResourcesServer):
     """Verifiable instruction following; no tools. Reward range: [0.0, 1.0], the fraction of the row's
     instructions followed, or 1.0/0.0 for all of them (`all_or_nothing`, a row's `grading_mode: binary`)."""
 
+    seed_request_type = InstructionSeed  # no seed_session of our own: checking the row is all seeding does
     verify_request_type = InstructionFollowingRequest
 
     class Config(ServerConfig):
@@ -110,18 +118,6 @@ class InstructionFollowingServer(ResourcesServer):
             "null: false under semantics ours, true under nemo_gym (NeMo Gym's default)",
         )
         max_response_chars: int = Field(20_000, gt=0, description="longer answers score 0 unchecked (failure_reason response_too_long)")
-
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        """Check the row's instructions at rollout start, so a malformed row fails before the model is called.
-
-        Raises:
-            HTTPException: 422 naming the unknown instruction id or bad kwargs.
-        """
-        try:
-            InstructionTask.model_validate(row)
-        except ValidationError as exc:
-            raise HTTPException(422, exc.errors(include_url=False, include_input=False, include_context=False)) from None
-        return {}
 
     async def verify(self, request: InstructionFollowingRequest, session: Session) -> InstructionFollowingResult:
         """Check each instruction against the last assistant message. Reward in [0, 1]."""

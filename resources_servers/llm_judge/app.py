@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nemo_gym.answers import strip_thinking
 from nemo_gym.server import ResourcesServer, ServerConfig, ServerRef, Session, VerifyRequest, VerifyResult
+from nemo_gym.trajectory import Trajectory
 
 from . import group_judge as group
 from . import judge
@@ -123,8 +124,9 @@ class LLMJudgeServer(ResourcesServer):
         return params
 
     def extract_answer(self, response: dict[str, Any]) -> str:
-        """The answer in the final assistant message (`<think>` blocks dropped, then `answer_regex`); '' if none."""
-        text = strip_thinking(judge.output_text(response)).strip()  # linear in the text, however many `<think>` it opens
+        """The answer in the final assistant message (`Trajectory.final_text`, `<think>` blocks dropped, then
+        `answer_regex`); '' if none."""
+        text = strip_thinking(Trajectory.of(response).final_text).strip()  # linear in the text, however many `<think>` it opens
         if self.config.answer_regex is None or not text:
             return text
         matches = list(re.finditer(self.config.answer_regex, text))

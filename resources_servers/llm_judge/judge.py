@@ -90,7 +90,12 @@ def parse_verdict(text: str, equal_regex: str, not_equal_regex: str) -> bool | N
 
 
 def output_text(response: Any) -> str:
-    """The text of the last assistant message with text in a Responses `Response` dict ('' when none)."""
+    """The text of the last assistant message with text in the judge model's reply, a Responses `Response`
+    dict ('' when none).
+
+    Read more leniently than a policy's trajectory (`nemo_gym.trajectory.Trajectory.final_text`): an item
+    without `type`, a string `content` and text parts of any type count too, so that a judge server that
+    answers in a looser shape still gives a verdict."""
     output = response.get("output") if isinstance(response, dict) else None
     for item in reversed(output if isinstance(output, list) else []):
         if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role", "assistant") != "assistant":

@@ -23,7 +23,7 @@ import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reasoning_gym.factory import DATASETS
 
-from nemo_gym.config import load_config
+from nemo_gym.config import load_config, validation_problems
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
 
@@ -97,10 +97,13 @@ def build_tasks(generators: list[GeneratorSpec | dict[str, Any]], *, answer_inst
         ConfigError: a bad generator spec or config, or two generators with the same name and seed
             (their task ids would clash).
     """
-    try:
-        specs = [GeneratorSpec.model_validate(g) for g in generators]
-    except ValidationError as exc:
-        raise ConfigError(f"bad generator spec: {exc}") from exc
+    specs = []
+    for index, generator in enumerate(generators):
+        try:
+            specs.append(GeneratorSpec.model_validate(generator))
+        except ValidationError as exc:  # each problem named by its key, e.g. `generators.0.sise: ... (did you mean 'size'?)`
+            problems = validation_problems(GeneratorSpec, exc, key_format=f"generators.{index}.{{key}}")
+            raise ConfigError("bad generator spec: " + "; ".join(problems)) from exc
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, int]] = set()
     for spec in specs:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from fastapi import FastAPI, HTTPException
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.openai_convert import ConversionError, input_items, input_items_to_messages
@@ -25,7 +25,7 @@ from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, ToolA
 from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.sandboxed import SandboxedRewards
 from nemo_gym.rnow.scoring import score
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.server import ResourcesServer, SeedRequest, ServerConfig, Session, VerifyRequest, VerifyResult
 
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 
@@ -36,11 +36,22 @@ class RnowProjectConfig(ServerConfig):
     reward_timeout_s: float = Field(DEFAULT_REWARD_TIMEOUT_S, gt=0, description="seconds a reward may take unless its @reward(timeout=...) says otherwise")
 
 
-class RnowTask(VerifyRequest):
-    rewards: list[str] = Field(min_length=1, description="names of the project's @reward functions to score with")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="args.metadata of the rewards")
-    variables: dict[str, Any] = Field(default_factory=dict, description="args.variables of the rewards")
+class RnowEntry(BaseModel):
+    """The entry fields both bodies read, declared once."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict, description="args.metadata of the rewards and tools")
     tools: list[str] | None = Field(None, description="the tools this entry may call (null: all)")
+
+
+class RnowSeed(RnowEntry, SeedRequest):
+    """`/seed_session` body: the row, whose `tools` and `metadata` the session keeps for the tool calls."""
+
+
+class RnowTask(RnowEntry, VerifyRequest):
+    """`/verify` body: the row plus the rollout's `response`."""
+
+    rewards: list[str] = Field(min_length=1, description="names of the project's @reward functions to score with")
+    variables: dict[str, Any] = Field(default_factory=dict, description="args.variables of the rewards")
     docker: str | None = Field(None, description="rnow's sandbox image (required by sandbox rewards; not used here)")
 
 
@@ -56,6 +67,7 @@ class RnowProjectServer(ResourcesServer):
 
     Config = RnowProjectConfig
     config: RnowProjectConfig
+    seed_request_type = RnowSeed
     verify_request_type = RnowTask
     reward_range: ClassVar[tuple[float, float]] = (0.0, float("inf"))
 
@@ -87,9 +99,10 @@ class RnowProjectServer(ResourcesServer):
         call.__annotations__ = {**{p.name: hints[p.name] for p in params}, "_rnow_session": Session}
         return call
 
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        session["tools"] = row.get("tools")
-        session["metadata"] = row.get("metadata") or {}
+    async def seed_session(self, row: RnowSeed, session: Session) -> dict[str, Any]:
+        """Keep the entry's `tools` subset and `metadata` for its tool calls."""
+        session["tools"] = row.tools
+        session["metadata"] = row.metadata
         return {}
 
     async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any], session: Session) -> str:

@@ -13,9 +13,9 @@ import inspect
 from typing import Any, get_type_hints
 
 from fastapi import HTTPException
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
 from nemo_gym.trajectory import Trajectory
 
 from . import workplace
@@ -23,9 +23,20 @@ from . import workplace
 STATE = "state"
 
 
-class WorkplaceVerifyRequest(VerifyRequest):
-    initial_state: workplace.WorkplaceState
-    expected_state: workplace.WorkplaceState
+class WorkplaceStart(BaseModel):
+    """The task field both bodies read, declared once."""
+
+    initial_state: workplace.WorkplaceState = Field(description="the calendar and inventory the rollout starts from")
+
+
+class WorkplaceSeed(WorkplaceStart, SeedRequest):
+    """`/seed_session` body: the row (422 when its `initial_state` is missing or malformed)."""
+
+
+class WorkplaceVerifyRequest(WorkplaceStart, VerifyRequest):
+    """`/verify` body: the row plus the rollout's `response`."""
+
+    expected_state: workplace.WorkplaceState = Field(description="the calendar and inventory the task asks for (ids ignored)")
 
 
 def apply(state: dict[str, Any] | None, operation: str, **arguments: Any) -> dict[str, Any]:
@@ -69,13 +80,19 @@ def replay(state: dict[str, Any], response: dict[str, Any]) -> int:
 class WorkplaceToolsServer(ResourcesServer):
     """Calendar + inventory. Reward range: [0.0, 1.0], binary: 1.0 when the final state is the expected one."""
 
+    seed_request_type = WorkplaceSeed
     verify_request_type = WorkplaceVerifyRequest
 
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        """Load the row's `initial_state` (422 when it is missing or malformed)."""
+    async def seed_session(self, row: WorkplaceSeed, session: Session) -> dict[str, Any]:
+        """Load the row's `initial_state`.
+
+        Raises:
+            HTTPException: 422 when a record has a bad value or a repeated id (`workplace.load`); a missing or
+                ill-typed `initial_state` got its 422 before this is called.
+        """
         try:
-            session[STATE] = workplace.load(workplace.WorkplaceState.model_validate(row.get("initial_state")))
-        except (ValidationError, workplace.ToolError) as exc:
+            session[STATE] = workplace.load(row.initial_state)
+        except workplace.ToolError as exc:
             raise HTTPException(422, f"initial_state: {exc}") from exc
         return {}
 

@@ -27,6 +27,25 @@ from nemo_gym.limits import read_json_object
 from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
 
 
+
+def tool_arguments(raw: Any) -> dict[str, Any]:
+    """A function call's `arguments` as a dict: the Responses API's JSON text (empty or absent: no arguments), or an
+    object that an OpenAI-compatible endpoint sent already parsed.
+
+    Raises:
+        ValueError: text that is not JSON, or JSON or a value that is not an object (a list, a number...).
+    """
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    if not isinstance(raw, str):
+        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    arguments = json.loads(raw)
+    if not isinstance(arguments, dict):
+        raise ValueError("arguments must be a JSON object")
+    return arguments
+
 class SimpleAgentConfig(ServerConfig):
     resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
     model_server: ServerRef = Field(description="the policy: {type: responses_api_models, name: <instance>}")
@@ -109,9 +128,7 @@ class SimpleAgent(AgentServer):
         """Execute one function call; returns the output text and a problem if it failed."""
         name = call.get("name")
         try:
-            arguments = json.loads(call.get("arguments") or "{}")
-            if not isinstance(arguments, dict):
-                raise ValueError("arguments must be a JSON object")
+            arguments = tool_arguments(call.get("arguments"))
         except ValueError as exc:
             return f"Error: the arguments of {name} are not a valid JSON object: {exc}", StopReason.parse_error
         if tool_names and name not in tool_names:

@@ -204,6 +204,7 @@ def test_prepare_cli(tmp_path):
         ([{"name": "leg_counting", "size": 1, "config": {"min_animals": 5, "max_animals": 2}}], "bad config"),
         ([{"name": "leg_counting", "size": 1, "config": {"seed": 2}}], "not inside config"),
         ([{"name": "leg_counting", "size": 0}], "size"),
+        ([{"name": "leg_counting", "size": 1}, {"name": "leg_counting", "sise": 1}], r"generators\.1\.sise: not a key of generators\.1 \(did you mean 'size'\?\)"),
         ([{"name": "leg_counting", "size": 1}, {"name": "leg_counting", "size": 2}], "different seeds"),
     ],
 )

@@ -133,6 +133,14 @@ def test_malformed_rows_are_422(client):
     assert client.post("/seed_session", json=repeated, headers={"X-Session-Id": "bad"}).status_code == 422
 
 
+@pytest.mark.parametrize("initial_state", [None, "empty", {"events": [], "rooms": []}, {"items": [{"name": "a"}]}])
+def test_a_bad_seed_row_is_a_422_naming_initial_state(client, initial_state):
+    row = {k: v for k, v in ROW.items() if k != "initial_state"} | ({} if initial_state is None else {"initial_state": initial_state})
+    answer = client.post("/seed_session", json=row, headers={"X-Session-Id": "bad"})
+    assert answer.status_code == 422, answer.text
+    assert all(error["loc"][0] == "initial_state" for error in answer.json()["detail"]), answer.text
+
+
 def test_rows_advertise_the_servers_tools_and_the_generator_is_deterministic(client):
     tools = client.get("/tools").json()
     tasks = read_jsonl(SERVER_DIR / "data/tasks.jsonl")

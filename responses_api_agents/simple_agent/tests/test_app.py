@@ -115,3 +115,14 @@ def test_every_rollout_ends_its_session(policy):
         assert answer.status_code == 502
         assert calls == ["/seed_session", "/close_session"]
     assert env.sessions == {}
+
+
+def test_tool_arguments_as_text_or_an_object_and_clear_errors_otherwise():
+    from nemo_gym.module_loading import import_file
+
+    tool_arguments = import_file(REPO / "responses_api_agents/simple_agent/app.py").tool_arguments
+    assert tool_arguments('{"city": "sf"}') == {"city": "sf"} == tool_arguments({"city": "sf"})  # text, or parsed by the endpoint
+    assert tool_arguments("") == tool_arguments(None) == {}
+    for raw in ("[1]", "3", "{city: sf", ["city"], 3):
+        with pytest.raises(ValueError):  # the agent answers the model with the error (StopReason.parse_error), no crash
+            tool_arguments(raw)

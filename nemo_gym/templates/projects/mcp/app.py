@@ -12,7 +12,6 @@ call (503), so the rollout is recorded as an infrastructure failure, never score
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 from contextlib import AsyncExitStack

@@ -13,37 +13,46 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import HTTPException
+from pydantic import BaseModel
 
 from nemo_gym.answers import last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
 
 INTEGER = re.compile(r"-?\d+")
 
 
 # Step 1. The task row. The prompt (`responses_create_params`) says the range; the secret is a field of the
-# row that only the server reads: the agent sends the model the prompt, never the other fields.
-class GuessTask(VerifyRequest):
-    """A row: the prompt, the model's `response`, the range and the secret number in it."""
+# row that only the server reads: the agent sends the model the prompt, never the other fields. The task
+# fields are declared once, with their types; the row reaches the server twice (`/seed_session`, then
+# `/verify` with the model's `response` added), and the framework checks each body against its model (422
+# for a missing field or one of the wrong type) before our code sees it, typed.
+class GuessFields(BaseModel):
+    """The task fields: the range and the secret number in it."""
 
     low: int
     high: int
     secret: int
 
 
+class GuessSeed(GuessFields, SeedRequest):
+    """The row, as `seed_session` gets it."""
+
+
+class GuessTask(GuessFields, VerifyRequest):
+    """The row plus the model's `response`, as `verify` gets it."""
+
+
 class GuessServer(ResourcesServer):
     """Find a secret number with a guess tool. Reward range: [0.0, 1.0], binary."""
 
+    seed_request_type = GuessSeed
     verify_request_type = GuessTask
 
     # Step 2. Per-rollout state. `seed_session` runs once at the start of every rollout, with the row; the
     # `session` dict belongs to this rollout only (many rollouts run at once, each with its own). Seeding
     # the same session twice must give the same state, so nothing random here: the secret comes from the row.
-    async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
-        secret = row.get("secret")
-        if not isinstance(secret, int) or isinstance(secret, bool):
-            raise HTTPException(422, "the row needs an integer field 'secret'")
-        session["secret"] = secret
+    async def seed_session(self, row: GuessSeed, session: Session) -> dict[str, Any]:
+        session["secret"] = row.secret
         session["guesses"] = 0
         return {}  # anything returned here goes back to the agent; nothing is needed
 

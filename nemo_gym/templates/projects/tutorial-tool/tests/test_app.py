@@ -76,6 +76,8 @@ def test_bad_calls(client: TestClient) -> None:
     assert client.post("/guess", json={"number": "fifty"}).status_code == 422  # the type hint is enforced
     assert "error" in client.post("/guess", json={"number": 5}, headers={"X-Session-Id": "never-seeded"}).json()
     assert client.post("/seed_session", json={"responses_create_params": {}}).status_code == 422  # no secret in the row
+    not_a_number = client.post("/seed_session", json={**ROWS["example"][0], "secret": "seven"})
+    assert not_a_number.status_code == 422 and not_a_number.json()["detail"][0]["loc"] == ["secret"]  # the framework says which field
 
 
 def test_rows_advertise_the_tool_and_secrets_are_in_range(client: TestClient) -> None:
