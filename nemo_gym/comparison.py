@@ -27,6 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from nemo_gym.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
+from nemo_gym.trajectory import count_model_turns
 
 __all__ = [
     "PairedDifference", "SideSummary", "TaskKey", "TaskPair", "TaskTally", "pair_tasks", "paired_reward_difference",
@@ -35,8 +36,6 @@ __all__ = [
 
 TaskKey = int | str
 TASK_INDEX_KEY = "_ng_task_index"
-_MODEL_ITEMS = {"message", "reasoning", "function_call"}
-_TOOL_OUTPUT_ITEMS = {"function_call_output"}
 
 
 def prompt_digest(row: Mapping[str, Any]) -> str:
@@ -55,23 +54,13 @@ def task_key(row: Mapping[str, Any]) -> TaskKey:
 
 
 def tool_calls_and_turns(response: Any) -> tuple[int, int]:
-    """(function calls, model turns) in `response.output` (see the module docstring); (0, 0) for no output."""
+    """(function calls, model turns) in `response.output` (see the module docstring; turns as
+    `nemo_gym.trajectory.count_model_turns`, a message item written without its `type` counted as one); (0, 0) for
+    no output."""
     output = response.get("output") if isinstance(response, dict) else None
-    tool_calls = turns = 0
-    in_turn = False
-    for item in output if isinstance(output, list) else ():
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message" and item.get("role", "assistant") != "assistant":
-            in_turn = False  # another role's message (an environment's observation as a user turn) ends a turn
-        elif kind in _MODEL_ITEMS:
-            tool_calls += kind == "function_call"
-            turns += not in_turn
-            in_turn = True
-        elif kind in _TOOL_OUTPUT_ITEMS:
-            in_turn = False
-    return tool_calls, turns
+    items = [item for item in (output if isinstance(output, list) else ()) if isinstance(item, dict)]
+    items = [item if item.get("type") or "role" not in item else {**item, "type": "message"} for item in items]
+    return sum(item.get("type") == "function_call" for item in items), count_model_turns(items)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 from nemo_gym.answers import last_assistant_text, message_output_text
 
-__all__ = ["FunctionCall", "Message", "ToolOutput", "Trajectory"]
+__all__ = ["FunctionCall", "Message", "ToolOutput", "Trajectory", "count_model_turns"]
 
 _MODEL_ITEMS = ("function_call", "reasoning")  # besides assistant messages: items the model wrote
 
@@ -98,7 +98,7 @@ class Trajectory:
             messages=tuple(messages),
             final_text=last_assistant_text(response),
             reasoning_text="\n".join(text for _, item in items if item.get("type") == "reasoning" and (text := _reasoning_text(item))),
-            model_turns=_model_turns(item for _, item in items),
+            model_turns=count_model_turns(item for _, item in items),
         )
 
     @property
@@ -183,9 +183,10 @@ def _reasoning_text(item: dict[str, Any]) -> str:
     return ""
 
 
-def _model_turns(items: Any) -> int:
-    """The number of runs of model items (assistant messages, reasoning, function calls) in `items`: a tool
-    output or a message of another role ends a run; other item types neither start nor end one."""
+def count_model_turns(items: Any) -> int:
+    """The number of runs of model items (assistant messages, reasoning, function calls) in `items` (Responses
+    output item dicts), i.e. the model calls that wrote them: a tool output or a message of another role ends a
+    run; other item types neither start nor end one."""
     turns, in_turn = 0, False
     for item in items:
         kind = item.get("type")

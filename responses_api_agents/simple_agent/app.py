@@ -33,7 +33,7 @@ def tool_arguments(raw: Any) -> dict[str, Any]:
     object that an OpenAI-compatible endpoint sent already parsed.
 
     Raises:
-        ValueError: text that is not JSON, or JSON or a value that is not an object (a list, a number...).
+        ValueError: text that is not JSON (or nested too deep to parse), or JSON or a value that is not an object.
     """
     if isinstance(raw, dict):
         return raw
@@ -41,7 +41,10 @@ def tool_arguments(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, str):
         raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
-    arguments = json.loads(raw)
+    try:
+        arguments = json.loads(raw)
+    except RecursionError:  # JSON nested thousands deep (as nemo_gym.trajectory's parser guards)
+        raise ValueError("arguments nested too deep") from None
     if not isinstance(arguments, dict):
         raise ValueError("arguments must be a JSON object")
     return arguments

@@ -123,6 +123,6 @@ def test_tool_arguments_as_text_or_an_object_and_clear_errors_otherwise():
     tool_arguments = import_file(REPO / "responses_api_agents/simple_agent/app.py").tool_arguments
     assert tool_arguments('{"city": "sf"}') == {"city": "sf"} == tool_arguments({"city": "sf"})  # text, or parsed by the endpoint
     assert tool_arguments("") == tool_arguments(None) == {}
-    for raw in ("[1]", "3", "{city: sf", ["city"], 3):
+    for raw in ("[1]", "3", "{city: sf", ["city"], 3, "[" * 100_000):
         with pytest.raises(ValueError):  # the agent answers the model with the error (StopReason.parse_error), no crash
             tool_arguments(raw)
