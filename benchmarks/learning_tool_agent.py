@@ -124,10 +124,12 @@ def sft(args: argparse.Namespace) -> None:
 
 
 def rl(args: argparse.Namespace, clock: Stopwatch) -> None:
-    baseline_eval_s = clock.seconds.get("baseline_eval", 120.0)
-    # Left for the steps: the budget minus what ran, the RL run's start-up (~the first ng_run's), its two evaluations
-    # (~the baseline's each) and a margin.
-    left_s = args.budget_minutes * 60 - clock.elapsed_s() - clock.seconds.get("servers_start", 60.0) - 2 * baseline_eval_s - 60
+    # Left for the steps: the budget minus what ran, the RL run's start-up (~the first ng_run's, plus the engine), its
+    # two evaluations (the trained agent makes ~3 model calls per rollout where the base model makes 1, so ~2 baseline
+    # evaluations each), the step that ends past the deadline (the loop stops after it: `max_train_time_s`) and a margin.
+    evaluation_s = max(2 * clock.seconds.get("baseline_eval", 60.0), 90.0)
+    startup_s = clock.seconds.get("servers_start", 60.0) + 30
+    left_s = args.budget_minutes * 60 - clock.elapsed_s() - startup_s - 2 * evaluation_s - args.step_reserve_s - 60
     if left_s < 60:
         raise SystemExit(f"--budget-minutes {args.budget_minutes}: only {left_s:.0f} s left for the RL steps")
     print(f"RL steps get at most {left_s / 60:.1f} min", flush=True)
@@ -230,8 +232,9 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per model call")
-    parser.add_argument("--eval-interval", type=int, default=10)
-    parser.add_argument("--eval-repeats", type=int, default=2)
+    parser.add_argument("--eval-interval", type=int, default=100, help="held-out evaluation every N steps (and always after SFT and after RL)")
+    parser.add_argument("--eval-repeats", type=int, default=4, help="samples per held-out task")
+    parser.add_argument("--step-reserve-s", type=float, default=180.0, help="seconds kept for the GRPO step that ends past the deadline")
     parser.add_argument("--heldout-limit", type=int, default=None, help="first N held-out tasks (default: all 74)")
     parser.add_argument("--parallel", type=int, default=32, help="rollouts in flight")
     parser.add_argument("--report-only", action="store_true")
