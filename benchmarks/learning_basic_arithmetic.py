@@ -25,7 +25,6 @@ import json
 import random
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "results/bench/learning"
 sys.path.insert(0, str(REPO / "resources_servers/reasoning_gym"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from learning_common import compare, eval_files, format_comparison, plot_reward_curve, read_metrics  # noqa: E402
 
 GENERATOR = {"name": "basic_arithmetic", "size": 3000, "seed": 7,
              "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}}  # fmt: skip
@@ -75,74 +77,20 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit("ng_train failed")
 
 
-def eval_per_task(rollouts_file: Path, key: str) -> dict[int, list[float]]:
-    """Per held-out task (its index in the eval file), the rewards (key `reward`) or passes (`pass`) of its samples."""
-    per_task: dict[int, list[float]] = defaultdict(list)
-    for line in rollouts_file.read_text().splitlines():
-        row = json.loads(line)
-        value = float(row["reward"]) if key == "reward" else float(float(row["reward"]) >= 1.0)
-        per_task[row["_ng_task_index"]].append(value)
-    return per_task
-
-
 def report() -> dict[str, Any]:
-    from nemo_gym.bootstrap_ci import bootstrap_mean_ci  # the percentile bootstrap, draw for draw as this script had it
-
     run_dir = OUT / "run"
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = sorted((run_dir / "rollouts").glob("eval_step_*.jsonl"))
-    evals = [path for path in evals if not path.name.endswith(("_failures.jsonl", "_tasks.jsonl", "_materialized_inputs.jsonl"))]
+    metrics = read_metrics(run_dir)
+    evals = eval_files(run_dir)
     first, last = evals[0], evals[-1]
-    rng = random.Random(0)
     summary: dict[str, Any] = {"before": first.stem, "after": last.stem, "steps": max(m.get("step", 0) for m in metrics)}
-    for key in ("reward", "pass"):
-        before, after = eval_per_task(first, key), eval_per_task(last, key)
-        tasks = sorted(set(before) & set(after))
-        b = [sum(before[t]) / len(before[t]) for t in tasks]
-        a = [sum(after[t]) / len(after[t]) for t in tasks]
-        diff = [y - x for x, y in zip(b, a)]
-        name = "mean_reward" if key == "reward" else "pass_at_1"
-        summary[name] = {
-            "before": sum(b) / len(b), "before_ci95": bootstrap_mean_ci(b, 10_000, rng=rng),
-            "after": sum(a) / len(a), "after_ci95": bootstrap_mean_ci(a, 10_000, rng=rng),
-            "difference": sum(diff) / len(diff), "difference_ci95": bootstrap_mean_ci(diff, 10_000, rng=rng), "tasks": len(tasks),
-        }  # fmt: skip
+    summary.update(compare(first, last, random.Random(0)))
     summary["train_minutes"] = sum(m.get("time_step_s", 0.0) for m in metrics) / 60  # generation + training + sync (nemo_gym.train.reporting)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot(metrics, OUT / "reward_curve.png")
+    plot_reward_curve(metrics, OUT / "reward_curve.png", "SmolLM2-135M-Instruct, reasoning_gym basic_arithmetic, ng_train on CPU")
     for name in ("mean_reward", "pass_at_1"):
-        s = summary[name]
-        print(f"held-out {name}: before {s['before']:.3f} [{s['before_ci95'][0]:.3f}, {s['before_ci95'][1]:.3f}] -> after {s['after']:.3f} "
-              f"[{s['after_ci95'][0]:.3f}, {s['after_ci95'][1]:.3f}]; difference {s['difference']:+.3f} [{s['difference_ci95'][0]:+.3f}, {s['difference_ci95'][1]:+.3f}] ({s['tasks']} tasks)")
+        print("held-out " + format_comparison(name, summary[name]))
     print(f"{summary['steps']} steps, {summary['train_minutes']:.1f} min of training steps; curve: {OUT / 'reward_curve.png'}")
     return summary
-
-
-def plot(metrics: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [(m["step"], m["reward_mean"]) for m in metrics if "reward_mean" in m and "time_generation_s" in m]
-    evals = [(m["step"], m["eval_reward_mean"]) for m in metrics if "eval_reward_mean" in m]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if steps:
-        xs, ys = zip(*steps)
-        ax.plot(xs, ys, ".", alpha=0.4, label="training batch mean reward")
-        window = 5
-        smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
-        ax.plot(xs, smooth, "-", label=f"training, moving average ({window} steps)")
-    if evals:
-        ex, ey = zip(*evals)
-        ax.plot(ex, ey, "o-", color="black", label="held-out mean reward")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("reward")
-    ax.set_title("SmolLM2-135M-Instruct, reasoning_gym basic_arithmetic, ng_train on CPU")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 def main() -> int:

@@ -205,3 +205,25 @@ def test_weight_sync_hands_the_server_an_absolute_folder(tiny_model, tmp_path, m
     folder = FilesystemWeightSync("results/train/weights", reloaded.append).push(engine, step=1)
     assert reloaded == [tmp_path / "results" / "train" / "weights" / "step_000001"] == [folder]
     assert (folder / "model.safetensors").is_file()
+
+
+def test_the_head_runs_from_the_first_trained_position_with_the_same_step(tiny_model):
+    """`_target_logprobs` keeps the LM head from the batch's first trained column on (`logits_to_keep`): the log-probs
+    there, the loss, the gradient and the step are those of the full [T, V] head; before it they are 0."""
+    from nemo_gym.train.engine import first_target
+
+    batch = fixed_batch()
+    assert first_target(batch.loss_mask) == 2  # targets input_ids[:, 1:]; the generation starts at token 3
+    assert first_target(torch.zeros(2, 5)) == 0
+    kept, full = (PolicyEngine(engine_config(tiny_model), LossOptions(entropy_coef=0.01)) for _ in range(2))
+    full._keeps_logits = False  # the slicing fallback (a model without logits_to_keep): every position's logits
+    assert kept._keeps_logits
+    with torch.no_grad():
+        every = kept.logprobs(batch)
+        ours, entropy = kept._target_logprobs(kept.module, batch, entropy=True)
+    assert torch.allclose(ours * batch.loss_mask, every * batch.loss_mask, atol=1e-6)
+    assert not ours[:, :2].any() and not entropy[:, :2].any() and entropy[:, 2:].gt(0).all()
+    metrics_kept, metrics_full = kept.train_step(batch), full.train_step(batch)
+    assert metrics_kept["grad_norm"] == pytest.approx(metrics_full["grad_norm"], rel=1e-5)
+    for (name, a), (_, b) in zip(kept.module.named_parameters(), full.module.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name

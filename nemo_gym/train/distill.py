@@ -42,7 +42,7 @@ import torch
 from nemo_gym.auth import TOKEN_HEADER
 from nemo_gym.errors import ConfigError, ServerError
 from nemo_gym.head import run_token_for_url
-from nemo_gym.rl import policy_loss, token_entropy, token_logprobs
+from nemo_gym.rl import policy_loss
 from nemo_gym.teacher_scoring import SCORE_ROUTE, parse_prompt_logprobs, prompt_logprobs_request
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate, rollout_to_sequence
 from nemo_gym.train.config import TeacherOptions, TrainerConfig
@@ -98,11 +98,10 @@ class DistillEngine(PolicyEngine):
 
     def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
         assert isinstance(micro, DistillBatch) and micro.token_advantages is not None
-        logits = self._logits(self.engine, micro)
-        logprobs = token_logprobs(logits, micro.input_ids[:, 1:])
+        logprobs, entropy = self._target_logprobs(self.engine, micro, entropy=True)
         return policy_loss(
             logprobs, logprobs.detach(), micro.token_advantages, micro.loss_mask, self.loss_config,
-            rollout_logprobs=micro.rollout_logprobs, entropy=token_entropy(logits.detach()),
+            rollout_logprobs=micro.rollout_logprobs, entropy=entropy,
             num_tokens_global=num_tokens, num_sequences_global=num_sequences,
         )  # fmt: skip
 

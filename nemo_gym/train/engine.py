@@ -31,6 +31,7 @@ folder inside the checkpoint folder (`nemo_gym.paths.resolve_inside`).
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import os
 import random
@@ -132,6 +133,7 @@ class PolicyEngine:
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self._deepspeed_config()
         )
+        self._keeps_logits = "logits_to_keep" in inspect.signature(type(_causal_lm(model)).forward).parameters
         self.device = torch.device(self.engine.device)  # where DeepSpeed put the model: cuda:<LOCAL_RANK> or cpu
         if self.reference is not None:
             self.reference.to(self.device)
@@ -160,10 +162,28 @@ class PolicyEngine:
         return self.engine.module
 
     # -- forward -------------------------------------------------------------------------------------
-    def _logits(self, model: torch.nn.Module, batch: TrainingBatch) -> torch.Tensor:
-        """[b, T - 1, V] logits for the targets `input_ids[:, 1:]`, divided by the sampling temperature."""
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+    def _logits(self, model: torch.nn.Module, batch: TrainingBatch, *, first: int = 0) -> torch.Tensor:
+        """[b, T - 1 - first, V] logits for the targets `input_ids[:, 1 + first:]`, divided by the sampling
+        temperature. With `first` > 0 the LM head runs only from position `first` on (transformers' `logits_to_keep`):
+        a prompt's positions cost the layers but not the [T, V] head, its log-softmax and their backward."""
+        if first and self._keeps_logits:
+            output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=batch.input_ids.shape[1] - first)
+            logits = output.logits[:, :-1]
+        else:
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, first:-1]
         return logits.float() / self.config.temperature
+
+    def _target_logprobs(self, model: torch.nn.Module, batch: TrainingBatch, *, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """([b, T - 1] log-probs of the targets `input_ids[:, 1:]`, [b, T - 1] entropies or None), computed from the
+        batch's first trained position on (`first_target`) and 0 before it (where `loss_mask` is 0 in every row).
+        The entropy is detached unless the loss has an entropy bonus."""
+        first = first_target(batch.loss_mask)
+        logits = self._logits(model, batch, first=first)
+        logprobs = torch.nn.functional.pad(token_logprobs(logits, batch.input_ids[:, 1 + first :]), (first, 0))
+        if not entropy:
+            return logprobs, None
+        values = token_entropy(logits if self.loss_config.entropy_coef > 0 else logits.detach())
+        return logprobs, torch.nn.functional.pad(values, (first, 0))
 
     def logprobs(self, batch: TrainingBatch) -> torch.Tensor:
         """[B, T - 1] the current policy's log-probs of the targets (no gradient, float32, on the CPU), for tests and
@@ -230,14 +250,11 @@ class PolicyEngine:
         self._grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm))
 
     def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        logits = self._logits(self.engine, micro)
-        targets = micro.input_ids[:, 1:]
-        logprobs = token_logprobs(logits, targets)
-        entropy = token_entropy(logits) if self.loss_config.entropy_coef > 0 else token_entropy(logits.detach())
+        logprobs, entropy = self._target_logprobs(self.engine, micro, entropy=True)
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logprobs = token_logprobs(self._logits(self.reference, micro), targets)
+                ref_logprobs, _ = self._target_logprobs(self.reference, micro)
         return policy_loss(
             logprobs,
             logprobs.detach(),
@@ -359,6 +376,17 @@ def _combine(per_micro: list[tuple[float, dict[str, float]]]) -> dict[str, float
             else:
                 combined[key] = combined.get(key, 0.0) + weight * value
     return combined
+
+
+def first_target(loss_mask: torch.Tensor) -> int:
+    """Index of the first column of `loss_mask` ([b, T - 1]) that is 1 in some row; 0 when none is."""
+    columns = loss_mask.any(dim=0).nonzero()
+    return int(columns[0]) if len(columns) else 0
+
+
+def _causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a PEFT wrapper (or `model` itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _has_tokenizer(path: Path) -> bool:

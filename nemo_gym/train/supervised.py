@@ -46,7 +46,6 @@ import torch
 from nemo_gym import openai_convert, tool_calls
 from nemo_gym.errors import ConfigError, DataError
 from nemo_gym.jsonl import iter_jsonl
-from nemo_gym.rl import token_logprobs
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig
 from nemo_gym.train.engine import PolicyEngine, resolve_model_path
@@ -308,7 +307,7 @@ class SupervisedEngine(PolicyEngine):
     global target count, so `train_step`'s gradient accumulation over micro-batches and ranks is exact)."""
 
     def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        logprobs = token_logprobs(self._logits(self.engine, micro), micro.input_ids[:, 1:])
+        logprobs, _ = self._target_logprobs(self.engine, micro)
         loss = cross_entropy(logprobs, micro.loss_mask, num_tokens)
         return loss, {"loss": loss.item(), "num_tokens": micro.loss_mask.sum().item()}
 

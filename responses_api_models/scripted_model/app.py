@@ -4,6 +4,12 @@ Script, per call: if the request has function tools and fewer than `max_tool_rou
 are in its input, call every tool once (arguments from `tool_arguments`, else a value per required property); otherwise answer
 with the first rule whose regex matches the last user message, else `default_reply`. `delay_s` adds a
 fixed latency (seconds). Ids are a hash of the request, so equal requests give equal answers.
+
+Per-request script (an expert that follows the task row): when the request's `metadata` holds `script_key`
+(default `script`), its value is a JSON list of model turns, `{"tool_calls": [{"name", "arguments"}, ...]}` or
+`{"text": ...}`, and call k of the rollout (k = the model turns already in the input) plays turn k (past the end:
+`default_reply`). The agent forwards `responses_create_params` unchanged, so a row can carry its own expert
+(e.g. `resources_servers/tool_calculator/tasks.py: expert_row`).
 """
 
 from __future__ import annotations
@@ -35,12 +41,23 @@ class ScriptedModelConfig(ServerConfig):
     max_tool_rounds: int = Field(1, ge=0, description="model calls that call tools before answering with text")
     delay_s: float = Field(0.0, ge=0, description="latency added to every call, seconds")
     error_status: int | None = Field(None, description="answer every call with this HTTP error status (a failing endpoint)")
+    script_key: str = Field("script", description="metadata key of a per-request script (a JSON list of turns; see the module docstring)")
 
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+
+
+def model_turns(items: list[dict[str, Any]]) -> int:
+    """Model turns in a Responses input: maximal runs of assistant items (function calls, assistant messages)."""
+    turns, inside = 0, False
+    for item in items:
+        ours = item.get("type") == "function_call" or (item.get("type", "message") == "message" and item.get("role") == "assistant")
+        turns += ours and not inside
+        inside = ours
+    return turns
 
 
 def _default_arguments(tool: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +91,24 @@ class ScriptedModel(ModelServer):
         if self.config.error_status:
             raise HTTPException(self.config.error_status, "scripted failure (error_status is set)")
 
+    def scripted_turn(self, body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """This call's turn of the request's script (None: the request has no script).
+
+        Raises:
+            HTTPException: 400 when the script is not a JSON list of turns.
+        """
+        raw = (body.get("metadata") or {}).get(self.config.script_key)
+        if raw is None:
+            return None
+        try:
+            script = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(script, list) or not all(isinstance(turn, dict) for turn in script):
+                raise ValueError("not a list of objects")
+        except ValueError as exc:
+            raise HTTPException(400, f"metadata.{self.config.script_key} must be a JSON list of turns: {exc}") from exc
+        turn = model_turns(items)
+        return script[turn] if turn < len(script) else {"text": self.config.default_reply}
+
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         await self._delay_or_fail()
         items = body.get("input") or []
@@ -82,14 +117,21 @@ class ScriptedModel(ModelServer):
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
         tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
         rounds = sum(1 for i in items if i.get("type") == "function_call_output") // max(1, len(tools))
-        if tools and rounds < self.config.max_tool_rounds:
+        scripted = self.scripted_turn(body, items)
+        if scripted is not None and scripted.get("tool_calls"):
+            calls = [(c["name"], json.dumps(c.get("arguments") or {})) for c in scripted["tool_calls"]]
+        elif scripted is None and tools and rounds < self.config.max_tool_rounds:
+            calls = [(t["name"], self._arguments(t)) for t in tools]
+        else:
+            calls = []
+        if calls:
             output = [
-                {"type": "function_call", "id": f"fc_{digest}_{n}", "call_id": f"call_{digest}_{n}", "name": t["name"],
-                 "arguments": self._arguments(t), "status": "completed"}
-                for n, t in enumerate(tools)
+                {"type": "function_call", "id": f"fc_{digest}_{n}", "call_id": f"call_{digest}_{n}", "name": name,
+                 "arguments": arguments, "status": "completed"}
+                for n, (name, arguments) in enumerate(calls)
             ]
         else:
-            text = self.reply_text([i for i in items if i.get("type", "message") == "message"])
+            text = str(scripted["text"]) if scripted is not None and "text" in scripted else self.reply_text([i for i in items if i.get("type", "message") == "message"])
             output = [{"type": "message", "id": f"msg_{digest}", "role": "assistant", "status": "completed",
                        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
         return {
