@@ -197,6 +197,8 @@ def time_split(timings: dict[str, float], metrics: list[dict[str, Any]], run_dir
 
 def report() -> dict[str, Any]:
     run_dir = OUT / "rl"
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise SystemExit(f"--report-only: no finished run in {OUT} (no rl/metrics.jsonl); run the benchmark without --report-only first")
     metrics = read_metrics(run_dir)
     evals = eval_files(run_dir)
     base, after_sft, after_rl = OUT / "baseline.jsonl", evals[0], evals[-1]

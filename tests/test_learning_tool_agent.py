@@ -242,3 +242,9 @@ def test_committed_figures_back_the_readme():
     calls = " → ".join(f"{behaviour[stage]['tool_calls_per_rollout']:.2f}" for stage in ("base", "after_sft", "after_rl"))
     turns = " → ".join(f"{behaviour[stage]['turns_per_rollout']:.2f}" for stage in ("base", "after_sft", "after_rl"))
     assert f"tool calls per rollout {calls}" in readme and f"model turns {turns}" in readme
+
+
+def test_report_only_without_a_run_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "OUT", tmp_path / "tool_agent")
+    with pytest.raises(SystemExit, match="no finished run in .*run the benchmark without --report-only first"):
+        bench.report()
