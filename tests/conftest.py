@@ -29,3 +29,18 @@ def _launcher_env_stays_in_its_module() -> Iterator[None]:
 def _launcher_env_stays_in_its_test() -> Iterator[None]:
     """The same after each test, for a test that trains in this process."""
     yield from _restoring_launcher_env()
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's real tokenizer (the embedded model, converted by an e2e test or ng_run); skips when
+    it is not converted yet."""
+    from transformers import AutoTokenizer
+
+    from nemo_gym.train.engine import resolve_model_path
+
+    try:
+        path = resolve_model_path("embedded:smollm2")
+    except FileNotFoundError as exc:
+        pytest.skip(f"SmolLM2 not converted yet (an e2e test or ng_run with vllm_model converts it): {exc}")
+    return AutoTokenizer.from_pretrained(path)

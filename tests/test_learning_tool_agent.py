@@ -82,19 +82,6 @@ def test_expert_rollouts_through_the_real_servers(tmp_path):
         assert strip(row_conversation(rollout)[0]) == strip(row_conversation(expert_rollout(row))[0])
 
 
-@pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
-    from nemo_gym.train.engine import resolve_model_path
-
-    try:
-        path = resolve_model_path("embedded:smollm2")
-    except FileNotFoundError as exc:
-        pytest.skip(f"SmolLM2 not converted yet (an e2e test or ng_run with vllm_model converts it): {exc}")
-    return AutoTokenizer.from_pretrained(path)
-
-
 def served_prompt_ids(tokenizer, items: list[dict], tools: list[dict]) -> list[int]:
     """vllm_model's own `prompt_ids` for a Responses input, its vLLM `/tokenize` done by the HF tokenizer (as vLLM
     does: the chat template rendered to text, then tokenized without special tokens added)."""

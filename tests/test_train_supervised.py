@@ -43,19 +43,6 @@ TOOL_CHAT = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
-    from nemo_gym.train.engine import resolve_model_path
-
-    try:
-        path = resolve_model_path("embedded:smollm2")
-    except FileNotFoundError as exc:
-        pytest.skip(f"SmolLM2 not converted yet (an e2e test or ng_run with vllm_model converts it): {exc}")
-    return AutoTokenizer.from_pretrained(path)
-
-
 def masked_runs(tokenizer, sequence) -> list[str]:
     """The decoded runs of consecutive mask-1 tokens."""
     runs, current = [], []
