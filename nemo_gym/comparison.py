@@ -27,7 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from nemo_gym.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
-from nemo_gym.trajectory import count_model_turns
+from nemo_gym.trajectory import count_model_turns, with_message_types
 
 __all__ = [
     "PairedDifference", "SideSummary", "TaskKey", "TaskPair", "TaskTally", "pair_tasks", "paired_reward_difference",
@@ -58,8 +58,7 @@ def tool_calls_and_turns(response: Any) -> tuple[int, int]:
     `nemo_gym.trajectory.count_model_turns`, a message item written without its `type` counted as one); (0, 0) for
     no output."""
     output = response.get("output") if isinstance(response, dict) else None
-    items = [item for item in (output if isinstance(output, list) else ()) if isinstance(item, dict)]
-    items = [item if item.get("type") or "role" not in item else {**item, "type": "message"} for item in items]
+    items = with_message_types(output if isinstance(output, list) else ())
     return sum(item.get("type") == "function_call" for item in items), count_model_turns(items)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from nemo_gym.answers import last_assistant_text, message_output_text
 
-__all__ = ["FunctionCall", "Message", "ToolOutput", "Trajectory", "count_model_turns"]
+__all__ = ["FunctionCall", "Message", "ToolOutput", "Trajectory", "count_model_turns", "with_message_types"]
 
 _MODEL_ITEMS = ("function_call", "reasoning")  # besides assistant messages: items the model wrote
 
@@ -181,6 +181,14 @@ def _reasoning_text(item: dict[str, Any]) -> str:
         if text:
             return text
     return ""
+
+
+def with_message_types(items: Any) -> list[dict[str, Any]]:
+    """The dict items of `items`, each message written without its `type` (a `role` and no `type`: an easy input
+    message, as in a request's `input`) typed as a `message`; other items unchanged. For `count_model_turns` on
+    items that are not all typed."""
+    items = [item for item in items if isinstance(item, dict)]
+    return [item if item.get("type") or "role" not in item else {**item, "type": "message"} for item in items]
 
 
 def count_model_turns(items: Any) -> int:

@@ -25,6 +25,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, Field
 
 from nemo_gym.server import ModelServer, ServerConfig
+from nemo_gym.trajectory import count_model_turns, with_message_types
 
 
 class Rule(BaseModel):
@@ -48,16 +49,6 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
-
-
-def model_turns(items: list[dict[str, Any]]) -> int:
-    """Model turns in a Responses input: maximal runs of assistant items (function calls, assistant messages)."""
-    turns, inside = 0, False
-    for item in items:
-        ours = item.get("type") == "function_call" or (item.get("type", "message") == "message" and item.get("role") == "assistant")
-        turns += ours and not inside
-        inside = ours
-    return turns
 
 
 def _default_arguments(tool: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +97,7 @@ class ScriptedModel(ModelServer):
                 raise ValueError("not a list of objects")
         except ValueError as exc:
             raise HTTPException(400, f"metadata.{self.config.script_key} must be a JSON list of turns: {exc}") from exc
-        turn = model_turns(items)
+        turn = count_model_turns(with_message_types(items))  # the model calls already made in this rollout
         return script[turn] if turn < len(script) else {"text": self.config.default_reply}
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
