@@ -1,4 +1,4 @@
-"""Rollout-collection throughput of our gym vs NVIDIA NeMo Gym 0.4.0 on the same work (issue 8, "Benchmarks").
+"""Rollout-collection throughput of our gym vs NVIDIA NeMo Gym 0.4.0 on the same work.
 
     .venv/bin/python benchmarks/collection_vs_nemo_gym.py            # full matrix, 3 reps (~15 min)
     .venv/bin/python benchmarks/collection_vs_nemo_gym.py --quick    # smoke run (~2 min)
@@ -47,7 +47,10 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = "resources_servers/example_single_tool_call/data/example.jsonl"
-CONFIG_PATHS = ["resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml", "responses_api_models/openai_model/configs/openai_model.yaml"]
+CONFIG_PATHS = [
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+    "responses_api_models/openai_model/configs/openai_model.yaml",
+]
 AGENT = "example_single_tool_call_simple_agent"
 OUR_GROUPS = {"example_single_tool_call": "gym_resources", AGENT: "gym_agent", "policy_model": "gym_model"}
 OURS, THEIRS, FLOOR = "ours", "nemo_gym_0.4.0", "floor_aiohttp"
@@ -55,20 +58,43 @@ BIN = Path(sys.executable).parent
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bench-dir", type=Path, default=REPO.parent / "shared" / "bench", help="the NeMo Gym harness (benchlib.py, ngbench.py, fake_openai.py, floor_client.py)")
-    parser.add_argument("--ngb", default=os.environ.get("NGBENCH_DIR", "/tmp/ngbench"), help="NeMo Gym's install (setup_nemo_gym.sh)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bench-dir",
+        type=Path,
+        default=REPO.parent / "shared" / "bench",
+        help="the NeMo Gym harness (benchlib.py, ngbench.py, fake_openai.py, floor_client.py)",
+    )
+    parser.add_argument(
+        "--ngb", default=os.environ.get("NGBENCH_DIR", "/tmp/ngbench"), help="NeMo Gym's install (setup_nemo_gym.sh)"
+    )
     parser.add_argument("--matrix", default="1@0,32@0,256@0,256@50", help="comma list of concurrency@latency_ms")
     parser.add_argument("--rows", type=int, default=5, help="example rows used (limit)")
     parser.add_argument("--repeats", type=int, default=400, help="rollouts per row: N = rows x repeats")
     parser.add_argument("--reps", type=int, default=3, help="collections per cell and system (medians reported)")
     parser.add_argument("--startup-reps", type=int, default=3, help="ng_run start-ups measured per system")
-    parser.add_argument("--warmup-repeats", type=int, default=40, help="rows x this many rollouts at c=32 per system, not recorded (0 = none)")
-    parser.add_argument("--systems", default=f"{OURS},{THEIRS},{FLOOR}", help=f"comma list of {OURS}, {THEIRS}, {FLOOR}")
+    parser.add_argument(
+        "--warmup-repeats",
+        type=int,
+        default=40,
+        help="rows x this many rollouts at c=32 per system, not recorded (0 = none)",
+    )
+    parser.add_argument(
+        "--systems", default=f"{OURS},{THEIRS},{FLOOR}", help=f"comma list of {OURS}, {THEIRS}, {FLOOR}"
+    )
     parser.add_argument("--floor-hops", type=int, default=8, help="HTTP calls per rollout of the floor client")
-    parser.add_argument("--fake-port", type=int, default=28080, help="the fake policy's port (outside NeMo Gym's random range 10001-20000)")
+    parser.add_argument(
+        "--fake-port",
+        type=int,
+        default=28080,
+        help="the fake policy's port (outside NeMo Gym's random range 10001-20000)",
+    )
     parser.add_argument("--results-dir", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 5 x 40 rollouts, 1 rep, 1 start-up each (~2 min)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 5 x 40 rollouts, 1 rep, 1 start-up each (~2 min)"
+    )
     parser.add_argument("--collect-timeout", type=float, default=1800)
     parser.add_argument("--startup-timeout", type=float, default=600)
     args = parser.parse_args(argv)
@@ -108,8 +134,14 @@ class Ours:
         self.head_url = ""
 
     def argv(self) -> list[str]:
-        return [str(BIN / "ng_run"), "+config_paths=[" + ",".join(CONFIG_PATHS) + "]", f"+policy_base_url=http://127.0.0.1:{self.args.fake_port}/v1",
-                "+policy_api_key=dummy-key", "+policy_model_name=fake-policy", "+head_server.port=0"]  # fmt: skip
+        return [
+            str(BIN / "ng_run"),
+            "+config_paths=[" + ",".join(CONFIG_PATHS) + "]",
+            f"+policy_base_url=http://127.0.0.1:{self.args.fake_port}/v1",
+            "+policy_api_key=dummy-key",
+            "+policy_model_name=fake-policy",
+            "+head_server.port=0",
+        ]
 
     def start(self, index: int, *, record: bool = True) -> dict[str, Any]:
         """Start ng_run; the seconds from spawn to its "servers ready" line, and the idle RSS."""
@@ -132,7 +164,14 @@ class Ours:
         idle = {k: round(v / 2**20, 1) for k, v in sorted(rss.items())}
         idle["total"] = round(sum(rss.values()) / 2**20, 1)
         idle["n_procs"] = len(self.pids())
-        return {"kind": "startup", "system": OURS, "idx": index, "recorded": record, "t_ready_s": round(t_ready, 3), "idle_rss_mb": idle}
+        return {
+            "kind": "startup",
+            "system": OURS,
+            "idx": index,
+            "recorded": record,
+            "t_ready_s": round(t_ready, 3),
+            "idle_rss_mb": idle,
+        }
 
     def pids(self) -> list[int]:
         """ng_run and every process under it (the servers run in sessions of their own)."""
@@ -170,23 +209,55 @@ class Ours:
         self.group = None
         return info
 
-    def collect(self, conc: int, latency_ms: float, rep: int, repeats: int, tag: str, fake_pids: Any, fake_stats: Any) -> dict[str, Any]:
+    def collect(
+        self, conc: int, latency_ms: float, rep: int, repeats: int, tag: str, fake_pids: Any, fake_stats: Any
+    ) -> dict[str, Any]:
         n = self.args.rows * repeats
         out = self.work / f"ours_{tag}_c{conc}_l{latency_ms:g}_r{rep}.jsonl"
         marker = out.with_name(out.stem + "_materialized_inputs.jsonl")
         for path in out.parent.glob(out.stem + "*"):
             path.unlink()
-        argv = [str(BIN / "ng_collect_rollouts"), f"+head_server_url={self.head_url}", f"+agent_name={AGENT}", f"+input_jsonl_fpath={DATA}",
-                f"+output_jsonl_fpath={out}", f"+limit={self.args.rows}", f"+num_repeats={repeats}", f"+num_samples_in_parallel={conc}",
-                "+progress=false", "+resume=false"]  # fmt: skip
+        argv = [
+            str(BIN / "ng_collect_rollouts"),
+            f"+head_server_url={self.head_url}",
+            f"+agent_name={AGENT}",
+            f"+input_jsonl_fpath={DATA}",
+            f"+output_jsonl_fpath={out}",
+            f"+limit={self.args.rows}",
+            f"+num_repeats={repeats}",
+            f"+num_samples_in_parallel={conc}",
+            "+progress=false",
+            "+resume=false",
+        ]
         before = fake_stats()
-        result = self.bl.run_measured(argv, {"ours": self.pids, "fake": fake_pids}, classify=self.classify, log_path=self.logs / f"ours_collect_{tag}_c{conc}_l{latency_ms:g}_r{rep}.log",
-                                      cwd=REPO, out_jsonl=out, n_expected=n, marker_path=marker, timeout_s=self.args.collect_timeout, client_label="collector")  # fmt: skip
+        result = self.bl.run_measured(
+            argv,
+            {"ours": self.pids, "fake": fake_pids},
+            classify=self.classify,
+            log_path=self.logs / f"ours_collect_{tag}_c{conc}_l{latency_ms:g}_r{rep}.log",
+            cwd=REPO,
+            out_jsonl=out,
+            n_expected=n,
+            marker_path=marker,
+            timeout_s=self.args.collect_timeout,
+            client_label="collector",
+        )
         after = fake_stats()
         rewards = [json.loads(line).get("reward") for line in out.read_text().splitlines()] if out.exists() else []
-        result.update({"kind": tag, "system": OURS, "concurrency": conc, "latency_ms": latency_ms, "rep": rep, "n_rollouts": n,
-                       "rewards_1": sum(r == 1.0 for r in rewards), "model_calls": after["responses"] - before["responses"],
-                       "rollouts_per_s": round(n / result["wall_s"], 2), "cpu_ms_per_rollout": round(1000 * result["cpu_s_total"] / n, 3)})  # fmt: skip
+        result.update(
+            {
+                "kind": tag,
+                "system": OURS,
+                "concurrency": conc,
+                "latency_ms": latency_ms,
+                "rep": rep,
+                "n_rollouts": n,
+                "rewards_1": sum(r == 1.0 for r in rewards),
+                "model_calls": after["responses"] - before["responses"],
+                "rollouts_per_s": round(n / result["wall_s"], 2),
+                "cpu_ms_per_rollout": round(1000 * result["cpu_s_total"] / n, 3),
+            }
+        )
         if result.get("loop_s"):
             result["rollouts_per_s_loop"] = round(n / result["loop_s"], 2)
         for path in out.parent.glob(out.stem + "*"):
@@ -194,19 +265,48 @@ class Ours:
         return result
 
 
-def floor_run(bl: Any, args: argparse.Namespace, ng: Any, conc: int, latency_ms: float, rep: int, n: int, logs: Path) -> dict[str, Any]:
+def floor_run(
+    bl: Any, args: argparse.Namespace, ng: Any, conc: int, latency_ms: float, rep: int, n: int, logs: Path
+) -> dict[str, Any]:
     """One floor-client run against the running fake (the harness's `floor_client.py client`)."""
     python = str(Path(args.ngb) / "venv" / "bin" / "python")
     log = logs / f"floor_c{conc}_l{latency_ms:g}_r{rep}.log"
-    argv = [python, str(args.bench_dir / "floor_client.py"), "client", "--url", f"http://127.0.0.1:{args.fake_port}", "--n", str(n),
-            "--concurrency", str(conc), "--hops", str(args.floor_hops), "--example-jsonl", str(REPO / DATA)]  # fmt: skip
+    argv = [
+        python,
+        str(args.bench_dir / "floor_client.py"),
+        "client",
+        "--url",
+        f"http://127.0.0.1:{args.fake_port}",
+        "--n",
+        str(n),
+        "--concurrency",
+        str(conc),
+        "--hops",
+        str(args.floor_hops),
+        "--example-jsonl",
+        str(REPO / DATA),
+    ]
     before = ng.fake_stats_now()
-    result = bl.run_measured(argv, {"fake": ng.fake_pids}, log_path=log, timeout_s=args.collect_timeout, client_label="client")
+    result = bl.run_measured(
+        argv, {"fake": ng.fake_pids}, log_path=log, timeout_s=args.collect_timeout, client_label="client"
+    )
     after = ng.fake_stats_now()
     inner = json.loads(log.read_text().strip().splitlines()[-1]) if result["rc"] == 0 else {}
-    result.update({"kind": "measure", "system": FLOOR, "concurrency": conc, "latency_ms": latency_ms, "rep": rep, "n_rollouts": n, "hops": args.floor_hops,
-                   "rewards_1": n if not inner.get("errors") and result["rc"] == 0 else 0, "model_calls": after["responses"] - before["responses"],
-                   "rollouts_per_s": round(n / result["wall_s"], 2), "cpu_ms_per_rollout": round(1000 * result["cpu_s_total"] / n, 3)})  # fmt: skip
+    result.update(
+        {
+            "kind": "measure",
+            "system": FLOOR,
+            "concurrency": conc,
+            "latency_ms": latency_ms,
+            "rep": rep,
+            "n_rollouts": n,
+            "hops": args.floor_hops,
+            "rewards_1": n if not inner.get("errors") and result["rc"] == 0 else 0,
+            "model_calls": after["responses"] - before["responses"],
+            "rollouts_per_s": round(n / result["wall_s"], 2),
+            "cpu_ms_per_rollout": round(1000 * result["cpu_s_total"] / n, 3),
+        }
+    )
     if inner.get("elapsed_s"):
         result["loop_s"] = inner["elapsed_s"]
         result["rollouts_per_s_loop"] = inner["rollouts_per_s"]
@@ -250,7 +350,9 @@ def summarize(rows: list[dict[str, Any]], startups: list[dict[str, Any]], bl: An
                 "rollouts_per_s_runs": [run["rollouts_per_s"] for run in runs],
                 "rollouts_per_s_loop": bl.median([run.get("rollouts_per_s_loop") for run in runs]),
                 "cpu_ms_per_rollout": bl.median([run["cpu_ms_per_rollout"] for run in runs]),
-                "cpu_ms_per_rollout_by_group": {group: round(1000 * bl.median(values) / n, 2) for group, values in sorted(groups.items())},
+                "cpu_ms_per_rollout_by_group": {
+                    group: round(1000 * bl.median(values) / n, 2) for group, values in sorted(groups.items())
+                },
                 "peak_rss_mb": bl.median([run["peak_rss_mb_total"] for run in runs]),
                 "load_avg_1m": [run["load_avg_before"] for run in runs],
             }
@@ -264,33 +366,55 @@ def summarize(rows: list[dict[str, Any]], startups: list[dict[str, Any]], bl: An
     for system in (OURS, THEIRS):
         runs = [s for s in startups if s["system"] == system and s.get("recorded", True)]
         if runs:
-            start[system] = {"t_ready_s_median": bl.median([s["t_ready_s"] for s in runs]), "t_ready_s_runs": [s["t_ready_s"] for s in runs],
-                             "idle_rss_mb_median": bl.median([s["idle_rss_mb"]["total"] for s in runs])}  # fmt: skip
+            start[system] = {
+                "t_ready_s_median": bl.median([s["t_ready_s"] for s in runs]),
+                "t_ready_s_runs": [s["t_ready_s"] for s in runs],
+                "idle_rss_mb_median": bl.median([s["idle_rss_mb"]["total"] for s in runs]),
+            }
     return {"cells": table, "startup": start}
 
 
 def summary_md(summary: dict[str, Any], args: argparse.Namespace) -> str:
     fmt = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
-    lines = [f"N = {args.rows} x {args.repeats} rollouts per collection, {args.reps} rep(s) per cell, floor = {args.floor_hops} HTTP calls per rollout.", "",
-             "| concurrency | latency ms | ours rollouts/s | NeMo Gym 0.4.0 rollouts/s | floor rollouts/s | ours / NeMo Gym | ours / floor | CPU ms/rollout ours | CPU ms/rollout NeMo Gym | load avg (1 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        (
+            f"N = {args.rows} x {args.repeats} rollouts per collection, {args.reps} rep(s) per cell, floor ="
+            f" {args.floor_hops} HTTP calls per rollout."
+        ),
+        "",
+        (
+            "| concurrency | latency ms | ours rollouts/s | NeMo Gym 0.4.0 rollouts/s | floor rollouts/s | ours / NeMo"
+            " Gym | ours / floor | CPU ms/rollout ours | CPU ms/rollout NeMo Gym | load avg (1 min) |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for cell in summary["cells"]:
         ours, theirs, floor = cell.get(OURS, {}), cell.get(THEIRS, {}), cell.get(FLOOR, {})
         loads = [x for s in (ours, theirs, floor) for x in s.get("load_avg_1m", [])]
-        lines.append(f"| {cell['concurrency']} | {cell['latency_ms']:g} | {fmt(ours.get('rollouts_per_s'))} | {fmt(theirs.get('rollouts_per_s'))} | {fmt(floor.get('rollouts_per_s'))} | "
-                     f"{fmt(cell.get('ours_vs_nemo_gym'), 2)}x | {fmt(cell.get('ours_vs_floor'), 2)}x | {fmt(ours.get('cpu_ms_per_rollout'), 2)} | {fmt(theirs.get('cpu_ms_per_rollout'), 2)} | "
-                     f"{fmt(min(loads), 1) if loads else '-'}-{fmt(max(loads), 1) if loads else '-'} |")  # fmt: skip
+        lines.append(
+            f"| {cell['concurrency']} | {cell['latency_ms']:g} | {fmt(ours.get('rollouts_per_s'))} |"
+            f" {fmt(theirs.get('rollouts_per_s'))} | {fmt(floor.get('rollouts_per_s'))} |"
+            f" {fmt(cell.get('ours_vs_nemo_gym'), 2)}x | {fmt(cell.get('ours_vs_floor'), 2)}x |"
+            f" {fmt(ours.get('cpu_ms_per_rollout'), 2)} | {fmt(theirs.get('cpu_ms_per_rollout'), 2)} |"
+            f" {fmt(min(loads), 1) if loads else '-'}-{fmt(max(loads), 1) if loads else '-'} |"
+        )
     lines += ["", "CPU ms per rollout by process group (medians):", ""]
     for cell in summary["cells"]:
         for system in (OURS, THEIRS, FLOOR):
             if system in cell:
                 s = cell[system]
                 ok = "" if s["ok"] else " **FAILED CHECKS**"
-                lines.append(f"- c={cell['concurrency']} {cell['latency_ms']:g} ms, {system}: {json.dumps(s['cpu_ms_per_rollout_by_group'])}; runs {s['rollouts_per_s_runs']} rollouts/s{ok}")
+                lines.append(
+                    f"- c={cell['concurrency']} {cell['latency_ms']:g} ms, {system}:"
+                    f" {json.dumps(s['cpu_ms_per_rollout_by_group'])}; runs {s['rollouts_per_s_runs']} rollouts/s{ok}"
+                )
     if summary["startup"]:
         lines += ["", "| start-up (warm) | ready s (median) | runs | idle RSS MiB |", "|---|---|---|---|"]
         for system, s in summary["startup"].items():
-            lines.append(f"| {system} | {fmt(s['t_ready_s_median'], 2)} | {', '.join(fmt(x, 2) for x in s['t_ready_s_runs'])} | {fmt(s['idle_rss_mb_median'], 0)} |")
+            lines.append(
+                f"| {system} | {fmt(s['t_ready_s_median'], 2)} | {', '.join(fmt(x, 2) for x in s['t_ready_s_runs'])} |"
+                f" {fmt(s['idle_rss_mb_median'], 0)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -305,15 +429,43 @@ def main(argv: list[str] | None = None) -> int:
     cells = ngbench.parse_matrix(args.matrix)
     if THEIRS in args.systems or FLOOR in args.systems:
         if not (Path(args.ngb) / "venv" / "bin" / "ng_run").exists():
-            raise SystemExit(f"NeMo Gym 0.4.0 is not installed under {args.ngb}: run `bash {args.bench_dir}/setup_nemo_gym.sh` first")
-        subprocess.run(["bash", "-c", f"for d in resources_servers/example_single_tool_call responses_api_agents/simple_agent responses_api_models/openai_model; do mkdir -p '{args.ngb}'/venvs/$d; ln -sfn '{args.ngb}'/venv '{args.ngb}'/venvs/$d/.venv; done"], check=True)  # fmt: skip
-    # The harness's NeMo Gym driver; its fake policy (NeMo Gym's venv Python: aiohttp, orjson, uvloop) serves both systems.
-    ng = ngbench.NemoGym(argparse.Namespace(ngb=args.ngb, results_dir=str(rdir), fake_port=args.fake_port, startup_timeout=args.startup_timeout,
-                                            collect_timeout=args.collect_timeout, keep_outputs=False, ng_run_extra=[], collect_extra=[]))  # fmt: skip
+            raise SystemExit(
+                f"NeMo Gym 0.4.0 is not installed under {args.ngb}: run `bash {args.bench_dir}/setup_nemo_gym.sh` first"
+            )
+        subprocess.run(
+            [
+                "bash",
+                "-c",
+                (
+                    "for d in resources_servers/example_single_tool_call responses_api_agents/simple_agent"
+                    f" responses_api_models/openai_model; do mkdir -p '{args.ngb}'/venvs/$d; ln -sfn '{args.ngb}'/venv"
+                    f" '{args.ngb}'/venvs/$d/.venv; done"
+                ),
+            ],
+            check=True,
+        )
+    # The harness's NeMo Gym driver; its fake policy (NeMo Gym's venv Python: aiohttp, orjson, uvloop) serves both
+    # systems.
+    ng = ngbench.NemoGym(
+        argparse.Namespace(
+            ngb=args.ngb,
+            results_dir=str(rdir),
+            fake_port=args.fake_port,
+            startup_timeout=args.startup_timeout,
+            collect_timeout=args.collect_timeout,
+            keep_outputs=False,
+            ng_run_extra=[],
+            collect_extra=[],
+        )
+    )
     ng.fake_stats_now = lambda: ngbench.fake_stats(args.fake_port)
     ours = Ours(bl, args, logs, work)
-    info = {"date": dt.datetime.now().isoformat(timespec="seconds"), "args": {k: str(v) for k, v in vars(args).items()}, "load_avg_start": os.getloadavg(),
-            "nemo_gym_env": ngbench.env_info(argparse.Namespace(ngb=args.ngb)) if THEIRS in args.systems else None}  # fmt: skip
+    info = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "load_avg_start": os.getloadavg(),
+        "nemo_gym_env": ngbench.env_info(argparse.Namespace(ngb=args.ngb)) if THEIRS in args.systems else None,
+    }
     (rdir / "env.json").write_text(json.dumps(info, indent=1))
     startups: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
@@ -327,9 +479,15 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         problem = check(row)
         if problem:
-            failures.append(f"{row['system']} c={row['concurrency']} {row['latency_ms']:g} ms rep {row['rep']}: {problem}")
-        print(f"{row['system']:>15} c={row['concurrency']:<3} {row['latency_ms']:>3g} ms rep {row['rep']}: {row['rollouts_per_s']:8.1f} rollouts/s, "
-              f"{row['cpu_ms_per_rollout']:6.2f} CPU ms/rollout, load {load_before:.1f}{' FAILED: ' + problem if problem else ''}", flush=True)  # fmt: skip
+            failures.append(
+                f"{row['system']} c={row['concurrency']} {row['latency_ms']:g} ms rep {row['rep']}: {problem}"
+            )
+        print(
+            f"{row['system']:>15} c={row['concurrency']:<3} {row['latency_ms']:>3g} ms rep {row['rep']}:"
+            f" {row['rollouts_per_s']:8.1f} rollouts/s, {row['cpu_ms_per_rollout']:6.2f} CPU ms/rollout, load"
+            f" {load_before:.1f}{' FAILED: ' + problem if problem else ''}",
+            flush=True,
+        )
 
     try:
         ng.start_fake(cells[0][1])
@@ -346,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
                     ours.stop() if system == OURS else ng.ng.stop()
         if args.warmup_repeats:
             if OURS in args.systems:
-                record(ours.collect(32, cells[0][1], 0, args.warmup_repeats, "warmup", ng.fake_pids, ng.fake_stats_now), load_average())
+                record(
+                    ours.collect(32, cells[0][1], 0, args.warmup_repeats, "warmup", ng.fake_pids, ng.fake_stats_now),
+                    load_average(),
+                )
             if THEIRS in args.systems:
                 record(ng.collect(32, cells[0][1], 0, args.rows, args.warmup_repeats, "warmup"), load_average())
         latencies = list(dict.fromkeys(latency for _, latency in cells))
@@ -358,11 +519,19 @@ def main(argv: list[str] | None = None) -> int:
                     for system in order if rep % 2 == 0 else order[::-1]:
                         load = load_average()
                         if system == OURS:
-                            record(ours.collect(conc, latency_ms, rep, args.repeats, "measure", ng.fake_pids, ng.fake_stats_now), load)
+                            record(
+                                ours.collect(
+                                    conc, latency_ms, rep, args.repeats, "measure", ng.fake_pids, ng.fake_stats_now
+                                ),
+                                load,
+                            )
                         else:
                             record(ng.collect(conc, latency_ms, rep, args.rows, args.repeats, "measure"), load)
                     if FLOOR in args.systems:
-                        record(floor_run(bl, args, ng, conc, latency_ms, rep, args.rows * args.repeats, logs), load_average())
+                        record(
+                            floor_run(bl, args, ng, conc, latency_ms, rep, args.rows * args.repeats, logs),
+                            load_average(),
+                        )
     finally:
         stopped = {"ours": ours.stop(), **ng.stop_all()}
         bl.append_jsonl(results, {"kind": "final_stop", **stopped})

@@ -36,8 +36,20 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from learning_common import compare, eval_files, format_comparison, plot_reward_curve, read_metrics  # noqa: E402
 
-GENERATOR = {"name": "basic_arithmetic", "size": 3000, "seed": 7,
-             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}}  # fmt: skip
+GENERATOR = {
+    "name": "basic_arithmetic",
+    "size": 3000,
+    "seed": 7,
+    "config": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ["+", "-"],
+        "allow_parentheses": False,
+        "allow_negation": False,
+    },
+}
 
 
 def split_tasks(heldout_share: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -63,15 +75,23 @@ def train(args: argparse.Namespace) -> None:
     run_dir = OUT / "run"
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     command = [
-        str(Path(sys.executable).parent / "ng_train"), "+config_paths=[configs/train/quickstart_grpo.yaml]",
-        f"++trainer.input_jsonl_fpath={OUT / 'train.jsonl'}", f"++trainer.output_dir={run_dir}",
-        f"++trainer.num_steps={args.steps}", f"++trainer.max_train_time_s={args.max_train_minutes * 60}",
-        f"++trainer.batch_size={args.tasks_per_step}", f"++trainer.group_size={args.group_size}",
-        f"++trainer.engine.learning_rate={args.learning_rate}", f"++trainer.responses_create_params.max_output_tokens={args.max_tokens}",
-        f"++trainer.eval.input_jsonl_fpath={OUT / 'heldout.jsonl'}", f"++trainer.eval.interval={args.eval_interval}",
-        f"++trainer.eval.num_repeats={args.eval_repeats}", f"++trainer.eval.responses_create_params.max_output_tokens={args.max_tokens}",
-        "++trainer.checkpoint_interval=0", f"++trainer.num_samples_in_parallel={args.tasks_per_step * args.group_size}",
-    ]  # fmt: skip
+        str(Path(sys.executable).parent / "ng_train"),
+        "+config_paths=[configs/train/quickstart_grpo.yaml]",
+        f"++trainer.input_jsonl_fpath={OUT / 'train.jsonl'}",
+        f"++trainer.output_dir={run_dir}",
+        f"++trainer.num_steps={args.steps}",
+        f"++trainer.max_train_time_s={args.max_train_minutes * 60}",
+        f"++trainer.batch_size={args.tasks_per_step}",
+        f"++trainer.group_size={args.group_size}",
+        f"++trainer.engine.learning_rate={args.learning_rate}",
+        f"++trainer.responses_create_params.max_output_tokens={args.max_tokens}",
+        f"++trainer.eval.input_jsonl_fpath={OUT / 'heldout.jsonl'}",
+        f"++trainer.eval.interval={args.eval_interval}",
+        f"++trainer.eval.num_repeats={args.eval_repeats}",
+        f"++trainer.eval.responses_create_params.max_output_tokens={args.max_tokens}",
+        "++trainer.checkpoint_interval=0",
+        f"++trainer.num_samples_in_parallel={args.tasks_per_step * args.group_size}",
+    ]
     print("$ " + " ".join(command), flush=True)
     if subprocess.run(command, cwd=REPO).returncode != 0:
         raise SystemExit("ng_train failed")
@@ -82,14 +102,25 @@ def report() -> dict[str, Any]:
     metrics = read_metrics(run_dir)
     evals = eval_files(run_dir)
     first, last = evals[0], evals[-1]
-    summary: dict[str, Any] = {"before": first.stem, "after": last.stem, "steps": max(m.get("step", 0) for m in metrics)}
+    summary: dict[str, Any] = {
+        "before": first.stem,
+        "after": last.stem,
+        "steps": max(m.get("step", 0) for m in metrics),
+    }
     summary.update(compare(first, last, random.Random(0)))
-    summary["train_minutes"] = sum(m.get("time_step_s", 0.0) for m in metrics) / 60  # generation + training + sync (nemo_gym.train.reporting)
+    summary["train_minutes"] = (
+        sum(m.get("time_step_s", 0.0) for m in metrics) / 60
+    )  # generation + training + sync (nemo_gym.train.reporting)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_reward_curve(metrics, OUT / "reward_curve.png", "SmolLM2-135M-Instruct, reasoning_gym basic_arithmetic, ng_train on CPU")
+    plot_reward_curve(
+        metrics, OUT / "reward_curve.png", "SmolLM2-135M-Instruct, reasoning_gym basic_arithmetic, ng_train on CPU"
+    )
     for name in ("mean_reward", "pass_at_1"):
         print("held-out " + format_comparison(name, summary[name]))
-    print(f"{summary['steps']} steps, {summary['train_minutes']:.1f} min of training steps; curve: {OUT / 'reward_curve.png'}")
+    print(
+        f"{summary['steps']} steps, {summary['train_minutes']:.1f} min of training steps; curve:"
+        f" {OUT / 'reward_curve.png'}"
+    )
     return summary
 
 

@@ -2,7 +2,7 @@
 
 Held-out figures: a rollout file of `ng_collect_rollouts` (or an ng_train evaluation, `rollouts/eval_step_*.jsonl`) →
 per-task means → the mean with a 95 % percentile-bootstrap interval over tasks (10,000 resamples,
-`nemo_gym.bootstrap_ci`, draw for draw from a seeded `random.Random`); two files of
+`nemo_gym.eval.bootstrap_ci`, draw for draw from a seeded `random.Random`); two files of
 the same tasks → the paired difference with its interval. The reward curve: training batch mean reward per GRPO
 step, its moving average, held-out mean reward at each evaluation (ng_train's `metrics.jsonl`).
 """
@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
+from nemo_gym.eval.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
 from nemo_gym.jsonl import iter_jsonl, read_jsonl
 
 __all__ = ["eval_per_task", "compare", "format_comparison", "read_metrics", "eval_files", "plot_reward_curve"]
@@ -40,18 +40,24 @@ def compare(before_file: Path, after_file: Path, rng: random.Random) -> dict[str
         a = [sum(after[t]) / len(after[t]) for t in tasks]
         diff = [y - x for x, y in zip(b, a)]
         summary["mean_reward" if key == "reward" else "pass_at_1"] = {
-            "before": sum(b) / len(b), "before_ci95": bootstrap_mean_ci(b, DEFAULT_RESAMPLES, rng=rng),
-            "after": sum(a) / len(a), "after_ci95": bootstrap_mean_ci(a, DEFAULT_RESAMPLES, rng=rng),
-            "difference": sum(diff) / len(diff), "difference_ci95": bootstrap_mean_ci(diff, DEFAULT_RESAMPLES, rng=rng), "tasks": len(tasks),
-        }  # fmt: skip
+            "before": sum(b) / len(b),
+            "before_ci95": bootstrap_mean_ci(b, DEFAULT_RESAMPLES, rng=rng),
+            "after": sum(a) / len(a),
+            "after_ci95": bootstrap_mean_ci(a, DEFAULT_RESAMPLES, rng=rng),
+            "difference": sum(diff) / len(diff),
+            "difference_ci95": bootstrap_mean_ci(diff, DEFAULT_RESAMPLES, rng=rng),
+            "tasks": len(tasks),
+        }
     return summary
 
 
 def format_comparison(name: str, s: dict[str, Any]) -> str:
     """One line: before [ci] -> after [ci]; difference [ci] (tasks)."""
-    return (f"{name}: before {s['before']:.3f} [{s['before_ci95'][0]:.3f}, {s['before_ci95'][1]:.3f}] -> after {s['after']:.3f} "
-            f"[{s['after_ci95'][0]:.3f}, {s['after_ci95'][1]:.3f}]; difference {s['difference']:+.3f} "
-            f"[{s['difference_ci95'][0]:+.3f}, {s['difference_ci95'][1]:+.3f}] ({s['tasks']} tasks)")  # fmt: skip
+    return (
+        f"{name}: before {s['before']:.3f} [{s['before_ci95'][0]:.3f}, {s['before_ci95'][1]:.3f}] -> after"
+        f" {s['after']:.3f} [{s['after_ci95'][0]:.3f}, {s['after_ci95'][1]:.3f}]; difference {s['difference']:+.3f}"
+        f" [{s['difference_ci95'][0]:+.3f}, {s['difference_ci95'][1]:+.3f}] ({s['tasks']} tasks)"
+    )
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -62,10 +68,16 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def eval_files(run_dir: Path) -> list[Path]:
     """An ng_train run's evaluation rollout files, in step order (side files left out)."""
     files = sorted((Path(run_dir) / "rollouts").glob("eval_step_*.jsonl"))
-    return [path for path in files if not path.name.endswith(("_failures.jsonl", "_tasks.jsonl", "_materialized_inputs.jsonl"))]
+    return [
+        path
+        for path in files
+        if not path.name.endswith(("_failures.jsonl", "_tasks.jsonl", "_materialized_inputs.jsonl"))
+    ]
 
 
-def plot_reward_curve(metrics: list[dict[str, Any]], path: Path, title: str, references: dict[str, float] | None = None) -> None:
+def plot_reward_curve(
+    metrics: list[dict[str, Any]], path: Path, title: str, references: dict[str, float] | None = None
+) -> None:
     """The reward curve PNG; `references`: labelled held-out levels drawn as horizontal dashed lines."""
     import matplotlib
 
@@ -79,7 +91,9 @@ def plot_reward_curve(metrics: list[dict[str, Any]], path: Path, title: str, ref
         xs, ys = zip(*steps)
         ax.plot(xs, ys, ".", alpha=0.4, label="training batch mean reward")
         window = 5
-        smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
+        smooth = [
+            sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))
+        ]
         ax.plot(xs, smooth, "-", label=f"training, moving average ({window} steps)")
     if evals:
         ex, ey = zip(*evals)

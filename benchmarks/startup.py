@@ -1,4 +1,4 @@
-"""Start-up time of `ng_run` on the quickstart config, cold and warm (issue 8, "Benchmarks").
+"""Start-up time of `ng_run` on the quickstart config, cold and warm.
 
     .venv/bin/python benchmarks/startup.py                 # 1 cold + 3 warm start-ups, 3 vLLM-alone loads (~6 min)
     .venv/bin/python benchmarks/startup.py --no-cold       # warm only
@@ -37,11 +37,15 @@ CONFIG = "configs/quickstart.yaml"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--warm-reps", type=int, default=3)
     parser.add_argument("--vllm-reps", type=int, default=3)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold start-up")
-    parser.add_argument("--timeout-s", type=float, default=1800, help="limit of one start-up (a cold one builds vLLM's environment)")
+    parser.add_argument(
+        "--timeout-s", type=float, default=1800, help="limit of one start-up (a cold one builds vLLM's environment)"
+    )
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     args.model, args.vllm_package = "embedded:smollm2", "auto"
@@ -50,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def timed_start(env: dict[str, str], timeout_s: float) -> dict[str, Any]:
     """One ng_run start-up: seconds spawn → ready, the line ng_run printed, seconds SIGINT → exit."""
-    from nemo_gym.testing import NgRun
+    from nemo_gym.env.testing import NgRun
 
     started = time.perf_counter()
     with NgRun(f"+config_paths=[{CONFIG}]", timeout_s=timeout_s, env=env) as run:
@@ -60,7 +64,12 @@ def timed_start(env: dict[str, str], timeout_s: float) -> dict[str, Any]:
         stopping = time.perf_counter()
         run.stop()  # SIGINT to ng_run, which stops its servers
         stop_s = time.perf_counter() - stopping
-    return {"ready_s": round(ready_s, 2), "stop_s": round(stop_s, 2), "exit_code": run.process.returncode, "line": line.strip()}
+    return {
+        "ready_s": round(ready_s, 2),
+        "stop_s": round(stop_s, 2),
+        "exit_code": run.process.returncode,
+        "line": line.strip(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     result["warm"] = []
     for rep in range(args.warm_reps):
         result["warm"].append(timed_start(dict(os.environ), args.timeout_s))
-        print(f"warm {rep}: ready in {result['warm'][-1]['ready_s']} s, stopped in {result['warm'][-1]['stop_s']} s", flush=True)
+        print(
+            f"warm {rep}: ready in {result['warm'][-1]['ready_s']} s, stopped in {result['warm'][-1]['stop_s']} s",
+            flush=True,
+        )
     result["vllm_alone_s"] = []
     for rep in range(args.vllm_reps):
         engine = start_vllm(args, out / f"vllm_{rep}.log")
@@ -85,8 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vLLM alone {rep}: /health after {engine.load_s:.1f} s", flush=True)
     warm = statistics.median(r["ready_s"] for r in result["warm"])
     alone = statistics.median(result["vllm_alone_s"])
-    result["summary"] = {"warm_median_s": warm, "vllm_alone_median_s": alone, "warm_minus_model_load_s": round(warm - alone, 2),
-                         "cold_s": result.get("cold", {}).get("ready_s"), "load_avg": round(os.getloadavg()[0], 2)}  # fmt: skip
+    result["summary"] = {
+        "warm_median_s": warm,
+        "vllm_alone_median_s": alone,
+        "warm_minus_model_load_s": round(warm - alone, 2),
+        "cold_s": result.get("cold", {}).get("ready_s"),
+        "load_avg": round(os.getloadavg()[0], 2),
+    }
     (out / "summary.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result["summary"], indent=2))
     print(f"results in {out}")

@@ -12,8 +12,8 @@ policy itself as the judge (SmolLM2 is a weak judge: this shows the plumbing, no
 
 Task: the 100 reasoning_gym problems of data/quickstart/reasoning_gym_tasks.jsonl (arithmetic, equations, counting).
 Reward: 1 for the right number in the last \\boxed{}, 0.1 for a boxed wrong answer; without a box, 0.5 when the
-last number of the reply is the right one (SmolLM2 rarely boxes: the partial credit is the signal it starts from), else 0.
-`--seed` makes the sampling reproducible (one vLLM seed per step, task and rollout).
+last number of the reply is the right one (SmolLM2 rarely boxes: the partial credit is the signal it starts from), else
+0. `--seed` makes the sampling reproducible (one vLLM seed per step, task and rollout).
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ def score(text: str, answer: str) -> tuple[float, dict[str, bool]]:
 
 
 @art.retry(max_attempts=3, exceptions=(openai.APIConnectionError, openai.APITimeoutError))
-async def rollout(model: art.TrainableModel, task: dict[str, str], *, max_tokens: int, temperature: float, seed: int | None = None) -> art.Trajectory:
+async def rollout(
+    model: art.TrainableModel, task: dict[str, str], *, max_tokens: int, temperature: float, seed: int | None = None
+) -> art.Trajectory:
     """One episode: ask, score the answer. The `Choice` goes into the trajectory: it carries the token ids."""
     messages = [{"role": "user", "content": f"{task['question']}\n\nPut your final answer inside \\boxed{{}}."}]
     completion = await model.openai_client().chat.completions.create(
@@ -69,7 +71,12 @@ async def rollout(model: art.TrainableModel, task: dict[str, str], *, max_tokens
     )
     choice = completion.choices[0]
     reward, metrics = score(choice.message.content or "", task["answer"])
-    return art.Trajectory(messages_and_choices=[*messages, choice], reward=reward, metrics=metrics, metadata={"question": task["question"]})
+    return art.Trajectory(
+        messages_and_choices=[*messages, choice],
+        reward=reward,
+        metrics=metrics,
+        metadata={"question": task["question"]},
+    )
 
 
 def sample_seed(seed: int | None, step: int, task: int, rollout: int) -> int | None:
@@ -79,9 +86,18 @@ def sample_seed(seed: int | None, step: int, task: int, rollout: int) -> int | N
 
 async def train(args: argparse.Namespace) -> None:
     tasks = load_tasks(TASKS)
-    server = {"dtype": "float32", "max_model_len": 2048, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}  # float32: as the trainer
+    server = {
+        "dtype": "float32",
+        "max_model_len": 2048,
+        "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+    }  # float32: as the trainer
     backend = art.LocalBackend(args.path, server=server)
-    model = art.TrainableModel(name=args.name, project="arithmetic", base_model=args.base_model, engine={"micro_batch_size": 8, "temperature": args.temperature})
+    model = art.TrainableModel(
+        name=args.name,
+        project="arithmetic",
+        base_model=args.base_model,
+        engine={"micro_batch_size": 8, "temperature": args.temperature},
+    )
     await model.register(backend)
     try:
         start = await model.get_step()
@@ -91,16 +107,26 @@ async def train(args: argparse.Namespace) -> None:
         async def judged(group: art.TrajectoryGroup) -> art.TrajectoryGroup | None:
             # The reply is constrained to the scores JSON (explanations <= 200 characters each), so it ends by itself
             # within ~70 tokens per trajectory: keep the default max_tokens (1024), a lower cap truncates the JSON.
-            return await art.ruler_score_group(group, model, reference=str(group.metadata["answer"]), swallow_exceptions=True)
+            return await art.ruler_score_group(
+                group, model, reference=str(group.metadata["answer"]), swallow_exceptions=True
+            )
 
-        for batch in art.iterate_dataset(tasks, groups_per_step=args.groups_per_step, num_epochs=num_epochs, initial_step=start):
+        for batch in art.iterate_dataset(
+            tasks, groups_per_step=args.groups_per_step, num_epochs=num_epochs, initial_step=start
+        ):
             if batch.step >= args.steps:
                 break
             groups = await art.gather_trajectory_groups(
                 (
                     art.TrajectoryGroup(
                         (
-                            rollout(model, task, max_tokens=args.max_tokens, temperature=args.temperature, seed=sample_seed(args.seed, batch.step, t, i))
+                            rollout(
+                                model,
+                                task,
+                                max_tokens=args.max_tokens,
+                                temperature=args.temperature,
+                                seed=sample_seed(args.seed, batch.step, t, i),
+                            )
                             for i in range(args.group_size)
                         ),
                         metadata={"answer": task["answer"]},
@@ -112,7 +138,20 @@ async def train(args: argparse.Namespace) -> None:
                 after_each=judged if args.ruler else None,
             )
             metrics = await model.train(groups, learning_rate=args.learning_rate)
-            shown = {key: metrics.get(key) for key in ("step", "reward_mean", "metric_correct", "metric_boxed", "trained", "loss", "grad_norm", "num_tokens", "time_step_s")}
+            shown = {
+                key: metrics.get(key)
+                for key in (
+                    "step",
+                    "reward_mean",
+                    "metric_correct",
+                    "metric_boxed",
+                    "trained",
+                    "loss",
+                    "grad_norm",
+                    "num_tokens",
+                    "time_step_s",
+                )
+            }
             print(json.dumps(shown), flush=True)
     finally:
         await backend.close()
@@ -121,7 +160,9 @@ async def train(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", default=".art", help="the backend's folder (checkpoints, weights, history)")
-    parser.add_argument("--name", default="smollm2-arithmetic", help="the model's name (its folder; rerun with the same name to resume)")
+    parser.add_argument(
+        "--name", default="smollm2-arithmetic", help="the model's name (its folder; rerun with the same name to resume)"
+    )
     parser.add_argument("--base-model", default="embedded:smollm2", help="HF folder or embedded:smollm2")
     parser.add_argument("--steps", type=int, default=3, help="train until the model has done this many steps")
     parser.add_argument("--groups-per-step", type=int, default=4, help="tasks per step")
@@ -129,8 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=5e-6)
     parser.add_argument("--max-tokens", type=int, default=128, help="max generated tokens per answer")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None, help="reproducible sampling (a vLLM seed per rollout); default: none")
-    parser.add_argument("--ruler", action="store_true", help="rescore each group with the group judge (the policy judges)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="reproducible sampling (a vLLM seed per rollout); default: none"
+    )
+    parser.add_argument(
+        "--ruler", action="store_true", help="rescore each group with the group judge (the policy judges)"
+    )
     asyncio.run(train(parser.parse_args(argv)))
 
 

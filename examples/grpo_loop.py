@@ -1,6 +1,6 @@
 """GRPO in one file: collect rollouts from a running gym, group advantages, clipped loss, one AdamW step.
 
-The readable companion of `ng_train` (STYLE 13). No DeepSpeed, no framework classes: plain torch and
+The readable companion of `ng_train`. No DeepSpeed, no framework classes: plain torch and
 transformers. It computes the same loss as the real trainer (tests/test_train_example.py checks it).
 
     ng_run "+config_paths=[configs/quickstart.yaml]"          # in another terminal
@@ -27,7 +27,7 @@ import httpx
 import torch
 from transformers import AutoModelForCausalLM
 
-from nemo_gym.head import run_token_headers
+from nemo_gym.serving.head import run_token_headers
 
 CLIP_LOW, CLIP_HIGH, TIS_CAP = 0.2, 0.28, 2.0
 
@@ -35,7 +35,9 @@ CLIP_LOW, CLIP_HIGH, TIS_CAP = 0.2, 0.28, 2.0
 # -- 1. rollouts --------------------------------------------------------------------------------------------
 async def collect(head_url: str, agent: str, tasks: list[dict], group_size: int) -> list[list[dict]]:
     """group_size rollouts per task through the agent's /run; returns one list of rollout rows per task."""
-    async with httpx.AsyncClient(timeout=600, headers=run_token_headers(head_url)) as http:  # the run's token (nemo_gym.auth)
+    async with httpx.AsyncClient(
+        timeout=600, headers=run_token_headers(head_url)
+    ) as http:  # the run's token (nemo_gym.serving.auth)
         servers = (await http.get(f"{head_url}/servers")).json()
         agent_url = next(s["url"] for s in servers if s["name"] == agent)
 
@@ -94,7 +96,9 @@ def grpo_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], temperatur
     2025, "Your efficient RL framework secretly brings you off-policy RL training"), summed over generated
     tokens and divided by their count.
     """
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float() / temperature
+    logits = (
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float() / temperature
+    )
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     mask, advantages = batch["loss_mask"], batch["advantages"][:, None]
     ratio = torch.exp(logprobs - logprobs.detach())

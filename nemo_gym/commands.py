@@ -2,7 +2,7 @@
 
 Options and main are `"module:attribute"` strings, imported only when the command runs, so this module sits at the
 bottom of the import graph (it imports the config and the errors, nothing else of nemo_gym): `ng`, the console
-scripts (`nemo_gym.cli`), background runs (`nemo_gym.background`), team jobs (`nemo_gym.team.job`) and the ranks
+scripts (`nemo_gym.cli`), background runs (`nemo_gym.runs.background`), team jobs (`nemo_gym.team.job`) and the ranks
 of a distributed `ng_train` (`nemo_gym.train.distributed`) all run a command by name through `main`. A command
 main takes its validated options, or its raw arguments when it reads them itself (`takes_argv`: the commands with
 a free-form config and those that first take flags off, such as `+remote=true`).
@@ -19,9 +19,10 @@ import os
 import platform
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
@@ -46,7 +47,9 @@ class NoOptions(BaseModel):
 
 class DumpConfigOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
-    config_paths: list[str] = Field(default_factory=list, description="YAML files merged in order (then env.yaml, then overrides)")
+    config_paths: list[str] = Field(
+        default_factory=list, description="YAML files merged in order (then env.yaml, then overrides)"
+    )
 
 
 def _load(reference: str) -> Any:
@@ -65,7 +68,9 @@ class Command:
     main_ref: str  # its main: main(options) -> exit status, or main(argv) when `takes_argv`
     strict: bool = True  # parameters are exactly the options' fields (else: a free-form config)
     takes_argv: bool = False  # main reads the raw arguments itself
-    positional: tuple[str, ...] = ()  # fields that may also be given as bare arguments, in this order (`ng_runs stop <id>`)
+    positional: tuple[
+        str, ...
+    ] = ()  # fields that may also be given as bare arguments, in this order (`ng_runs stop <id>`)
 
     def options(self) -> type[BaseModel]:
         """The options model (imports its module)."""
@@ -79,39 +84,225 @@ class Command:
 COMMANDS: dict[str, Command] = {
     c.name: c
     for c in [
-        Command("run", "start the servers of a config (each in its own process and environment) until Ctrl-C", "nemo_gym.run:RunOptions", "nemo_gym.cli.run:main", strict=False, takes_argv=True),
-        Command("collect_rollouts", "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)", "nemo_gym.collect:CollectConfig", "nemo_gym.cli.collect:main", takes_argv=True),
-        Command("profile", "per-task reward statistics (mean, std, min, max, pass rate) from rollouts", "nemo_gym.profile:ProfileConfig", "nemo_gym.profile:profile_main"),
-        Command("reward_profile", "NeMo Gym 0.4.0's reward profile: per-task and per-agent mean/max/min/median/std of every numeric field, from materialized inputs and rollouts", "nemo_gym.reward_profile:RewardProfileConfig", "nemo_gym.reward_profile:reward_profile_main"),
-        Command("group_verify", "score collected rollouts again, one group per task, with a resources server's /verify_group (e.g. llm_judge)", "nemo_gym.group_verify:GroupVerifyOptions", "nemo_gym.group_verify:group_verify_main"),
-        Command("train", "train the policy (DeepSpeed): GRPO on rollouts from the config's environments with weight sync to vllm_model, or trainer.algorithm=sft | pretrain | on_distill; `@config.toml` reads a Prime-style TOML, +init=true prints one", "nemo_gym.train.config:TrainOptions", "nemo_gym.cli.train:main", strict=False, takes_argv=True),
-        Command("status", "list running servers with ports, PIDs, uptime and health", "nemo_gym.status:StatusOptions", "nemo_gym.cli.status:main"),
-        Command("dump_config", "print the resolved config with secrets masked", "nemo_gym.commands:DumpConfigOptions", "nemo_gym.commands:dump_config_main", strict=False, takes_argv=True),
-        Command("init_resources_server", "scaffold a working resources server folder (app, config, data, tests, README)", "nemo_gym.authoring:InitOptions", "nemo_gym.authoring:init_main"),
-        Command("init", "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows them)", "nemo_gym.project_templates:ProjectInitOptions", "nemo_gym.project_templates:init_main"),
-        Command("test", "run a server's tests (and verifier cases, conformance checks, data checks) in its own environment", "nemo_gym.testing:TestOptions", "nemo_gym.testing:test_main"),
-        Command("test_all", "ng_test every server folder, a few at a time, with a summary table", "nemo_gym.testing:TestAllOptions", "nemo_gym.testing:test_all_main"),
-        Command("dev_test", "run the core tests with coverage and print the coverage figure", "nemo_gym.testing:DevTestOptions", "nemo_gym.testing:dev_test_main"),
-        Command("pip_list", "list the packages of a server's environment (uv pip list)", "nemo_gym.testing:PipListOptions", "nemo_gym.testing:pip_list_main"),
-        Command("prepare_data", "validate the datasets a config declares and write them with metrics (train or example)", "nemo_gym.prepare_data:PrepareDataOptions", "nemo_gym.prepare_data:prepare_command", strict=False, takes_argv=True),
-        Command("viewer", "browse a rollouts JSONL in the browser (Gradio; table, filters, trajectories, reward statistics)", "nemo_gym.viewer.options:ViewerOptions", "nemo_gym.viewer.app:viewer_main"),
+        Command(
+            "run",
+            "start the servers of a config (each in its own process and environment) until Ctrl-C",
+            "nemo_gym.orchestration.run:RunOptions",
+            "nemo_gym.cli.run:main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "collect_rollouts",
+            "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)",
+            "nemo_gym.collect.command:CollectConfig",
+            "nemo_gym.cli.collect:main",
+            takes_argv=True,
+        ),
+        Command(
+            "profile",
+            "per-task reward statistics (mean, std, min, max, pass rate) from rollouts",
+            "nemo_gym.collect.profile:ProfileConfig",
+            "nemo_gym.collect.profile:profile_main",
+        ),
+        Command(
+            "reward_profile",
+            "NeMo Gym 0.4.0's reward profile: per-task and per-agent mean/max/min/median/std of every numeric field,"
+            " from materialized inputs and rollouts",
+            "nemo_gym.upstream.reward_profile:RewardProfileConfig",
+            "nemo_gym.upstream.reward_profile:reward_profile_main",
+        ),
+        Command(
+            "group_verify",
+            "score collected rollouts again, one group per task, with a resources server's /verify_group (e.g."
+            " llm_judge)",
+            "nemo_gym.collect.group_verify:GroupVerifyOptions",
+            "nemo_gym.collect.group_verify:group_verify_main",
+        ),
+        Command(
+            "train",
+            "train the policy (DeepSpeed): GRPO on rollouts from the config's environments with weight sync to"
+            " vllm_model, or trainer.algorithm=sft | pretrain | on_distill; `@config.toml` reads a Prime-style TOML,"
+            " +init=true prints one",
+            "nemo_gym.train.config:TrainOptions",
+            "nemo_gym.cli.train:main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "status",
+            "list running servers with ports, PIDs, uptime and health",
+            "nemo_gym.orchestration.status:StatusOptions",
+            "nemo_gym.cli.status:main",
+        ),
+        Command(
+            "dump_config",
+            "print the resolved config with secrets masked",
+            "nemo_gym.commands:DumpConfigOptions",
+            "nemo_gym.commands:dump_config_main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "init_resources_server",
+            "scaffold a working resources server folder (app, config, data, tests, README)",
+            "nemo_gym.scaffold.resources_server:InitOptions",
+            "nemo_gym.scaffold.resources_server:init_main",
+        ),
+        Command(
+            "init",
+            "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows"
+            " them)",
+            "nemo_gym.scaffold.projects:ProjectInitOptions",
+            "nemo_gym.scaffold.projects:init_main",
+        ),
+        Command(
+            "test",
+            "run a server's tests (and verifier cases, conformance checks, data checks) in its own environment",
+            "nemo_gym.orchestration.folder_tests:TestOptions",
+            "nemo_gym.orchestration.folder_tests:test_main",
+        ),
+        Command(
+            "test_all",
+            "ng_test every server folder, a few at a time, with a summary table",
+            "nemo_gym.orchestration.folder_tests:TestAllOptions",
+            "nemo_gym.orchestration.folder_tests:test_all_main",
+        ),
+        Command(
+            "dev_test",
+            "run the core tests with coverage and print the coverage figure",
+            "nemo_gym.orchestration.folder_tests:DevTestOptions",
+            "nemo_gym.orchestration.folder_tests:dev_test_main",
+        ),
+        Command(
+            "pip_list",
+            "list the packages of a server's environment (uv pip list)",
+            "nemo_gym.orchestration.folder_tests:PipListOptions",
+            "nemo_gym.orchestration.folder_tests:pip_list_main",
+        ),
+        Command(
+            "prepare_data",
+            "validate the datasets a config declares and write them with metrics (train or example)",
+            "nemo_gym.datasets.prepare:PrepareDataOptions",
+            "nemo_gym.datasets.prepare:prepare_command",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "viewer",
+            "browse a rollouts JSONL in the browser (Gradio; table, filters, trajectories, reward statistics)",
+            "nemo_gym.viewer.options:ViewerOptions",
+            "nemo_gym.viewer.app:viewer_main",
+        ),
         Command("help", "list the ng_* commands", "nemo_gym.commands:NoOptions", "nemo_gym.commands:help_main"),
-        Command("version", "print the nemo_gym version (+json=true for JSON)", "nemo_gym.commands:VersionOptions", "nemo_gym.commands:version_main"),
-        Command("upload_dataset_to_hf", "upload a JSONL dataset to a private Hugging Face dataset repo (and its collection)", "nemo_gym.datasets.hf:UploadToHfOptions", "nemo_gym.datasets.hf:upload_main"),
-        Command("download_dataset_from_hf", "download a file of a Hugging Face dataset repo (checksum verified)", "nemo_gym.datasets.hf:DownloadFromHfOptions", "nemo_gym.datasets.hf:download_main"),
-        Command("upload_dataset_to_gitlab", "upload a JSONL dataset version to the GitLab generic package registry", "nemo_gym.datasets.gitlab:UploadToGitlabOptions", "nemo_gym.datasets.gitlab:upload_main"),
-        Command("download_dataset_from_gitlab", "download a dataset version from the GitLab generic package registry (checksum verified)", "nemo_gym.datasets.gitlab:DownloadFromGitlabOptions", "nemo_gym.datasets.gitlab:download_main"),
-        Command("delete_dataset_from_gitlab", "delete a dataset (all versions) from GitLab, after a confirmation (+yes=true skips it)", "nemo_gym.datasets.gitlab:DeleteFromGitlabOptions", "nemo_gym.datasets.gitlab:delete_main"),
-        Command("gitlab_to_hf_dataset", "move a dataset from GitLab to the Hugging Face Hub (upload, then delete from GitLab)", "nemo_gym.datasets.hf:GitlabToHfOptions", "nemo_gym.datasets.hf:gitlab_to_hf_main"),
-        Command("login", "save a token for hf, gitlab or wandb (+service=) or a run server (+server=URL) in $NEMO_GYM_HOME/credentials.json (mode 0600)", "nemo_gym.datasets.login:LoginOptions", "nemo_gym.datasets.login:login_main"),
-        Command("logout", "forget saved tokens (+service=hf|gitlab|wandb, +server=URL; default all)", "nemo_gym.datasets.login:LogoutOptions", "nemo_gym.datasets.login:logout_main"),
-        Command("runs", "background runs (the run server's when logged in): list, logs <id> [+follow=true], stop <id> [+save_model=true], delete <id>, download <id> +output=DIR", "nemo_gym.runs:RunsOptions", "nemo_gym.runs:runs_main", positional=("verb", "id")),
-        Command("serve", "the team run server: an authenticated API in front of Ray Jobs (+admin=... manages organizations, users, tokens)", "nemo_gym.team.server:ServeOptions", "nemo_gym.team.server:serve_main", positional=("admin",)),
-        Command("orgs", "list your organizations on the run server, or switch the active one: ng_orgs <ORG>", "nemo_gym.team.client:OrgsOptions", "nemo_gym.team.client:orgs_main", positional=("org",)),
-        Command("export", "write a merged HF model folder (LoRA merged, lm_head explicit) from a run, output_dir or checkpoint: ng_export <source> +output=DIR", "nemo_gym.export:ExportOptions", "nemo_gym.export:export_main", positional=("source",)),
-        Command("try", "smoke-test rollouts: N rollouts of chosen entries of an rnow project or task JSONL with any model, printed and saved as JSON", "nemo_gym.try_rollouts:TryOptions", "nemo_gym.try_rollouts:try_main", strict=False, takes_argv=True),
-        Command("models", "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run server's (+json=true)", "nemo_gym.model_list:ModelsOptions", "nemo_gym.model_list:models_main"),
-        Command("eval", "pass@k (unbiased), pass^k and mean reward per environment, from n samples per task or existing rollouts", "nemo_gym.evaluation:EvalConfig", "nemo_gym.evaluation:eval_main"),
+        Command(
+            "version",
+            "print the nemo_gym version (+json=true for JSON)",
+            "nemo_gym.commands:VersionOptions",
+            "nemo_gym.commands:version_main",
+        ),
+        Command(
+            "upload_dataset_to_hf",
+            "upload a JSONL dataset to a private Hugging Face dataset repo (and its collection)",
+            "nemo_gym.datasets.hf:UploadToHfOptions",
+            "nemo_gym.datasets.hf:upload_main",
+        ),
+        Command(
+            "download_dataset_from_hf",
+            "download a file of a Hugging Face dataset repo (checksum verified)",
+            "nemo_gym.datasets.hf:DownloadFromHfOptions",
+            "nemo_gym.datasets.hf:download_main",
+        ),
+        Command(
+            "upload_dataset_to_gitlab",
+            "upload a JSONL dataset version to the GitLab generic package registry",
+            "nemo_gym.datasets.gitlab:UploadToGitlabOptions",
+            "nemo_gym.datasets.gitlab:upload_main",
+        ),
+        Command(
+            "download_dataset_from_gitlab",
+            "download a dataset version from the GitLab generic package registry (checksum verified)",
+            "nemo_gym.datasets.gitlab:DownloadFromGitlabOptions",
+            "nemo_gym.datasets.gitlab:download_main",
+        ),
+        Command(
+            "delete_dataset_from_gitlab",
+            "delete a dataset (all versions) from GitLab, after a confirmation (+yes=true skips it)",
+            "nemo_gym.datasets.gitlab:DeleteFromGitlabOptions",
+            "nemo_gym.datasets.gitlab:delete_main",
+        ),
+        Command(
+            "gitlab_to_hf_dataset",
+            "move a dataset from GitLab to the Hugging Face Hub (upload, then delete from GitLab)",
+            "nemo_gym.datasets.hf:GitlabToHfOptions",
+            "nemo_gym.datasets.hf:gitlab_to_hf_main",
+        ),
+        Command(
+            "login",
+            "save a token for hf, gitlab or wandb (+service=) or a run server (+server=URL) in"
+            " $NEMO_GYM_HOME/credentials.json (mode 0600)",
+            "nemo_gym.cli.login:LoginOptions",
+            "nemo_gym.cli.login:login_main",
+        ),
+        Command(
+            "logout",
+            "forget saved tokens (+service=hf|gitlab|wandb, +server=URL; default all)",
+            "nemo_gym.cli.login:LogoutOptions",
+            "nemo_gym.cli.login:logout_main",
+        ),
+        Command(
+            "runs",
+            "background runs (the run server's when logged in): list, logs <id> [+follow=true], stop <id>"
+            " [+save_model=true], delete <id>, download <id> +output=DIR",
+            "nemo_gym.runs.command:RunsOptions",
+            "nemo_gym.cli.runs:main",
+            positional=("verb", "id"),
+        ),
+        Command(
+            "serve",
+            "the team run server: an authenticated API in front of Ray Jobs (+admin=... manages organizations, users,"
+            " tokens)",
+            "nemo_gym.team.command:ServeOptions",
+            "nemo_gym.team.command:serve_main",
+            positional=("admin",),
+        ),
+        Command(
+            "orgs",
+            "list your organizations on the run server, or switch the active one: ng_orgs <ORG>",
+            "nemo_gym.team.client:OrgsOptions",
+            "nemo_gym.team.client:orgs_main",
+            positional=("org",),
+        ),
+        Command(
+            "export",
+            "write a merged HF model folder (LoRA merged, lm_head explicit) from a run, output_dir or checkpoint:"
+            " ng_export <source> +output=DIR",
+            "nemo_gym.model_files.export:ExportOptions",
+            "nemo_gym.model_files.export:export_main",
+            positional=("source",),
+        ),
+        Command(
+            "try",
+            "smoke-test rollouts: N rollouts of chosen entries of an rnow project or task JSONL with any model, printed"
+            " and saved as JSON",
+            "nemo_gym.tryout.options:TryOptions",
+            "nemo_gym.tryout.rollouts:try_main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "models",
+            "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run"
+            " server's (+json=true)",
+            "nemo_gym.model_files.listing:ModelsOptions",
+            "nemo_gym.model_files.listing:models_main",
+        ),
+        Command(
+            "eval",
+            "pass@k (unbiased), pass^k and mean reward per environment, from n samples per task or existing rollouts",
+            "nemo_gym.eval.command:EvalConfig",
+            "nemo_gym.eval.command:eval_main",
+        ),
     ]
 }
 
@@ -128,10 +319,18 @@ def format_help(command: Command) -> str:
     options = command.options()
     lines = [f"ng_{command.name}: {command.summary}", "", "Parameters (pass as +name=value):"]
     if command.positional:
-        lines[-1] = f"Parameters (pass as +name=value; {', '.join(command.positional)} also as bare arguments, in this order):"
+        lines[-1] = (
+            f"Parameters (pass as +name=value; {', '.join(command.positional)} also as bare arguments, in this order):"
+        )
     lines += _field_lines(options, "")
     if not command.strict:
-        lines += ["", "Any other key is config: server instances and values used by ${...} interpolation (e.g. +policy_base_url=...)."]
+        lines += [
+            "",
+            (
+                "Any other key is config: server instances and values used by ${...} interpolation (e.g."
+                " +policy_base_url=...)."
+            ),
+        ]
     lines += ["", "Help: +help=true, +h=true or --help."]
     return "\n".join(lines)
 
@@ -155,7 +354,10 @@ def _positional_values(command: Command, argv: list[str]) -> tuple[list[str], di
         return argv, {}
     bare = [arg for arg in argv if "=" not in arg and not arg.startswith(("+", "-"))]
     if len(bare) > len(command.positional):
-        raise NemoGymError(f"ng_{command.name}: too many arguments {bare[len(command.positional):]}; it takes {' '.join(f'<{p}>' for p in command.positional)} (see +help=true)")
+        raise NemoGymError(
+            f"ng_{command.name}: too many arguments {bare[len(command.positional) :]}; it takes"
+            f" {' '.join(f'<{p}>' for p in command.positional)} (see +help=true)"
+        )
     return [arg for arg in argv if arg not in bare], dict(zip(command.positional, bare))
 
 
@@ -178,7 +380,10 @@ def parse_options(command: Command, argv: list[str]) -> BaseModel:
     known = {info.alias or name for name, info in options.model_fields.items()}
     for key in values:
         if key not in known:
-            raise NemoGymError(f"ng_{command.name}: unknown parameter +{key}{did_you_mean(key, known)}. Parameters: {', '.join(sorted(known))} (see +help=true)")
+            raise NemoGymError(
+                f"ng_{command.name}: unknown parameter +{key}{did_you_mean(key, known)}. Parameters:"
+                f" {', '.join(sorted(known))} (see +help=true)"
+            )
     try:
         return options.model_validate(values)
     except ValidationError as exc:
@@ -197,9 +402,19 @@ def help_main(options: NoOptions) -> int:
 
 def version_main(options: VersionOptions) -> int:
     """`ng_version`: nemo_gym's version, Python's and the main dependencies' (+json=true for JSON)."""
-    packages = {name: _installed(name) for name in ("fastapi", "uvicorn", "httpx", "pydantic", "openai", "hydra-core", "omegaconf")}
-    info = {"nemo_gym": _installed("nemo-gym"), "python": platform.python_version(), "platform": platform.platform(), "dependencies": packages}
-    print(json.dumps(info, indent=2) if options.json_output else f"nemo_gym {info['nemo_gym']} (Python {info['python']})")
+    packages = {
+        name: _installed(name)
+        for name in ("fastapi", "uvicorn", "httpx", "pydantic", "openai", "hydra-core", "omegaconf")
+    }
+    info = {
+        "nemo_gym": _installed("nemo-gym"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "dependencies": packages,
+    }
+    print(
+        json.dumps(info, indent=2) if options.json_output else f"nemo_gym {info['nemo_gym']} (Python {info['python']})"
+    )
     return 0
 
 

@@ -4,15 +4,17 @@ Order of merging (later wins): the YAML files of `config_paths` (each may list i
 loaded before it), then `env.yaml` (local secrets and values such as `policy_base_url`), then the
 command-line overrides `+key=value` / `++key=value` / `key=value` (all three set the key here, so nobody
 has to know whether a key exists yet). Every error names the YAML file and the key and says what to write.
+The server instances of a loaded config, checked, are `nemo_gym.server_instances`.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,26 +25,20 @@ from pydantic import BaseModel, ValidationError
 
 from nemo_gym.errors import ConfigError
 from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
-from nemo_gym.nemo_gym_detect import detect_framework
-from nemo_gym.paths import PathEscapeError, resolve_inside
 
 __all__ = [
-    "REPO_ROOT",
-    "SERVER_TYPES",
-    "ServerInstance",
     "LoadedConfig",
     "parse_overrides",
     "load_config",
-    "server_instances",
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
     "validation_problems",
     "server_sections",
+    "instance_sections",
 ]
 
 IMPLEMENTATION_DIR_KEY = "implementation_dir"  # a server's own folder outside this repository (see ServerInstance)
-FRAMEWORKS = ("nemo_gym",)  # `framework:` values: a folder written against NVIDIA NeMo Gym's base classes
 SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
 MASK = "****"
 
@@ -87,126 +83,6 @@ def validation_problems(model: type[BaseModel], exc: ValidationError, key_format
 
 
 @dataclass
-class ServerInstance:
-    """One server of the resolved config: `<name>: <server_type>: <implementation>: {fields}`."""
-
-    name: str
-    server_type: str
-    implementation: str
-    fields: dict[str, Any]
-    source: str = "<command line>"
-
-    @property
-    def implementation_dir(self) -> Path:
-        """The folder of the server's code: the field `implementation_dir` when set (a project of the user's, e.g.
-        made by `ng_init`; made absolute when its YAML is loaded), else `<server_type>/<implementation>` of this
-        repository."""
-        own = self.fields.get(IMPLEMENTATION_DIR_KEY)
-        if own:
-            return Path(own).expanduser().resolve()
-        return REPO_ROOT / self.server_type / self.implementation
-
-    @property
-    def extra_requirement_files(self) -> list[Path]:
-        """Field `extra_requirements`: requirements files installed into the server's environment besides its
-        folder's requirements.txt (e.g. a ReinforceNow project's own); a relative path is from the server's folder."""
-        return [self.implementation_dir / Path(str(p)).expanduser() for p in self.fields.get("extra_requirements") or []]
-
-    @property
-    def entrypoint(self) -> str:
-        return str(self.fields.get("entrypoint", "app.py"))
-
-    @property
-    def entrypoint_path(self) -> Path:
-        """The entrypoint file, which must lie inside `implementation_dir` (symlinks resolved).
-
-        Raises:
-            ConfigError: `entrypoint` (or the implementation name) leads outside its folder, e.g. `../other/app.py`.
-        """
-        where = f"{self.name}.{self.server_type}.{self.implementation}"
-        try:
-            if self.implementation_dir == REPO_ROOT / self.server_type / self.implementation:  # a folder of this repository
-                resolve_inside(REPO_ROOT / self.server_type, self.implementation, what=f"'{where}': implementation name")
-            return resolve_inside(self.implementation_dir, self.entrypoint, what=f"'{where}.entrypoint'")
-        except PathEscapeError as exc:
-            raise ConfigError(str(exc)) from None
-
-    @property
-    def key(self) -> str:
-        """`<name>.<server_type>.<implementation>`: the YAML key of the instance's fields, for messages."""
-        return f"{self.name}.{self.server_type}.{self.implementation}"
-
-    @property
-    def external_urls(self) -> list[str] | None:
-        """The base URLs of an external server (field `url`: one URL, or a list, one per replica): a server
-        running elsewhere, which `ng_run` checks and registers but never starts. None for a server ng_run starts.
-
-        Raises:
-            ConfigError: not an http(s) URL (or a non-empty list of them), naming the YAML key.
-        """
-        value = self.fields.get("url")
-        if value is None:
-            return None
-        urls = [value] if isinstance(value, str) else value
-        where = f"{self.source}: key '{self.key}.url'"
-        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
-            raise ConfigError(f"{where}: must be a URL or a non-empty list of URLs (one per replica), got {value!r}")
-        for url in urls:
-            if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
-                raise ConfigError(f"{where}: {url!r} is not an http(s) URL; write e.g. url: http://127.0.0.1:8000")
-        return [u.rstrip("/") for u in urls]
-
-    @property
-    def health_path(self) -> str | None:
-        """Field `health_path`: the route that tells an external server is up (None: `/health`, or NeMo Gym's
-        liveness route `/` when `/health` answers 404)."""
-        value = self.fields.get("health_path")
-        return None if value is None else "/" + str(value).lstrip("/")
-
-    @property
-    def send_run_token(self) -> bool:
-        """Field `send_run_token` (default false): whether calls to this external server carry the run's token."""
-        return bool(self.fields.get("send_run_token", False))
-
-    @property
-    def framework(self) -> str | None:
-        """`'nemo_gym'` for a server folder written for NVIDIA NeMo Gym (field `framework`, else detected from its
-        entrypoint's imports; `nemo_gym.nemo_gym_detect`), None for one of ours or an external server.
-
-        Raises:
-            ConfigError: an unknown `framework` value.
-        """
-        if self.external_urls is not None:
-            return None
-        value = self.fields.get("framework")
-        if value is None:
-            return detect_framework(self.implementation_dir, self.entrypoint) if self.implementation_dir.is_dir() else None
-        if value not in FRAMEWORKS:
-            raise ConfigError(f"{self.source}: key '{self.key}.framework': unknown framework {value!r}{did_you_mean(str(value), FRAMEWORKS)}; "
-                              f"use one of {', '.join(FRAMEWORKS)} (nemo_gym: a folder written for NVIDIA NeMo Gym)")  # fmt: skip
-        return value
-
-    @property
-    def num_replicas(self) -> int:
-        """How many processes `ng_run` starts for this instance (field `num_replicas`, default 1); for an external
-        server, the number of its URLs.
-
-        Raises:
-            ConfigError: not an integer >= 1, or several replicas with one fixed `port`.
-        """
-        urls = self.external_urls
-        if urls is not None:
-            return len(urls)
-        value = self.fields.get("num_replicas", 1)
-        where = f"{self.source}: key '{self.name}.{self.server_type}.{self.implementation}.num_replicas'"
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{where}: must be an integer >= 1, got {value!r}")
-        if value > 1 and self.fields.get("port") not in (None, 0):
-            raise ConfigError(f"{where}: {value} replicas cannot share the fixed port {self.fields['port']}; set port: 0 (a free port each)")
-        return value
-
-
-@dataclass
 class LoadedConfig:
     """The resolved config as plain containers, and where each top-level key came from."""
 
@@ -231,7 +107,9 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
         try:
             override = parser.parse_override(arg)
         except HydraException as exc:
-            raise ConfigError(f"cannot parse argument {arg!r}: {exc}. Quote lists like '+config_paths=[a.yaml,b.yaml]'") from exc
+            raise ConfigError(
+                f"cannot parse argument {arg!r}: {exc}. Quote lists like '+config_paths=[a.yaml,b.yaml]'"
+            ) from exc
         if override.is_delete():
             raise ConfigError(f"argument {arg!r}: deleting keys (~key) is not supported")
         pairs.append((override.key_or_group, override.value()))
@@ -266,7 +144,9 @@ def _resolve_path(raw: str, relative_to: Path) -> Path:
     return (relative_to / path).resolve()
 
 
-def _load_config_paths(paths: Any, cited_from: str, base_dir: Path, seen: tuple[Path, ...], origins: dict[str, str]) -> DictConfig:
+def _load_config_paths(
+    paths: Any, cited_from: str, base_dir: Path, seen: tuple[Path, ...], origins: dict[str, str]
+) -> DictConfig:
     if isinstance(paths, str):
         paths = [paths]
     if not isinstance(paths, (list, tuple, ListConfig)):
@@ -281,7 +161,9 @@ def _load_config_paths(paths: Any, cited_from: str, base_dir: Path, seen: tuple[
         _anchor_sibling_server_folders(cfg, path)
         nested = cfg.pop("config_paths", None)
         if nested:
-            merged = OmegaConf.merge(merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins))
+            merged = OmegaConf.merge(
+                merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins)
+            )
         for key in cfg:
             origins[str(key)] = str(path)
         merged = OmegaConf.merge(merged, cfg)
@@ -295,7 +177,9 @@ def _anchor_implementation_dirs(cfg: DictConfig, base_dir: Path) -> None:
     for name, server_type, implementation, fields in server_sections(OmegaConf.to_container(cfg, resolve=False)):
         raw = fields.get(IMPLEMENTATION_DIR_KEY)
         if isinstance(raw, str) and "${" not in raw and not Path(raw).expanduser().is_absolute():
-            cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str((base_dir / Path(raw).expanduser()).resolve())
+            cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str(
+                (base_dir / Path(raw).expanduser()).resolve()
+            )
 
 
 def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
@@ -309,7 +193,7 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
     root = Path(*parts[:-4])
     if root == REPO_ROOT:
         return
-    for name, server_type, implementation, fields in _servers(OmegaConf.to_container(cfg, resolve=False)):
+    for name, server_type, implementation, fields in instance_sections(OmegaConf.to_container(cfg, resolve=False)):
         folder = root / str(server_type) / str(implementation)
         if IMPLEMENTATION_DIR_KEY not in fields and "url" not in fields and folder.is_dir():
             cfg[name][server_type][implementation][IMPLEMENTATION_DIR_KEY] = str(folder)
@@ -327,7 +211,9 @@ def _list_index_path(config: DictConfig, key: str) -> bool:
     return False
 
 
-def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | None = None, resolve: bool = True) -> LoadedConfig:
+def load_config(
+    argv: list[str], *, cwd: Path | None = None, env_yaml: Path | None = None, resolve: bool = True
+) -> LoadedConfig:
     """Load and merge the config for a command line.
 
     Args:
@@ -347,7 +233,9 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
     origins: dict[str, str] = {}
     merged = OmegaConf.create({})
     if "config_paths" in cli:
-        merged = _load_config_paths(OmegaConf.to_container(cli.config_paths), "command line +config_paths", cwd, (), origins)
+        merged = _load_config_paths(
+            OmegaConf.to_container(cli.config_paths), "command line +config_paths", cwd, (), origins
+        )
     env_path = Path(cli.get("env_yaml_fpath") or env_yaml or cwd / "env.yaml")
     if env_path.is_file():
         env_cfg = _read_yaml(env_path, "env.yaml")
@@ -361,7 +249,9 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
         cli = OmegaConf.create({})
         for key, value in (o for o in overrides if o not in into_lists):
             OmegaConf.update(cli, key, value, force_add=True, merge=False)
-    _anchor_implementation_dirs(cli, cwd)  # a relative implementation_dir on the command line: from the working directory
+    _anchor_implementation_dirs(
+        cli, cwd
+    )  # a relative implementation_dir on the command line: from the working directory
     merged = OmegaConf.merge(merged, cli)
     for key, value in into_lists:
         try:
@@ -377,7 +267,7 @@ def load_config(argv: list[str], *, cwd: Path | None = None, env_yaml: Path | No
         key = getattr(exc, "full_key", None) or "?"
         raise ConfigError(
             f"{loaded.origin(str(key))}: key {key!r}: {getattr(exc, 'msg', exc)}. "
-            f"Define the referenced key in a config file, in env.yaml, or on the command line (+name=value)."
+            "Define the referenced key in a config file, in env.yaml, or on the command line (+name=value)."
         ) from exc
     return loaded
 
@@ -399,7 +289,9 @@ def _check_missing(cfg: Any, loaded: LoadedConfig, prefix: str = "") -> None:
 
 def server_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
     """`(name, server_type, implementation, fields)` of each top-level key shaped as a server instance
-    (`<name>: <server_type>: <implementation>: {fields}`, one key at each of the two inner levels); other keys are skipped."""
+    (`<name>: <server_type>: <implementation>: {fields}`, one key at each of the two inner levels); other keys are
+    skipped.
+    """
     for name, value in config.items():
         if not (isinstance(value, dict) and len(value) == 1):
             continue
@@ -411,77 +303,9 @@ def server_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dic
             yield str(name), server_type, implementation, fields
 
 
-def _servers(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+def instance_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
     """The `server_sections` that are server instances: with an `entrypoint` (code to start) or a `url` (external)."""
     return ((n, t, i, f) for n, t, i, f in server_sections(config) if "entrypoint" in f or "url" in f)
-
-
-def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[ServerInstance]:
-    """The server instances of a resolved config, checked.
-
-    Raises:
-        ConfigError: an unknown server type, a missing implementation folder or entrypoint, or a
-            `{type, name}` reference to an instance that does not exist.
-    """
-    instances = []
-    for name, server_type, implementation, fields in _servers(loaded.values):
-        where = f"{loaded.origin(name)}: key '{name}.{server_type}'"
-        if server_type not in SERVER_TYPES:
-            raise ConfigError(f"{where}: unknown server type {server_type!r}{did_you_mean(server_type, SERVER_TYPES)}; use one of {', '.join(SERVER_TYPES)}")
-        instance = ServerInstance(name, server_type, str(implementation), dict(fields), loaded.origin(name))
-        if instance.fields.get(IMPLEMENTATION_DIR_KEY):  # absolute from here on (a command-line value: from the working directory)
-            instance.fields[IMPLEMENTATION_DIR_KEY] = str(instance.implementation_dir)
-        if instance.external_urls is None and check_dirs:  # validates `url` too: a bad one is an error before anything starts
-            _check_implementation_dir(instance)
-            instance.framework  # noqa: B018 (validates the field)
-        instance.num_replicas  # noqa: B018 (validates the field: a bad value is a config error before anything starts)
-        instances.append(instance)
-    names = {i.name: i for i in instances}
-    for instance in instances:
-        for key_path, ref in _references(instance.fields):
-            where = f"{instance.source}: key '{instance.name}.{instance.server_type}.{instance.implementation}.{key_path}'"
-            target = names.get(ref["name"])
-            if target is None:
-                raise ConfigError(
-                    f"{where}: refers to server instance {ref['name']!r}, which is not in the config{did_you_mean(ref['name'], names)}. "
-                    f"Defined instances: {', '.join(sorted(names)) or 'none'}; add its YAML to config_paths."
-                )
-            if target.server_type != ref["type"]:
-                raise ConfigError(f"{where}: {ref['name']!r} is a {target.server_type} server, not {ref['type']}")
-    return instances
-
-
-def _check_implementation_dir(instance: ServerInstance) -> None:
-    """Raises ConfigError, naming the YAML file and key, when the instance's folder or its entrypoint file is missing."""
-    folder, impl = instance.implementation_dir, instance.implementation
-    key = f"{instance.source}: key '{instance.name}.{instance.server_type}.{impl}"
-    if instance.fields.get(IMPLEMENTATION_DIR_KEY):  # the user's own folder (e.g. a project made by ng_init)
-        if not folder.is_dir():
-            raise ConfigError(f"{key}.{IMPLEMENTATION_DIR_KEY}': folder {folder} does not exist (a relative path is relative to the YAML file that sets it)")
-        shown = str(folder)
-    else:
-        if not folder.is_dir():
-            parent = REPO_ROOT / instance.server_type
-            existing = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-            raise ConfigError(
-                f"{key}': no folder {instance.server_type}/{impl}{did_you_mean(impl, existing)}; "
-                f"for a server folder outside this repository set {IMPLEMENTATION_DIR_KEY}: <folder>"
-            )
-        shown = f"{instance.server_type}/{impl}"
-    if not instance.entrypoint_path.is_file():  # inside its folder, else ConfigError
-        raise ConfigError(f"{key}.entrypoint': file {shown}/{instance.entrypoint} does not exist")
-
-
-def _references(value: Any, path: str = "") -> Iterator[tuple[str, dict[str, str]]]:
-    if isinstance(value, dict):
-        if set(value) == {"type", "name"} and value["type"] in SERVER_TYPES:
-            yield path.rstrip("."), value
-            return
-        for key, inner in value.items():
-            yield from _references(inner, f"{path}{key}.")
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            yield from _references(inner, f"{path}{index}.")
 
 
 def is_secret_key(key: str) -> bool:
@@ -494,7 +318,14 @@ def is_secret_key(key: str) -> bool:
 def mask_secrets(value: Any) -> Any:
     """A copy with the value of every secret key (see `is_secret_key`) replaced by '****'."""
     if isinstance(value, dict):
-        return {k: MASK if is_secret_key(str(k)) and not isinstance(v, (dict, list)) and v not in (None, "") else mask_secrets(v) for k, v in value.items()}
+        return {
+            k: (
+                MASK
+                if is_secret_key(str(k)) and not isinstance(v, (dict, list)) and v not in (None, "")
+                else mask_secrets(v)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [mask_secrets(v) for v in value]
     return value

@@ -1,4 +1,5 @@
-"""JSONL helpers shared by rollout collection and profiling (orjson, one JSON object a line).
+"""JSONL helpers shared by rollout collection and profiling (orjson, one JSON object a line), and the keys the
+collector adds to every row it dispatches (`TASK_INDEX_KEY`, `ROLLOUT_INDEX_KEY`; `AGENT_REF_KEY` names the agent).
 
 Errors in a file raise `nemo_gym.errors.DataError` with a `file:line: what is wrong` message (lines count
 from 1, blank lines count too and are skipped). Appends are crash-safe in the sense the collector needs: each
@@ -18,6 +19,9 @@ import orjson
 from nemo_gym.errors import DataError
 
 __all__ = [
+    "TASK_INDEX_KEY",
+    "ROLLOUT_INDEX_KEY",
+    "AGENT_REF_KEY",
     "iter_lines",
     "iter_jsonl",
     "read_jsonl",
@@ -28,6 +32,10 @@ __all__ = [
     "JsonlAppender",
     "repair_truncated_tail",
 ]
+
+TASK_INDEX_KEY = "_ng_task_index"  # a row's index in the collection's input file (0-based), as NeMo Gym writes it
+ROLLOUT_INDEX_KEY = "_ng_rollout_index"  # which of the task's repeats (0-based)
+AGENT_REF_KEY = "agent_ref"  # `{"name": <agent instance>}`: the agent that runs the row
 
 
 def _describe(value: Any) -> str:

@@ -1,19 +1,20 @@
 """Where things are: this checkout's root, the three server folders' names, the cache folder, and the layers of
 the nemo_gym package (no imports of nemo_gym: every module may use it).
 
-The layers (`LAYERS`; tests/test_import_graph.py fails on an import that crosses them upwards, and on any import
-cycle):
+The layers are folders (`LAYERS`; tests/test_import_graph.py fails on an import that crosses them upwards, on a
+module that no entry holds, on any import cycle, and on a cycle between the folders and top modules):
 
-- **cli** (`nemo_gym.cli`): the console scripts and the mains of the commands that join a core command to the
+- **cli** (`nemo_gym/cli/`): the console scripts and the mains of the commands that join a core command to the
   extras that feed it. Nothing imports it; commands are run by name through the registry `nemo_gym.commands`,
   which names every main and options model as a string and so sits at the bottom of the graph.
-- **extras**: the team run server and its client, the viewer, the dataset registries and `ng_prepare_data`, the
-  ART, ReinforceNow and Prime front-ends (`art`, `rnow`, `train.prime_toml`, `train.prime_envs`), the project
-  templates, background runs (`background`, `runs`), `ng_export`, `ng_models` and `ng_try`. They may import the
-  core and each other.
-- **core**: everything else: the config, the server base classes and their client, the head server, `ng_run`,
-  rollout collection, profiling, the RL math and the training loop, with their helpers. The core imports no
-  extra and no cli module.
+- **extras**: one folder each: the team run server (`team`), the viewer (`viewer`), the dataset registries and
+  `ng_prepare_data` (`datasets`), the ART, ReinforceNow and Prime front-ends (`art`, `rnow`, `prime`), `ng_init`
+  (`scaffold`, with the templates' files in `templates`), background runs and `ng_runs` (`runs`), `ng_models` and
+  `ng_export` (`model_files`) and `ng_try` (`tryout`). They may import the core and each other.
+- **core**: the top modules (errors, layout, paths, processes, jsonl, config, server_instances, commands) and the
+  folders of the gym's jobs: `serving` (the HTTP protocol), `env` (what an environment's author uses),
+  `orchestration` (`ng_run`), `model_servers`, `upstream` (NVIDIA NeMo Gym itself), `collect`, `eval`, `rl` and
+  `train`. The core imports no extra and no cli module.
 """
 
 from __future__ import annotations
@@ -26,16 +27,41 @@ __all__ = ["LAYERS", "REPO_ROOT", "SERVER_TYPES", "layer_of", "nemo_gym_home"]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 
-# layer -> the modules and packages in it, top layer first; a module may import its own layer and those below it
+# layer -> the folders (and top modules) in it, top layer first; a module may import its own layer and those below it
 LAYERS: dict[str, tuple[str, ...]] = {
     "cli": ("nemo_gym.cli",),
     "extras": (
-        "nemo_gym.team", "nemo_gym.viewer", "nemo_gym.datasets", "nemo_gym.prepare_data",
-        "nemo_gym.art", "nemo_gym.rnow", "nemo_gym.train.prime_toml", "nemo_gym.train.prime_envs",
-        "nemo_gym.project_templates", "nemo_gym.templates", "nemo_gym.background", "nemo_gym.runs",
-        "nemo_gym.export", "nemo_gym.model_list", "nemo_gym.try_rollouts", "nemo_gym.try_sft",
-    ),  # fmt: skip
-    "core": ("nemo_gym",),
+        "nemo_gym.team",
+        "nemo_gym.viewer",
+        "nemo_gym.datasets",
+        "nemo_gym.art",
+        "nemo_gym.rnow",
+        "nemo_gym.prime",
+        "nemo_gym.scaffold",
+        "nemo_gym.templates",
+        "nemo_gym.runs",
+        "nemo_gym.model_files",
+        "nemo_gym.tryout",
+    ),
+    "core": (
+        "nemo_gym.serving",
+        "nemo_gym.env",
+        "nemo_gym.orchestration",
+        "nemo_gym.model_servers",
+        "nemo_gym.upstream",
+        "nemo_gym.collect",
+        "nemo_gym.eval",
+        "nemo_gym.rl",
+        "nemo_gym.train",
+        "nemo_gym.errors",
+        "nemo_gym.layout",
+        "nemo_gym.paths",
+        "nemo_gym.processes",
+        "nemo_gym.jsonl",
+        "nemo_gym.config",
+        "nemo_gym.server_instances",
+        "nemo_gym.commands",
+    ),
 }
 
 
@@ -45,12 +71,15 @@ def nemo_gym_home() -> Path:
 
 
 def layer_of(module: str) -> str:
-    """The layer of a module of nemo_gym (`nemo_gym.status` → "core"): the first of LAYERS that holds it or its package.
+    """The layer of a module of nemo_gym (`nemo_gym.orchestration.status` → "core"): the entry of LAYERS that holds it
+    or its package; the package itself (`nemo_gym`: its old import paths) is core.
 
     Raises:
-        ValueError: `module` is not in nemo_gym.
+        ValueError: no entry of LAYERS holds `module`.
     """
+    if module == "nemo_gym":
+        return "core"
     for layer, prefixes in LAYERS.items():
         if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
             return layer
-    raise ValueError(f"{module} is not a module of nemo_gym")
+    raise ValueError(f"{module} is in no layer of nemo_gym.layout.LAYERS (a new folder or top module is placed there)")

@@ -37,7 +37,9 @@ def resolve_inside(base: str | os.PathLike[str], name: str | os.PathLike[str], *
     root = Path(base).resolve()
     target = (root / text).resolve()
     if not target.is_relative_to(root):
-        raise PathEscapeError(f"{what} {text!r} points outside {root} (to {target}); only names inside that folder are accepted")
+        raise PathEscapeError(
+            f"{what} {text!r} points outside {root} (to {target}); only names inside that folder are accepted"
+        )
     return target
 
 

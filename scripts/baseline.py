@@ -1,6 +1,7 @@
 """Measure the SmolLM2-135M-Instruct baseline of environments and write it into their READMEs.
 
-    .venv/bin/python scripts/baseline.py <environment> [<environment> ...] [--repeats 4] [--limit 50] [--max-output-tokens 256] [--write-readme]
+    .venv/bin/python scripts/baseline.py <environment> [<environment> ...] [--repeats 4] [--limit 50]
+    [--max-output-tokens 256] [--write-readme]
 
 Starts one `ng_run` with `resources_servers/<environment>/configs/<environment>.yaml` of every environment named
 and the embedded policy (`responses_api_models/vllm_model/configs/vllm_model.yaml`); for each environment collects
@@ -24,8 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
-from nemo_gym.config import load_config, server_instances  # noqa: E402
+from nemo_gym.config import load_config  # noqa: E402
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.server_instances import server_instances  # noqa: E402
 
 
 def baseline_dataset(environment: str) -> tuple[str, Path]:
@@ -52,10 +54,18 @@ def main() -> int:
     targets = {env: baseline_dataset(env) for env in args.environments}
     out = REPO / "results" / "baseline"
     out.mkdir(parents=True, exist_ok=True)
-    yamls = [f"resources_servers/{env}/configs/{env}.yaml" for env in args.environments] + ["responses_api_models/vllm_model/configs/vllm_model.yaml"]
+    yamls = [f"resources_servers/{env}/configs/{env}.yaml" for env in args.environments] + [
+        "responses_api_models/vllm_model/configs/vllm_model.yaml"
+    ]
     log_path = out / "ng_run.log"
     with log_path.open("w") as log:
-        run = subprocess.Popen([str(BIN / "ng_run"), f"+config_paths=[{','.join(yamls)}]", "+head_server.port=0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(
+            [str(BIN / "ng_run"), f"+config_paths=[{','.join(yamls)}]", "+head_server.port=0"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     started = time.monotonic()
     texts = {}
     try:
@@ -84,26 +94,46 @@ def measure(env: str, agent: str, dataset: Path, head: str, out: Path, args: arg
     """Collect and profile one environment's baseline; the README text, or None when collection failed."""
     out.mkdir(parents=True, exist_ok=True)
     rollouts = out / "rollouts.jsonl"
-    collect = [str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", f"+agent_name={agent}", f"+input_jsonl_fpath={dataset}",
-               f"+output_jsonl_fpath={rollouts}", f"+limit={args.limit}", f"+num_repeats={args.repeats}", f"+num_samples_in_parallel={args.parallel}",
-               f"+responses_create_params={{temperature: 1.0, max_output_tokens: {args.max_output_tokens}}}", "+resume=false", "+progress=false"]
+    collect = [
+        str(BIN / "ng_collect_rollouts"),
+        f"+head_server_url={head}",
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={rollouts}",
+        f"+limit={args.limit}",
+        f"+num_repeats={args.repeats}",
+        f"+num_samples_in_parallel={args.parallel}",
+        f"+responses_create_params={{temperature: 1.0, max_output_tokens: {args.max_output_tokens}}}",
+        "+resume=false",
+        "+progress=false",
+    ]
     t0 = time.monotonic()
     if subprocess.run(collect, cwd=REPO).returncode != 0:
         return None
     collect_s = time.monotonic() - t0
     profile = out / "profile.jsonl"
     tasks_file = rollouts.with_name("rollouts_materialized_inputs.jsonl")  # exactly the tasks collected (limit applied)
-    subprocess.run([str(BIN / "ng_profile"), f"+input_jsonl_fpath={tasks_file}", f"+rollouts_jsonl_fpath={rollouts}",
-                    f"+output_jsonl_fpath={profile}", "+pass_threshold=1.0"], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            str(BIN / "ng_profile"),
+            f"+input_jsonl_fpath={tasks_file}",
+            f"+rollouts_jsonl_fpath={rollouts}",
+            f"+output_jsonl_fpath={profile}",
+            "+pass_threshold=1.0",
+        ],
+        cwd=REPO,
+        check=True,
+    )
     rows = read_jsonl(rollouts)
     mean = sum(r["reward"] for r in rows) / len(rows)
     passed = sum(r["reward"] >= 1.0 for r in rows) / len(rows)
     tasks = len({r["_ng_task_index"] for r in rows})
     return (
-        f"SmolLM2-135M-Instruct (embedded default, vLLM on CPU), {tasks} tasks of `{dataset.relative_to(REPO)}` x {args.repeats} repeats, "
-        f"temperature 1.0, max_output_tokens {args.max_output_tokens}: **mean reward {mean:.3f}**, **pass rate {passed:.3f}** "
-        f"(reward >= 1.0), {len(rows)} rollouts in {collect_s:.0f} s. "
-        f"Reproduce: `.venv/bin/python scripts/baseline.py {env} --repeats {args.repeats} --limit {args.limit} --max-output-tokens {args.max_output_tokens}`."
+        f"SmolLM2-135M-Instruct (embedded default, vLLM on CPU), {tasks} tasks of `{dataset.relative_to(REPO)}` x"
+        f" {args.repeats} repeats, temperature 1.0, max_output_tokens {args.max_output_tokens}: **mean reward"
+        f" {mean:.3f}**, **pass rate {passed:.3f}** (reward >= 1.0), {len(rows)} rollouts in {collect_s:.0f} s."
+        f" Reproduce: `.venv/bin/python scripts/baseline.py {env} --repeats {args.repeats} --limit {args.limit}"
+        f" --max-output-tokens {args.max_output_tokens}`."
     )
 
 

@@ -2,7 +2,8 @@
 # The main job, end to end, on the embedded default (no GPU, no API key, no hub access):
 #   install -> prepare the tasks -> ng_run configs/quickstart.yaml -> ng_collect_rollouts (4 repeats) -> ng_profile
 #   -> ng_train (a short GRPO run on the profiled tasks whose pass rate is strictly between 0 and 1, attached to the
-#   same servers) -> stop the servers.
+#   same servers; a group whose rollouts all get the same reward is refilled from further tasks, DAPO's dynamic
+#   sampling, so that every step has groups to train on) -> stop the servers.
 # Outputs land in $OUT (results/quickstart/); the trained model in $OUT/train/final. Settings: OUT, REPEATS (4),
 # PARALLEL (16), MAX_OUTPUT_TOKENS (256), TRAIN_STEPS (2), TASKS_PER_GENERATOR (25 tasks from each of reasoning_gym's four
 # generators). A rerun resumes the collection and trains again.
@@ -50,7 +51,8 @@ echo "== 4/6 ng_profile"
 .venv/bin/ng_profile "+input_jsonl_fpath=$OUT/tasks.jsonl" "+rollouts_jsonl_fpath=$OUT/rollouts.jsonl" "+output_jsonl_fpath=$OUT/profile.jsonl" +pass_threshold=1.0
 stage profile
 
-echo "== 5/6 ng_train: $TRAIN_STEPS GRPO steps on the profiled tasks with 0 < pass rate < 1 (configs/train/main_job_grpo.yaml), on the same servers"
+echo "== 5/6 ng_train: $TRAIN_STEPS GRPO steps on the profiled tasks with 0 < pass rate < 1 (configs/train/main_job_grpo.yaml), on the same servers;"
+echo "   a group whose rollouts all get the same reward is refilled from further tasks (dynamic sampling: up to 4 collections a step)"
 .venv/bin/ng_train "+config_paths=[configs/train/main_job_grpo.yaml]" "+trainer.head_server_url=$HEAD_URL" "++trainer.input_jsonl_fpath=$OUT/profile.jsonl" \
   "++trainer.output_dir=$OUT/train" "++trainer.num_steps=$TRAIN_STEPS" +overwrite=true
 stage training

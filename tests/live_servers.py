@@ -1,25 +1,46 @@
 """Serve FastAPI apps with uvicorn on 127.0.0.1 in background threads (real HTTP, one process); `serve_vllm_model`
-starts the real vllm_model server for the e2e tests."""
+starts the real vllm_model server for the e2e tests; `gpu_engine` says where the GPU suite's vLLM is."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.limits import UVICORN_LIMITS
 
 VLLM_MODEL_APP = Path(__file__).resolve().parents[1] / "responses_api_models" / "vllm_model" / "app.py"
+
+
+def gpu_engine() -> dict[str, str]:
+    """vllm_model's keys for vLLM on CUDA in the GPU suite: `engine_python` from NG_GPU_ENGINE_PYTHON (vLLM carried in,
+    benchmarks/gpu/setup.sh), else `vllm_package: vllm` (its engine venv)."""
+    python = os.environ.get("NG_GPU_ENGINE_PYTHON")
+    return {"engine_python": python} if python else {"vllm_package": "vllm"}
+
+
+def gpu_vllm_reason() -> str | None:
+    """Why the GPU suite has no vLLM for CUDA here, or None when it has one (`gpu_engine`'s)."""
+    from nemo_gym.model_servers.vllm_engine import engine_venv_ready
+
+    if os.environ.get("NG_GPU_ENGINE_PYTHON") or engine_venv_ready("vllm"):
+        return None
+    return (
+        "no vLLM for CUDA: NG_GPU_ENGINE_PYTHON is unset (vLLM carried in: benchmarks/gpu/device.sh) and no engine venv"
+        " is built (benchmarks/gpu/setup.sh builds one where a package index is reachable)"
+    )
 
 
 @contextmanager
@@ -67,7 +88,9 @@ def serve_vllm_model(config: dict[str, Any], startup_timeout_s: float) -> Iterat
         time.sleep(1)
     else:
         log_path = Path(config.get("log_path", ""))
-        pytest.fail(f"vllm_model did not start; log {log_path}:\n{log_path.read_text()[-3000:] if log_path.is_file() else ''}")
+        pytest.fail(
+            f"vllm_model did not start; log {log_path}:\n{log_path.read_text()[-3000:] if log_path.is_file() else ''}"
+        )
     try:
         yield url, server
     finally:

@@ -46,7 +46,10 @@ def peer_venv() -> Path:
         # from a neutral folder: the script's import check must not pick up this repository's server folders
         result = subprocess.run(["bash", str(SETUP_SCRIPT)], cwd="/tmp", capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
-        raise RuntimeError(f"installing NeMo Gym {PEER_VERSION} failed (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"installing NeMo Gym {PEER_VERSION} failed (exit"
+            f" {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return root / "venv"
 
 
@@ -56,7 +59,12 @@ def peer_python() -> Path:
 
 def peer_site_packages() -> Path:
     """The site-packages folder of the NeMo Gym venv (its `nemo_gym` and the wheel's server folders)."""
-    out = subprocess.run([str(peer_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(peer_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -98,15 +106,22 @@ def nemo_gym_run_argv(config_paths: list[str], head_port: int, *overrides: str) 
     """NeMo Gym's own `ng_run` for wheel servers (config paths relative to the wheel's install, as NeMo Gym resolves
     them), its head server on `head_port` (its default 11000 would clash between runs), venvs as `peer_uv_venv_dir`."""
     server_dirs = sorted({"/".join(Path(p).parts[:2]) for p in config_paths})
-    return [str(peer_venv() / "bin" / "ng_run"), "+config_paths=[" + ",".join(config_paths) + "]", "+head_server.host=127.0.0.1", f"+head_server.port={head_port}",
-            "+skip_venv_if_present=true", f"+uv_venv_dir={peer_uv_venv_dir(server_dirs + ['responses_api_agents/simple_agent'])}", *overrides]
+    return [
+        str(peer_venv() / "bin" / "ng_run"),
+        "+config_paths=[" + ",".join(config_paths) + "]",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={head_port}",
+        "+skip_venv_if_present=true",
+        f"+uv_venv_dir={peer_uv_venv_dir(server_dirs + ['responses_api_agents/simple_agent'])}",
+        *overrides,
+    ]
 
 
 def peer_install(requirements: list[str]) -> None:
     """Install `requirements` (requirement lines: a wheel server's `requirements.txt` without its NeMo Gym line, as
-    `nemo_gym.nemo_gym_servers.release_requirements` gives them) into the NeMo Gym venv, where NeMo Gym's own ng_run
-    runs the wheel's servers. Packages the venv already has keep their versions (its `pip freeze` constrains the
-    install), so one server's requirements cannot change what other tests run on: a requirement that needs another
+    `nemo_gym.orchestration.upstream_servers.release_requirements` gives them) into the NeMo Gym venv, where NeMo Gym's
+    own ng_run runs the wheel's servers. Packages the venv already has keep their versions (its `pip freeze` constrains
+    the install), so one server's requirements cannot change what other tests run on: a requirement that needs another
     version fails, with the installer's message. Done once per requirements set (a marker under `$NGBENCH_DIR`)."""
     if not requirements:
         return
@@ -121,12 +136,33 @@ def peer_install(requirements: list[str]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
             return
-        freeze = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True, check=True, timeout=120).stdout
-        (folder / f"{key}.constraints.txt").write_text("".join(f"{line}\n" for line in freeze.splitlines() if "==" in line and " @ " not in line))
+        freeze = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "freeze"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        (folder / f"{key}.constraints.txt").write_text(
+            "".join(f"{line}\n" for line in freeze.splitlines() if "==" in line and " @ " not in line)
+        )
         (folder / f"{key}.requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
         uv = venv / "bin" / "uv" if (venv / "bin" / "uv").exists() else Path(sys.executable).parent / "uv"
-        command = [str(uv), "pip", "install", "--python", str(venv / "bin" / "python"), "-r", str(folder / f"{key}.requirements.txt"), "-c", str(folder / f"{key}.constraints.txt")]
+        command = [
+            str(uv),
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "-r",
+            str(folder / f"{key}.requirements.txt"),
+            "-c",
+            str(folder / f"{key}.constraints.txt"),
+        ]
         result = subprocess.run(command, cwd="/tmp", capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
-            raise RuntimeError(f"installing {requirements} into NeMo Gym's venv failed (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            raise RuntimeError(
+                f"installing {requirements} into NeMo Gym's venv failed (exit"
+                f" {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         marker.write_text("\n".join(requirements) + "\n")

@@ -1,4 +1,5 @@
-"""Start `ng_run` as a real process for tests and stop it by PID (`NgRun` lives in `nemo_gym.testing`)."""
+"""Start `ng_run` as a real process for tests and stop it by PID (`NgRun` lives in
+`nemo_gym.orchestration.folder_tests`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from nemo_gym.testing import NgRun
+from nemo_gym.env.testing import NgRun
 
 __all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output"]
 
@@ -34,4 +35,6 @@ def wait_for_output(path: Path, pattern: str, process: subprocess.Popen, name: s
             return text
         assert process.poll() is None, f"{name} exited with {process.returncode}:\n{text}"
         time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in {name}'s output after {timeout_s} s:\n{path.read_text() if path.exists() else ''}")
+    raise AssertionError(
+        f"no {pattern!r} in {name}'s output after {timeout_s} s:\n{path.read_text() if path.exists() else ''}"
+    )

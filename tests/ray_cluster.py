@@ -27,7 +27,13 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The nodes' and the node-counting driver's environment. Token authentication is off unless `extra` turns it
     on: Ray 2.60 turns it on by itself when a token file sits at ~/.ray/auth_token (left by a `ray get-auth-token`
     or another cluster), and the test clusters must not depend on what the machine's home holds."""
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", **(extra or {})}
+    return {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+        "RAY_AUTH_MODE": "disabled",
+        **(extra or {}),
+    }
 
 
 class RayNode:
@@ -36,8 +42,23 @@ class RayNode:
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
         self.log_path = log_path
         self.log = log_path.open("ab")
-        command = [str(RAY), "start", "--block", "--disable-usage-stats", f"--node-ip-address={NODE_IP}", f"--object-store-memory={OBJECT_STORE_BYTES}", *args]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True)
+        command = [
+            str(RAY),
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            f"--node-ip-address={NODE_IP}",
+            f"--object-store-memory={OBJECT_STORE_BYTES}",
+            *args,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_env(env),
+            start_new_session=True,
+        )
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group, as when its machine dies."""
@@ -67,14 +88,28 @@ class LocalRayCluster:
             RAY_AUTH_TOKEN_PATH for a cluster with token authentication).
     """
 
-    def __init__(self, tmp_path: Path, port: int, *, head_cpus: int = 2, head_resources: dict[str, float] | None = None,
-                 dashboard_port: int | None = None, env: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        tmp_path: Path,
+        port: int,
+        *,
+        head_cpus: int = 2,
+        head_resources: dict[str, float] | None = None,
+        dashboard_port: int | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.tmp_path = tmp_path
         self.address = f"{NODE_IP}:{port}"
         self.env = dict(env or {})
-        self.temp_dir = Path("/tmp") / f"ray_ng_{os.getpid()}_{port}"  # short: Ray's unix socket paths have a length limit
+        self.temp_dir = (
+            Path("/tmp") / f"ray_ng_{os.getpid()}_{port}"
+        )  # short: Ray's unix socket paths have a length limit
         self.with_dashboard = dashboard_port is not None
-        dashboard = ["--include-dashboard=false"] if dashboard_port is None else ["--include-dashboard=true", f"--dashboard-host={NODE_IP}", f"--dashboard-port={dashboard_port}"]
+        dashboard = (
+            ["--include-dashboard=false"]
+            if dashboard_port is None
+            else ["--include-dashboard=true", f"--dashboard-host={NODE_IP}", f"--dashboard-port={dashboard_port}"]
+        )
         dashboard += self._agent_port_args()
         args = ["--head", f"--port={port}", f"--num-cpus={head_cpus}", *dashboard, f"--temp-dir={self.temp_dir}"]
         if head_resources:
@@ -103,7 +138,12 @@ class LocalRayCluster:
         loaded machine starts the agent more slowly."""
         if not self.with_dashboard:
             return []
-        flags = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port"]
+        flags = [
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        ]
         sockets = [socket.socket() for _ in flags]
         try:
             for sock in sockets:
@@ -115,9 +155,16 @@ class LocalRayCluster:
 
     def alive_nodes(self) -> int:
         """How many nodes the cluster sees alive (asked by a short-lived driver)."""
-        code = f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))"
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(self.env), timeout=120)
-        counts = [line.split(":")[1] for line in done.stdout.splitlines() if line.startswith("alive nodes:")]  # (raylet) lines may come too
+        code = (
+            f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); print('alive"
+            " nodes:', sum(n['Alive'] for n in ray.nodes()))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=_env(self.env), timeout=120
+        )
+        counts = [
+            line.split(":")[1] for line in done.stdout.splitlines() if line.startswith("alive nodes:")
+        ]  # (raylet) lines may come too
         return int(counts[-1]) if done.returncode == 0 and counts else 0
 
     def wait_nodes(self, count: int, timeout_s: float = 180.0) -> None:
@@ -125,7 +172,9 @@ class LocalRayCluster:
         while self.alive_nodes() < count:
             for node in [self.head, *self.workers]:
                 if node.process.poll() is not None:
-                    raise RuntimeError(f"ray node exited with {node.process.returncode}:\n{node.log_path.read_text()[-3000:]}")
+                    raise RuntimeError(
+                        f"ray node exited with {node.process.returncode}:\n{node.log_path.read_text()[-3000:]}"
+                    )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Ray cluster: fewer than {count} nodes alive after {timeout_s:.0f} s")
             time.sleep(1.0)

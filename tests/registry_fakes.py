@@ -2,7 +2,8 @@
 
 Each speaks the real HTTP API, but only the endpoints that `huggingface_hub` and `python-gitlab` call for the
 dataset registry: Hub `POST /api/repos/create`, `/api/collections[...]`, `preupload`, `commit` (ndjson,
-regular base64 files), `paths-info`, `revision` (dataset info), `HEAD/GET .../resolve/...` (with `X-Repo-Commit` and `ETag`); GitLab
+regular base64 files), `paths-info`, `revision` (dataset info), `HEAD/GET .../resolve/...` (with `X-Repo-Commit` and
+`ETag`); GitLab
 v4 generic packages `PUT/GET .../packages/generic/:name/:version/:file`, `GET .../packages`,
 `GET .../packages/:id/package_files`, `DELETE .../packages/:id`. Both check the token and can serve corrupted
 or truncated bytes.
@@ -59,8 +60,17 @@ class FakeHub:
     def _collection(self, slug: str) -> dict:
         c = self.collections[slug]
         items = [{"_id": f"item{i}", "id": item, "type": "dataset", "position": i} for i, item in enumerate(c["items"])]
-        return {"slug": slug, "title": c["title"], "owner": {"name": slug.split("/")[0]}, "items": items,
-                "lastUpdated": "2025-01-01T00:00:00.000Z", "position": 0, "private": c["private"], "theme": "blue", "upvotes": 0}
+        return {
+            "slug": slug,
+            "title": c["title"],
+            "owner": {"name": slug.split("/")[0]},
+            "items": items,
+            "lastUpdated": "2025-01-01T00:00:00.000Z",
+            "position": 0,
+            "private": c["private"],
+            "theme": "blue",
+            "upvotes": 0,
+        }
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -74,7 +84,12 @@ class FakeHub:
             url = f"{request.base_url}datasets/{repo_id}"
             if repo_id in self.repos:
                 return JSONResponse({"error": "You already created this dataset repo", "url": url}, 409)
-            self.repos[repo_id] = {"private": body.get("visibility") == "private" or bool(body.get("private")), "type": body.get("type"), "files": {}, "commit": "0" * 40}
+            self.repos[repo_id] = {
+                "private": body.get("visibility") == "private" or bool(body.get("private")),
+                "type": body.get("type"),
+                "files": {},
+                "commit": "0" * 40,
+            }
             return {"url": url, "name": repo_id}
 
         @app.post("/api/collections")
@@ -111,8 +126,17 @@ class FakeHub:
             if isinstance(repo, Response):
                 return repo
             files = (await request.json())["files"]
-            return {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                               "oid": _blob_sha1(repo["files"][f["path"]]) if f["path"] in repo["files"] else None} for f in files]}
+            return {
+                "files": [
+                    {
+                        "path": f["path"],
+                        "uploadMode": "regular",
+                        "shouldIgnore": False,
+                        "oid": _blob_sha1(repo["files"][f["path"]]) if f["path"] in repo["files"] else None,
+                    }
+                    for f in files
+                ]
+            }
 
         @app.post("/api/datasets/{namespace}/{name}/commit/{revision}")
         async def commit(namespace: str, name: str, revision: str, request: Request):
@@ -126,7 +150,11 @@ class FakeHub:
                 elif item["key"] != "header":
                     return JSONResponse({"error": f"unsupported commit operation {item['key']}"}, 400)
             repo["commit"] = hashlib.sha1(repr(sorted(repo["files"].items())).encode()).hexdigest()
-            return {"commitUrl": f"{request.base_url}datasets/{namespace}/{name}/commit/{repo['commit']}", "commitOid": repo["commit"], "pullRequestUrl": None}
+            return {
+                "commitUrl": f"{request.base_url}datasets/{namespace}/{name}/commit/{repo['commit']}",
+                "commitOid": repo["commit"],
+                "pullRequestUrl": None,
+            }
 
         @app.post("/api/datasets/{namespace}/{name}/paths-info/{revision}")
         async def paths_info(namespace: str, name: str, revision: str, request: Request):
@@ -134,15 +162,23 @@ class FakeHub:
             if isinstance(repo, Response):
                 return repo
             paths = parse_qs((await request.body()).decode()).get("paths", [])
-            return [{"type": "file", "path": p, "size": len(repo["files"][p]), "oid": _blob_sha1(repo["files"][p])} for p in paths if p in repo["files"]]
+            return [
+                {"type": "file", "path": p, "size": len(repo["files"][p]), "oid": _blob_sha1(repo["files"][p])}
+                for p in paths
+                if p in repo["files"]
+            ]
 
         @app.get("/api/datasets/{namespace}/{name}/revision/{revision}")
         async def dataset_info(namespace: str, name: str, revision: str, request: Request):
             repo = self._repo(request, namespace, name)
             if isinstance(repo, Response):
                 return repo
-            return {"id": f"{namespace}/{name}", "sha": repo["commit"], "private": repo["private"],
-                    "siblings": [{"rfilename": path} for path in repo["files"]]}
+            return {
+                "id": f"{namespace}/{name}",
+                "sha": repo["commit"],
+                "private": repo["private"],
+                "siblings": [{"rfilename": path} for path in repo["files"]],
+            }
 
         @app.api_route("/datasets/{namespace}/{name}/resolve/{revision}/{path:path}", methods=["GET", "HEAD"])
         async def resolve(namespace: str, name: str, revision: str, path: str, request: Request):
@@ -150,12 +186,22 @@ class FakeHub:
             if isinstance(repo, Response):
                 return repo
             if path not in repo["files"]:
-                return JSONResponse({"error": "Entry not found"}, 404, headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo["commit"]})
+                return JSONResponse(
+                    {"error": "Entry not found"},
+                    404,
+                    headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo["commit"]},
+                )
             data = repo["files"][path]
-            headers = {"X-Repo-Commit": repo["commit"], "ETag": f'"{_blob_sha1(data)}"', "Content-Length": str(len(data))}
+            headers = {
+                "X-Repo-Commit": repo["commit"],
+                "ETag": f'"{_blob_sha1(data)}"',
+                "Content-Length": str(len(data)),
+            }
             if request.method == "HEAD":
                 return Response(headers=headers)
-            return Response(_damage(data) if self.corrupt else data, headers=headers, media_type="application/octet-stream")
+            return Response(
+                _damage(data) if self.corrupt else data, headers=headers, media_type="application/octet-stream"
+            )
 
         return app
 
@@ -190,11 +236,22 @@ class FakeGitlab:
             data = await request.body()
             package = self._find(name, version)
             if package is None:
-                package = self.packages[self._next_id] = {"id": self._next_id, "name": name, "version": version, "files": []}
+                package = self.packages[self._next_id] = {
+                    "id": self._next_id,
+                    "name": name,
+                    "version": version,
+                    "files": [],
+                }
                 self._next_id += 1
-            record = {"id": self._next_id, "package_id": package["id"], "file_name": file_name, "size": len(data),
-                      "file_md5": hashlib.md5(data).hexdigest(), "file_sha1": hashlib.sha1(data).hexdigest(),
-                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            record = {
+                "id": self._next_id,
+                "package_id": package["id"],
+                "file_name": file_name,
+                "size": len(data),
+                "file_md5": hashlib.md5(data).hexdigest(),
+                "file_sha1": hashlib.sha1(data).hexdigest(),
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
             if self.report_sha256:
                 record["file_sha256"] = hashlib.sha256(data).hexdigest()
             self._next_id += 1
@@ -211,13 +268,26 @@ class FakeGitlab:
                 return JSONResponse({"message": "404 Not Found"}, 404)
             data = files[-1]["data"]
             if self.truncate:
-                return StreamingResponse(_truncated_stream(data), headers={"Content-Length": str(len(data))}, media_type="application/octet-stream")
+                return StreamingResponse(
+                    _truncated_stream(data),
+                    headers={"Content-Length": str(len(data))},
+                    media_type="application/octet-stream",
+                )
             return Response(_damage(data) if self.corrupt else data, media_type="application/octet-stream")
 
         @app.get(base)
         async def list_packages(package_name: str | None = None, package_type: str | None = None):
-            return [{"id": p["id"], "name": p["name"], "version": p["version"], "package_type": "generic", "status": "default"}
-                    for p in self.packages.values() if package_name is None or package_name in p["name"]]
+            return [
+                {
+                    "id": p["id"],
+                    "name": p["name"],
+                    "version": p["version"],
+                    "package_type": "generic",
+                    "status": "default",
+                }
+                for p in self.packages.values()
+                if package_name is None or package_name in p["name"]
+            ]
 
         @app.get(base + "/{package_id}/package_files")
         async def package_files(package_id: int):

@@ -8,14 +8,15 @@ import subprocess
 
 import pytest
 import yaml
-
 from ng_process import BIN, REPO, NgRun
+
 from nemo_gym.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_all_environments_under_one_run(tmp_path):
     paths = yaml.safe_load((REPO / "configs/all_environments.yaml").read_text())["config_paths"]
     paths = [p for p in paths if "responses_api_models/" not in p] + ["tests/configs/scripted_policy_and_judge.yaml"]
@@ -24,9 +25,17 @@ def test_all_environments_under_one_run(tmp_path):
     with NgRun(f"+config_paths=[{','.join(paths)}]", timeout_s=900) as run:
         head = run.wait_ready()
         result = subprocess.run(
-            [str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", f"+input_jsonl_fpath={REPO / 'data/all_environments/examples.jsonl'}",
-             f"+output_jsonl_fpath={out}", "+num_samples_in_parallel=8", "+progress=false"],
-            capture_output=True, text=True, timeout=900,
+            [
+                str(BIN / "ng_collect_rollouts"),
+                f"+head_server_url={head}",
+                f"+input_jsonl_fpath={REPO / 'data/all_environments/examples.jsonl'}",
+                f"+output_jsonl_fpath={out}",
+                "+num_samples_in_parallel=8",
+                "+progress=false",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
     assert result.returncode == 0, result.stdout + result.stderr
     rollouts = read_jsonl(out)

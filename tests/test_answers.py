@@ -1,4 +1,4 @@
-"""nemo_gym.answers: each extraction form, its order, malformed model output and normalisation."""
+"""nemo_gym.env.answers: each extraction form, its order, malformed model output and normalisation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nemo_gym.answers import (
+from nemo_gym.env.answers import (
     first_answer,
     last_answer_phrase,
     last_answer_tag,
@@ -18,7 +18,7 @@ from nemo_gym.answers import (
     normalize_text,
     strip_thinking,
 )
-from nemo_gym.testing import assistant_response
+from nemo_gym.env.testing import assistant_response
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,9 @@ def test_last_boxed(text: str, boxed: str | None) -> None:
 
 
 def test_last_boxed_without_skipping_or_stripping() -> None:
-    assert last_boxed("\\boxed{3} and \\boxed{5", skip_unclosed=False) is None  # mcqa: an unclosed last box is no answer
+    assert (
+        last_boxed("\\boxed{3} and \\boxed{5", skip_unclosed=False) is None
+    )  # mcqa: an unclosed last box is no answer
     assert last_boxed("\\boxed{ B }", strip=False) == " B "
 
 
@@ -45,14 +47,18 @@ def test_tags_phrases_and_lines() -> None:
     assert last_answer_tag("<answer>1</answer> <ANSWER> 2 </ANSWER>") == "2"
     assert last_answer_tag("<answer>open") is None
     assert last_answer_phrase("The answer is 3.\nNo, the answer is: **4**") == "4"
-    assert last_answer_phrase("The answer is 3, no, the answer is 4") == "3, no, the answer is 4"  # one match per line, to its end
+    assert (
+        last_answer_phrase("The answer is 3, no, the answer is 4") == "3, no, the answer is 4"
+    )  # one match per line, to its end
     assert last_answer_phrase("The answer is 4.", decoration=" *_`.") == "4"
     assert last_answer_phrase("answer: **") is None  # nothing left once decoration is stripped
     assert last_line("a\n  b  \n\n") == "b" and last_line(" \n ") is None
     assert strip_thinking("<think>\\boxed{1}</think>x<think>y</think>") == "x"
 
 
-@pytest.mark.parametrize("unit", ["\\boxed{", "<think>", "<answer>", "<ANSWER>", "<think> <answer> \\boxed{ The answer is: "])
+@pytest.mark.parametrize(
+    "unit", ["\\boxed{", "<think>", "<answer>", "<ANSWER>", "<think> <answer> \\boxed{ The answer is: "]
+)
 def test_extraction_is_linear_on_a_megabyte_of_unclosed_tags(unit: str) -> None:
     # A model stuck in a loop. The lazy regexes and the box scanned from every `\boxed{` this replaced took
     # 6 to 90 s on a tenth of this text (quadratic); linear, it takes a fraction of a second.
@@ -91,7 +97,17 @@ def test_first_answer_with_one_form() -> None:
         ({"output": "not a list"}, ""),
         ({"output": 5}, ""),
         ({"output": [None, 3, {"type": "message", "content": "plain string"}]}, ""),
-        ({"output": [{"type": "message", "content": [{"type": "output_text", "text": 7}, {"type": "output_text", "text": "ok"}]}]}, "ok"),
+        (
+            {
+                "output": [
+                    {
+                        "type": "message",
+                        "content": [{"type": "output_text", "text": 7}, {"type": "output_text", "text": "ok"}],
+                    }
+                ]
+            },
+            "ok",
+        ),
         ({}, ""),
     ],
 )
@@ -109,8 +125,26 @@ def test_normalize_text() -> None:
 @pytest.mark.parametrize(
     ("item", "text"),
     [
-        ({"type": "message", "role": "user", "content": [{"type": "output_text", "text": "a"}, {"type": "output_text", "text": "b"}]}, "ab"),
-        ({"type": "message", "content": [{"type": "refusal", "refusal": "no"}, {"type": "output_text", "text": 3}, "x", {"type": "output_text", "text": "c"}]}, "c"),
+        (
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "output_text", "text": "a"}, {"type": "output_text", "text": "b"}],
+            },
+            "ab",
+        ),
+        (
+            {
+                "type": "message",
+                "content": [
+                    {"type": "refusal", "refusal": "no"},
+                    {"type": "output_text", "text": 3},
+                    "x",
+                    {"type": "output_text", "text": "c"},
+                ],
+            },
+            "c",
+        ),
         ({"type": "message", "content": "a plain string"}, ""),  # not content parts
         ({"type": "function_call", "content": [{"type": "output_text", "text": "a"}]}, None),
         ({"content": [{"type": "output_text", "text": "a"}]}, None),  # no type: not a message item

@@ -1,7 +1,7 @@
 """The ART-style Python API (nemo_gym.art): trajectories, gather, iterate_dataset, retry, groups → batch, train.
 
 Choices are made by the real `openai.AsyncOpenAI` client from answers shaped exactly like vllm_model's
-(`_chat_completion` in responses_api_models/vllm_model/app.py), served through httpx's MockTransport (the
+(`chat_completion` in responses_api_models/vllm_model/completions.py), served through httpx's MockTransport (the
 transport seam; vLLM itself runs in the e2e test). Training runs the real DeepSpeed engine on a tiny random
 Llama built from a config (no downloads), without an inference server.
 """
@@ -29,15 +29,32 @@ torch = pytest.importorskip("torch")
 
 
 # -- vllm_model-shaped choices ------------------------------------------------------------------------------
-def vllm_answer(prompt_ids: list[int], generation_ids: list[int], log_probs: list[float], content: str) -> dict[str, Any]:
+def vllm_answer(
+    prompt_ids: list[int], generation_ids: list[int], log_probs: list[float], content: str
+) -> dict[str, Any]:
     """A chat completion as vllm_model returns it: token information on the assistant message."""
-    message = {"role": "assistant", "content": content, "prompt_token_ids": prompt_ids, "generation_token_ids": generation_ids, "generation_log_probs": log_probs}
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "policy", "usage": None,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]}  # fmt: skip
+    message = {
+        "role": "assistant",
+        "content": content,
+        "prompt_token_ids": prompt_ids,
+        "generation_token_ids": generation_ids,
+        "generation_log_probs": log_probs,
+    }
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "policy",
+        "usage": None,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+    }
 
 
-def choice_of(answer: dict[str, Any], sent: list[dict[str, Any]] | None = None, messages: list[dict[str, Any]] | None = None) -> Any:
-    """The `Choice` the real openai client makes of `answer` when it sends `messages` (its request body goes to `sent`)."""
+def choice_of(
+    answer: dict[str, Any], sent: list[dict[str, Any]] | None = None, messages: list[dict[str, Any]] | None = None
+) -> Any:
+    """The `Choice` the real openai client makes of `answer` when it sends `messages` (its request body goes to
+    `sent`)."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         if sent is not None:
@@ -47,7 +64,9 @@ def choice_of(answer: dict[str, Any], sent: list[dict[str, Any]] | None = None, 
     async def call() -> Any:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             client = AsyncOpenAI(base_url="http://policy.test/v1", api_key="token", http_client=http)
-            completion = await client.chat.completions.create(model="policy", messages=messages or [{"role": "user", "content": "hi"}])
+            completion = await client.chat.completions.create(
+                model="policy", messages=messages or [{"role": "user", "content": "hi"}]
+            )
         return completion.choices[0]
 
     return asyncio.run(call())
@@ -67,7 +86,10 @@ def two_turn(reward: float, *, chained: bool = True) -> art.Trajectory:
     first = choice_of(vllm_answer([1, 2, 3], [10, 11], [-0.1, -0.2], "a"))
     second_prompt = [1, 2, 3, 10, 11, 20, 21, 4] if chained else [1, 2, 3, 99, 20, 21, 4]
     second = choice_of(vllm_answer(second_prompt, [12, 13, 14], [-0.3, -0.4, -0.5], "b"))
-    return art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}, first, {"role": "user", "content": "more"}, second], reward=reward)
+    return art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": "q"}, first, {"role": "user", "content": "more"}, second],
+        reward=reward,
+    )
 
 
 # -- Trajectory ---------------------------------------------------------------------------------------------
@@ -109,7 +131,11 @@ def test_choices_keep_token_ids_through_json_and_into_the_next_request():
     choice_of(vllm_answer([1], [2], [-1.0], "y"), sent, messages=follow_up)
     assistant = sent[0]["messages"][1]  # what the policy server receives
     assert assistant["role"] == "assistant" and assistant["content"] == "x"
-    assert (assistant["prompt_token_ids"], assistant["generation_token_ids"], assistant["generation_log_probs"]) == (PROMPT, [10, 11], [-0.5, -0.5])
+    assert (assistant["prompt_token_ids"], assistant["generation_token_ids"], assistant["generation_log_probs"]) == (
+        PROMPT,
+        [10, 11],
+        [-0.5, -0.5],
+    )
 
 
 def test_group_from_a_generator_of_trajectories_and_exceptions():
@@ -129,7 +155,9 @@ async def rollout(reward: float, fail: bool = False) -> art.Trajectory:
 
 def test_gather_keeps_failed_rollouts_as_exceptions_within_the_limit():
     async def main() -> list[art.TrajectoryGroup]:
-        pending = [art.TrajectoryGroup(rollout(r, fail=(task == 1 and r == 0.0)) for r in (0.0, 1.0)) for task in range(3)]
+        pending = [
+            art.TrajectoryGroup(rollout(r, fail=(task == 1 and r == 0.0)) for r in (0.0, 1.0)) for task in range(3)
+        ]
         return await art.gather_trajectory_groups(pending, pbar_desc=None, max_exceptions=1)
 
     groups = asyncio.run(main())
@@ -158,7 +186,11 @@ def test_gather_drops_a_failed_plain_group_and_applies_after_each():
     async def rescore(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
         return art.TrajectoryGroup([t.model_copy(update={"reward": t.reward + 10}) for t in group])
 
-    groups = asyncio.run(art.gather_trajectory_groups([whole_group(False), whole_group(True)], pbar_desc="test", max_exceptions=1, after_each=rescore))
+    groups = asyncio.run(
+        art.gather_trajectory_groups(
+            [whole_group(False), whole_group(True)], pbar_desc="test", max_exceptions=1, after_each=rescore
+        )
+    )
     assert [g.rewards for g in groups] == [[10.0, 11.0]]
 
 
@@ -177,12 +209,18 @@ def test_judge_messages_reduce_tool_calls_like_the_group_judge():
     trajectory = art.Trajectory(
         messages_and_choices=[
             {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
             {"role": "assistant", "content": "Sunny."},
         ],
         reward=1.0,
-    )  # fmt: skip
+    )
     assert judge_messages(trajectory) == [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "tool_call": {"name": "weather", "arguments": '{"city": "Paris"}'}},
@@ -196,7 +234,12 @@ def test_iterate_dataset_covers_each_epoch_once_in_a_fixed_order():
     items = list(range(10))
     batches = list(art.iterate_dataset(items, groups_per_step=4, num_epochs=2, use_tqdm=False))
     assert [(b.step, b.epoch, b.epoch_step, len(b.items)) for b in batches] == [
-        (0, 0, 0, 4), (1, 0, 1, 4), (2, 0, 2, 2), (3, 1, 0, 4), (4, 1, 1, 4), (5, 1, 2, 2),
+        (0, 0, 0, 4),
+        (1, 0, 1, 4),
+        (2, 0, 2, 2),
+        (3, 1, 0, 4),
+        (4, 1, 1, 4),
+        (5, 1, 2, 2),
     ]  # fmt: skip  (ceil(10 / 4) = 3 steps per epoch, the last one shorter)
     for epoch in (0, 1):
         assert sorted(i for b in batches if b.epoch == epoch for i in b.items) == items
@@ -222,7 +265,12 @@ def test_iterate_dataset_resumes_at_initial_step():
 def test_retry_sync_retries_listed_exceptions_then_succeeds():
     calls, retries = [], []
 
-    @art.retry(max_attempts=3, delay_s=0, exceptions=(ConnectionError,), on_retry=lambda exc, attempt: retries.append((str(exc), attempt)))
+    @art.retry(
+        max_attempts=3,
+        delay_s=0,
+        exceptions=(ConnectionError,),
+        on_retry=lambda exc, attempt: retries.append((str(exc), attempt)),
+    )
     def flaky(x: int) -> int:
         calls.append(x)
         if len(calls) < 3:
@@ -282,8 +330,15 @@ def test_retokenized_turns_become_one_sequence_per_call():
 
 
 def test_a_choice_without_token_ids_is_an_error_that_says_how_to_sample():
-    plain = choice_of({"id": "c", "object": "chat.completion", "created": 0, "model": "gpt",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]})  # fmt: skip
+    plain = choice_of(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
+        }
+    )
     with pytest.raises(DataError, match="openai_client"):
         trajectory_sequences(art.Trajectory(messages_and_choices=[plain], reward=1))
 
@@ -317,7 +372,15 @@ def make_tiny_model(path: Path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, vocab_size=512, max_position_embeddings=128)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=128,
+    )
     LlamaForCausalLM(config).save_pretrained(path)
     return path
 
@@ -334,17 +397,31 @@ def mean_logprob(model_dir: Path, ids: list[int], generated_from: int) -> float:
 
 
 def training_groups() -> list[art.TrajectoryGroup]:
-    return [art.TrajectoryGroup([single_turn([10, 11, 12], 1.0, metrics={"correct": True}), single_turn([20, 21], 0.0, metrics={"correct": False})])]
+    return [
+        art.TrajectoryGroup(
+            [
+                single_turn([10, 11, 12], 1.0, metrics={"correct": True}),
+                single_turn([20, 21], 0.0, metrics={"correct": False}),
+            ]
+        )
+    ]
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_trainable_model_trains_saves_and_resumes(tmp_path):
     pytest.importorskip("deepspeed")
     base = make_tiny_model(tmp_path / "tiny")
     project_dir = tmp_path / "art"
 
     def new_model() -> art.TrainableModel:
-        return art.TrainableModel(name="tiny-policy", project="unit", base_model=str(base), engine={"micro_batch_size": 2}, loss={"tis_cap": None})
+        return art.TrainableModel(
+            name="tiny-policy",
+            project="unit",
+            base_model=str(base),
+            engine={"micro_batch_size": 2},
+            loss={"tis_cap": None},
+        )
 
     groups = training_groups()  # (choice_of runs its own event loop: build them outside)
 
@@ -382,11 +459,15 @@ def test_trainable_model_trains_saves_and_resumes(tmp_path):
             return resumed, await model.get_step()
 
     assert asyncio.run(second_process()) == (1, 2)
-    assert sorted(p.name for p in (folder / "checkpoints").iterdir() if p.is_dir()) == ["step_000002"]  # keep_checkpoints=1
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir() if p.is_dir()) == [
+        "step_000002"
+    ]  # keep_checkpoints=1
     history = read_jsonl(folder / "history.jsonl")
     assert [row["step"] for row in history] == [1, 2] and all(row["trained"] for row in history)
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_a_step_with_nothing_to_learn_still_counts(tmp_path):
     pytest.importorskip("deepspeed")
     base = make_tiny_model(tmp_path / "tiny")
@@ -408,12 +489,18 @@ def test_a_step_with_nothing_to_learn_still_counts(tmp_path):
 @pytest.mark.parametrize(
     ("text", "reward", "correct"),
     [
-        ("so \\boxed{3}", 1.0, True), ("\\boxed{2} no, \\boxed{-4.0}", 1.0, True), ("\\boxed{5}", 0.1, False), ("\\boxed{x}", 0.1, False),
-        ("5 - 2 = 3", 0.5, True), ("1 + 2 = 3, so -4", 0.5, True), ("3 or 7", 0.0, False), ("no number", 0.0, False),
+        ("so \\boxed{3}", 1.0, True),
+        ("\\boxed{2} no, \\boxed{-4.0}", 1.0, True),
+        ("\\boxed{5}", 0.1, False),
+        ("\\boxed{x}", 0.1, False),
+        ("5 - 2 = 3", 0.5, True),
+        ("1 + 2 = 3, so -4", 0.5, True),
+        ("3 or 7", 0.0, False),
+        ("no number", 0.0, False),
     ],
-)  # fmt: skip
+)
 def test_example_reward(text, reward, correct):
-    from nemo_gym.module_loading import import_file
+    from nemo_gym.serving.module_loading import import_file
 
     example = import_file(Path(__file__).resolve().parents[1] / "examples" / "art_style_train.py")
     answer = "-4" if "-4" in text else "3"
@@ -431,8 +518,19 @@ def test_model_names_and_engine_fields_are_validated():
 
 def test_ruler_says_when_the_judge_reply_was_cut_at_max_tokens():
     """A reply cut by max_tokens is invalid JSON; the error names the cause and the setting to raise."""
-    cut = {"id": "c", "object": "chat.completion", "created": 0, "model": "judge",
-           "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"scores": [{"id": "1", "score": 0.5, "expl'}, "finish_reason": "length"}]}  # fmt: skip
+    cut = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "judge",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": '{"scores": [{"id": "1", "score": 0.5, "expl'},
+                "finish_reason": "length",
+            }
+        ],
+    }
     sent: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -442,7 +540,15 @@ def test_ruler_says_when_the_judge_reply_was_cut_at_max_tokens():
     async def judge() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             client = AsyncOpenAI(base_url="http://judge.test/v1", api_key="token", http_client=http)
-            group = art.TrajectoryGroup([art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": t}], reward=0) for t in "ab"])
+            group = art.TrajectoryGroup(
+                [
+                    art.Trajectory(
+                        messages_and_choices=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": t}],
+                        reward=0,
+                    )
+                    for t in "ab"
+                ]
+            )
             await art.ruler_score_group(group, "judge", judge_client=client, create_params={"max_tokens": 16})
 
     with pytest.raises(RulerError, match=r"cut at max_tokens=16: raise it"):

@@ -12,19 +12,42 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from nemo_gym.jsonl import read_jsonl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 pytest.importorskip("deepspeed")
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["--groups-per-step", "3", "--group-size", "4", "--max-tokens", "48", "--learning-rate", "1e-5", "--seed", "0"]  # seeded: reproducible samples
+SMALL = [
+    "--groups-per-step",
+    "3",
+    "--group-size",
+    "4",
+    "--max-tokens",
+    "48",
+    "--learning-rate",
+    "1e-5",
+    "--seed",
+    "0",
+]  # seeded: reproducible samples
 
 
 def run_example(path: Path, steps: int, *extra: str) -> str:
-    command = [sys.executable, str(ROOT / "examples" / "art_style_train.py"), "--path", str(path), "--steps", str(steps), *SMALL, *extra]
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "art_style_train.py"),
+        "--path",
+        str(path),
+        "--steps",
+        str(steps),
+        *SMALL,
+        *extra,
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
-    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+    )
     return done.stdout
 
 
@@ -46,4 +69,6 @@ def test_example_trains_and_resumes(tmp_path):
     assert len(choice["message"]["generation_token_ids"]) == len(choice["message"]["generation_log_probs"]) > 0
     state = json.loads((folder / "state.json").read_text())
     assert state["step"] == 3 and state["checkpoint"] == f"step_{trained[-1]['step']:06d}"  # the last step that trained
-    assert [p.name for p in (folder / "checkpoints").iterdir() if p.is_dir()] == [state["checkpoint"]]  # keep_checkpoints=1
+    assert [p.name for p in (folder / "checkpoints").iterdir() if p.is_dir()] == [
+        state["checkpoint"]
+    ]  # keep_checkpoints=1

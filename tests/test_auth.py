@@ -1,4 +1,5 @@
-"""The per-run token (nemo_gym.auth): every route but /health needs it when configured; clients find and send it."""
+"""The per-run token (nemo_gym.serving.auth): every route but /health needs it when configured; clients find and send
+it."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ import httpx
 import psutil
 import pytest
 from fastapi.testclient import TestClient
-
 from live_servers import serve
-from nemo_gym import auth
-from nemo_gym.auth import RUN_TOKEN_ENV, TOKEN_HEADER, new_run_token, read_token_file, take_run_token_from_env, write_token_file
-from nemo_gym.client import ServerClient
+
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
 from nemo_gym.errors import ServerHTTPError
-from nemo_gym.head import build_head_app, run_token_for_url
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.serving import auth
+from nemo_gym.serving.auth import (
+    RUN_TOKEN_ENV,
+    TOKEN_HEADER,
+    new_run_token,
+    read_token_file,
+    take_run_token_from_env,
+    write_token_file,
+)
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.head import build_head_app, run_token_for_url
+from nemo_gym.serving.server import Session
 
 TOKEN = "tok-" + "x" * 40
 
@@ -44,8 +54,17 @@ def test_every_route_but_health_needs_the_token():
     app = Echo().build_app(run_token=TOKEN)
     with TestClient(app) as client:
         assert client.get("/health").status_code == 200
-        for method, path in [("POST", "/echo"), ("GET", "/tools"), ("POST", "/verify"), ("POST", "/seed_session"), ("GET", "/openapi.json"),
-                             ("GET", "/docs"), ("POST", "/close_session"), ("GET", "/no_such_route"), ("GET", "/health/../tools")]:
+        for method, path in [
+            ("POST", "/echo"),
+            ("GET", "/tools"),
+            ("POST", "/verify"),
+            ("POST", "/seed_session"),
+            ("GET", "/openapi.json"),
+            ("GET", "/docs"),
+            ("POST", "/close_session"),
+            ("GET", "/no_such_route"),
+            ("GET", "/health/../tools"),
+        ]:
             answer = client.request(method, path, json={"text": "a"})
             assert answer.status_code == 401, (method, path, answer.status_code)
             assert answer.headers["www-authenticate"] == "Bearer" and TOKEN not in answer.text
@@ -53,21 +72,36 @@ def test_every_route_but_health_needs_the_token():
             assert client.post("/echo", json={"text": "a"}, headers={TOKEN_HEADER: wrong}).status_code == 401, wrong
         assert client.post("/echo", json={"text": "a"}, headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
         assert client.post("/echo", json={"text": "a"}, headers={TOKEN_HEADER: TOKEN}).json() == {"text": "a"}
-        assert client.post("/echo", json={"text": "a"}, headers={"Authorization": f"Bearer {TOKEN}"}).json() == {"text": "a"}
+        assert client.post("/echo", json={"text": "a"}, headers={"Authorization": f"Bearer {TOKEN}"}).json() == {
+            "text": "a"
+        }
         assert client.get("/openapi.json", headers={TOKEN_HEADER: TOKEN}).status_code == 200
 
 
 def test_token_is_checked_before_the_body_is_read():
     """A caller without the token gets 401 even for a body over the size limit: nothing of the request is processed."""
     with TestClient(Echo({"max_body_mb": 0.001}).build_app(run_token=TOKEN)) as client:
-        assert client.post("/echo", content=b"x" * 10_000, headers={"content-type": "application/json"}).status_code == 401
-        assert client.post("/echo", content=b"x" * 10_000, headers={"content-type": "application/json", TOKEN_HEADER: TOKEN}).status_code == 413
+        assert (
+            client.post("/echo", content=b"x" * 10_000, headers={"content-type": "application/json"}).status_code == 401
+        )
+        assert (
+            client.post(
+                "/echo", content=b"x" * 10_000, headers={"content-type": "application/json", TOKEN_HEADER: TOKEN}
+            ).status_code
+            == 413
+        )
 
 
 def test_head_server_needs_the_token():
     with TestClient(build_head_app(run_token=TOKEN)) as client:
         assert client.get("/health").status_code == 200
-        registration = {"name": "x", "server_type": "resources_servers", "implementation": "y", "url": "http://127.0.0.1:1", "pid": 1}
+        registration = {
+            "name": "x",
+            "server_type": "resources_servers",
+            "implementation": "y",
+            "url": "http://127.0.0.1:1",
+            "pid": 1,
+        }
         assert client.post("/register", json=registration).status_code == 401
         assert client.get("/servers").status_code == 401
         assert client.post("/register", json=registration, headers={TOKEN_HEADER: TOKEN}).status_code == 200
@@ -104,8 +138,14 @@ def _fake_live_run(home, run_id: str, head_url: str, server_url: str, token: str
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True)
     me = psutil.Process()
-    state = {"run_id": run_id, "pid": me.pid, "process_create_time": me.create_time(), "started_at": time.time(), "head_url": head_url,
-             "servers": [{"name": "s", "url": server_url}]}
+    state = {
+        "run_id": run_id,
+        "pid": me.pid,
+        "process_create_time": me.create_time(),
+        "started_at": time.time(),
+        "head_url": head_url,
+        "servers": [{"name": "s", "url": server_url}],
+    }
     (run_dir / "state.json").write_text(json.dumps(state))
     if token:
         write_token_file(run_dir, token)
@@ -134,7 +174,9 @@ def test_a_server_takes_the_token_out_of_its_environment(monkeypatch):
 def test_head_and_401_answers_never_carry_the_token():
     with TestClient(build_head_app(run_token=TOKEN)) as client:
         texts = [client.get(p).text for p in ["/health", "/servers", "/openapi.json", "/servers/x"]]
-        texts += [client.get(p, headers={TOKEN_HEADER: TOKEN}).text for p in ["/servers", "/openapi.json", "/servers/x"]]
+        texts += [
+            client.get(p, headers={TOKEN_HEADER: TOKEN}).text for p in ["/servers", "/openapi.json", "/servers/x"]
+        ]
     assert not [t for t in texts if TOKEN in t]
 
 
@@ -145,5 +187,8 @@ def test_refused_uploads_get_their_401_over_real_http():
         for _ in range(50):  # one keep-alive connection: each 401 leaves it usable
             assert client.post("/echo", json={"text": "x" * 5000}).status_code == 401
         assert client.post("/echo", json={"text": "a"}, headers={TOKEN_HEADER: TOKEN}).json() == {"text": "a"}
-        assert client.post("/echo", content=b"x" * (8 << 20), headers={"content-type": "application/json"}).status_code == 401
+        assert (
+            client.post("/echo", content=b"x" * (8 << 20), headers={"content-type": "application/json"}).status_code
+            == 401
+        )
         assert client.get("/tools", headers={TOKEN_HEADER: TOKEN}).status_code == 200

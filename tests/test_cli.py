@@ -18,6 +18,7 @@ def ng(name: str, *args: str, cwd: Path = REPO, prefix: str = "ng_") -> subproce
     return subprocess.run([str(BIN / f"{prefix}{name}"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", COMMANDS)
 @pytest.mark.parametrize("flag", ["+help=true", "+h=true", "--help"])
 def test_help_lists_parameters_with_type_default_and_meaning(name, flag):
@@ -25,7 +26,15 @@ def test_help_lists_parameters_with_type_default_and_meaning(name, flag):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"ng_{name}:")
     if name == "collect_rollouts":
-        for field in ["agent_name", "input_jsonl_fpath", "output_jsonl_fpath", "limit", "num_repeats", "num_samples_in_parallel", "responses_create_params"]:
+        for field in [
+            "agent_name",
+            "input_jsonl_fpath",
+            "output_jsonl_fpath",
+            "limit",
+            "num_repeats",
+            "num_samples_in_parallel",
+            "responses_create_params",
+        ]:
             assert f"+{field}:" in result.stdout
         assert "+num_repeats: int = 1" in result.stdout
 
@@ -49,11 +58,18 @@ def test_unknown_parameter_suggests():
 
 def test_dump_config_masks_secrets(tmp_path):
     (tmp_path / "env.yaml").write_text("policy_api_key: sk-very-secret\npolicy_base_url: http://127.0.0.1:1/v1\n")
-    (tmp_path / "c.yaml").write_text("# ng_dump_config +config_paths=[c.yaml]\nmodel:\n  api_key: ${policy_api_key}\n  url: ${policy_base_url}\n  max_output_tokens: 16\n")
+    (tmp_path / "c.yaml").write_text(
+        "# ng_dump_config +config_paths=[c.yaml]\nmodel:\n  api_key: ${policy_api_key}\n  url: ${policy_base_url}\n "
+        " max_output_tokens: 16\n"
+    )
     result = ng("dump_config", "+config_paths=[c.yaml]", "+hf_token=hf_abc", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "sk-very-secret" not in result.stdout and "hf_abc" not in result.stdout
-    assert "api_key: '****'" in result.stdout and "max_output_tokens: 16" in result.stdout and "url: http://127.0.0.1:1/v1" in result.stdout
+    assert (
+        "api_key: '****'" in result.stdout
+        and "max_output_tokens: 16" in result.stdout
+        and "url: http://127.0.0.1:1/v1" in result.stdout
+    )
 
 
 def test_config_error_exit_status_and_message(tmp_path):
@@ -65,15 +81,24 @@ def test_config_error_exit_status_and_message(tmp_path):
 
 def test_every_command_is_in_the_readmes_command_table():
     """README's command table lists every ng_* command (ng_viewer was missing); the dataset registry commands are
-    documented together in their own section."""
+    documented together on their own page, docs/datasets.md."""
     import re
     from pathlib import Path
 
     from nemo_gym.cli import COMMANDS
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = "\n".join(line for line in readme[readme.index("## Commands") : readme.index("\n## ", readme.index("## Commands") + 1)].splitlines() if line.startswith("| `"))
-    datasets = readme[readme.index("## Datasets: Hugging Face and GitLab") :]
-    datasets = datasets[: datasets.index("\n## ", 1)]
-    missing = [f"ng_{name}" for name in COMMANDS if not re.search(rf"`ng_{name}\b", table) and f"ng_{name} " not in datasets]
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    table = "\n".join(
+        line
+        for line in readme[
+            readme.index("## Commands") : readme.index("\n## ", readme.index("## Commands") + 1)
+        ].splitlines()
+        if line.startswith("| `")
+    )
+    datasets = (repo / "docs" / "datasets.md").read_text()
+    assert datasets.startswith("# Datasets: Hugging Face and GitLab\n")
+    missing = [
+        f"ng_{name}" for name in COMMANDS if not re.search(rf"`ng_{name}\b", table) and f"ng_{name} " not in datasets
+    ]
     assert missing == []

@@ -8,10 +8,11 @@ import socket
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-
 from live_servers import serve
-from nemo_gym.client import ClientTimeouts, ServerClient
+
 from nemo_gym.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.retry_policy import ClientTimeouts
 
 FAST = ClientTimeouts(connect_s=1.0, read_s=0.5, max_retries=2, backoff_s=0.01)
 
@@ -55,6 +56,7 @@ def flaky_app() -> FastAPI:
     return app
 
 
+@pytest.mark.long
 def test_retries_are_bounded_and_typed():
     app = flaky_app()
     with serve(app) as url:
@@ -85,9 +87,14 @@ def test_client_of_outside_endpoints_never_sends_the_run_token(monkeypatch):
     with serve(app) as url:
 
         async def main():
-            async with ServerClient(addresses={"s": url}, timeouts=FAST) as own, ServerClient(timeouts=FAST, send_run_token=False, retry_if=lambda e: False) as outside:
+            async with (
+                ServerClient(addresses={"s": url}, timeouts=FAST) as own,
+                ServerClient(timeouts=FAST, send_run_token=False, retry_if=lambda e: False) as outside,
+            ):
                 assert (await own.post("s", "/headers", {}))["x-ng-run-token"] == "run-token-canary"
-                sent = await outside.request_json("POST", f"{url}/headers", json={}, headers={"authorization": "Bearer sk-x"})
+                sent = await outside.request_json(
+                    "POST", f"{url}/headers", json={}, headers={"authorization": "Bearer sk-x"}
+                )
                 assert "run-token-canary" not in str(sent) and sent["authorization"] == "Bearer sk-x"
                 with pytest.raises(ServerHTTPError):
                     await outside.request_json("POST", f"{url}/down", json={})
@@ -168,3 +175,80 @@ def test_one_client_serves_several_event_loops():
         for _ in range(2):
             assert asyncio.run(client.post("s", "/set_cookie", {})) == {}
         asyncio.run(client.aclose())
+
+
+def test_reachable_is_false_only_for_a_connection_refused():
+    """The liveness probe of the collector (`nemo_gym.collect.liveness`): a refused connection is False; an answer of
+    any status, or a server that accepts and never answers (slow, not gone), is True, within 2 × timeout_s."""
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health():
+        return JSONResponse({"detail": "no token"}, status_code=401)
+
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))  # bound, never listened on: a connect gets ECONNREFUSED
+    silent = socket.create_server(("127.0.0.1", 0))  # listens (the kernel accepts), never answers
+
+    async def main(url: str) -> tuple[bool, bool, bool, float]:
+        async with ServerClient(timeouts=FAST) as client:
+            answered, refused = (
+                await client.reachable(f"{url}/health", 1.0),
+                await client.reachable(f"http://127.0.0.1:{refusing.getsockname()[1]}/health", 1.0),
+            )
+            started = asyncio.get_running_loop().time()
+            silent_answers = await client.reachable(f"http://127.0.0.1:{silent.getsockname()[1]}/health", 0.3)
+            return answered, refused, silent_answers, asyncio.get_running_loop().time() - started
+
+    try:
+        with serve(app) as url:
+            answered, refused, silent_answers, silent_s = asyncio.run(main(url))
+    finally:
+        refusing.close()
+        silent.close()
+    assert (answered, refused, silent_answers) == (True, False, True)
+    assert silent_s < 0.7
+
+
+def test_a_refresh_from_a_head_server_that_is_gone_is_one_attempt():
+    """Every replica down: each retry re-reads the addresses from the head server first (under the refresh lock). A
+    head server that is gone costs that refresh one refused attempt: no retry, whose own refresh would wait on the
+    lock its caller holds until the refresh's deadline (connect_s) ends it (with connect_s = 5 s, a rollout
+    of a collection whose ng_run had ended took ~10 s to fail instead of its ~3.5 s of backoff)."""
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))
+    head = FastAPI()
+
+    @head.get("/servers")
+    async def servers():
+        return [{"name": "s", "replica": 0, "url": f"http://127.0.0.1:{refusing.getsockname()[1]}"}]
+
+    head_calls: list[str] = []
+
+    async def count(request, handler):
+        if request.url.path == "/servers":
+            head_calls.append(str(request.url))
+        return await handler(request)
+
+    async def main(client: ServerClient) -> float:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ServerUnavailableError):
+            await client.post("s", "/x", {})
+        await client.aclose()
+        return asyncio.get_running_loop().time() - started
+
+    client = ServerClient(
+        timeouts=ClientTimeouts(connect_s=2.0, read_s=0.5, max_retries=2, backoff_s=0.2),
+        middlewares=[count],
+        send_run_token=False,
+    )
+    try:
+        with serve(head) as head_url:
+            client.head_url = head_url
+            asyncio.run(client.server_url("s"))  # addresses read while the head server is up
+        head_calls.clear()
+        failed_after_s = asyncio.run(main(client))
+    finally:
+        refusing.close()
+    assert len(head_calls) == 2  # one refresh before each of the 2 retries, one attempt each
+    assert failed_after_s < 1.8  # backoff 0.2 + 0.4 s; each refresh waiting for its deadline would add 2 × 2 s

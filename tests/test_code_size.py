@@ -1,4 +1,4 @@
-"""Modules a reader can hold in mind and functions short enough to see whole (STYLE.md §3): no module over
+"""Modules a reader can hold in mind and functions short enough to see whole: no module over
 MAX_MODULE_LINES lines and no function over MAX_FUNCTION_LINES lines (from its `def` to its last line, docstring
 included) in the library and the server folders, tests aside. A few exceptions, each with its reason, are in
 ALLOWED (at most MAX_ALLOWED of them); when one shrinks below the limit, its entry goes.
@@ -18,6 +18,11 @@ ROOTS = ("nemo_gym", *SERVER_TYPES)
 
 # "path" for a module, "path:function" for a function (nested functions by their own name) -> why it may be longer
 ALLOWED: dict[str, str] = {
+    "nemo_gym/model_servers/engine_ext/weight_sync_worker.py": (
+        "vLLM imports it into its worker processes as one top-level module (--worker-extension-cls, from a folder on "
+        "PYTHONPATH, in the engine venv where nemo_gym is not importable: docs/other_interpreters.md), so it cannot "
+        "import a sibling module; the trainer imports the same file for the wire format both sides must share."
+    ),
     "resources_servers/instruction_following/instructions.py": (
         "IFEval's registry of 23 instruction checkers, one short class each, beside the module docstring that lists "
         "every departure from IFEval's reference; split by category, a reader would have to open four files to "
@@ -36,12 +41,13 @@ def _sources() -> list[Path]:
         path
         for root in ROOTS
         for path in (REPO_ROOT / root).rglob("*.py")
-        if not {"tests", ".venv"} & set(path.relative_to(REPO_ROOT).parts) and not any(part.startswith(".") for part in path.relative_to(REPO_ROOT).parts)
+        if not {"tests", ".venv"} & set(path.relative_to(REPO_ROOT).parts)
+        and not any(part.startswith(".") for part in path.relative_to(REPO_ROOT).parts)
     )
 
 
 def _too_long() -> dict[str, int]:
-    """"path" or "path:function" -> its length in lines, for each one over its limit."""
+    """ "path" or "path:function" -> its length in lines, for each one over its limit."""
     found = {}
     for path in _sources():
         text = path.read_text()
@@ -49,14 +55,19 @@ def _too_long() -> dict[str, int]:
         if len(text.splitlines()) > MAX_MODULE_LINES:
             found[name] = len(text.splitlines())
         for node in ast.walk(ast.parse(text, name)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+            ):
                 found[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1
     return found
 
 
 def test_no_module_or_function_is_too_long():
     over = {name: lines for name, lines in _too_long().items() if name not in ALLOWED}
-    assert over == {}, f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function: split it along a seam"
+    assert over == {}, (
+        f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function: split it along a seam"
+    )
 
 
 def test_the_allow_list_is_short_and_current():
@@ -68,5 +79,5 @@ def test_the_allow_list_is_short_and_current():
 
 def test_the_scan_sees_the_server_folders_but_not_tests():
     names = {str(path.relative_to(REPO_ROOT)) for path in _sources()}
-    assert "resources_servers/instruction_following/instructions.py" in names and "nemo_gym/collect.py" in names
+    assert "resources_servers/instruction_following/instructions.py" in names and "nemo_gym/collect/command.py" in names
     assert not any("/tests/" in name for name in names)

@@ -24,12 +24,15 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.collect import CollectConfig, OutputPaths, collect_main, collect_rollouts
-from nemo_gym.errors import ConfigError, DataError, ServerError, ServerUnavailableError
-from nemo_gym.head import build_head_app, discover_head_url
-from nemo_gym.server import AgentServer
+from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
+from nemo_gym.collect.files import OutputPaths
+from nemo_gym.collect.liveness import Verdict, decide
+from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.errors import ConfigError, DataError, ServerError, ServersGoneError, ServerUnavailableError
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.head import build_head_app, discover_head_url
+from nemo_gym.serving.retry_policy import ClientTimeouts
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ClientTimeouts(connect_s=2.0, read_s=10.0, max_retries=1, backoff_s=0.01)
@@ -60,7 +63,12 @@ class ScoringAgent(AgentServer):
             await asyncio.sleep(self.delay_s)
             if task in self.fail_tasks:
                 raise ServerUnavailableError("policy model unreachable", server="policy_model")
-            answer = {**row, "response": {"output": [], "usage": {"output_tokens": 3}}, "verifier_note": "ok", "stop_reason": "completed"}
+            answer = {
+                **row,
+                "response": {"output": [], "usage": {"output_tokens": 3}},
+                "verifier_note": "ok",
+                "stop_reason": "completed",
+            }
             if task not in self.no_reward_tasks:
                 answer["reward"] = float(row["x"]) + rollout / 10
             return answer
@@ -77,7 +85,10 @@ class MetricsAgent(ScoringAgent):
         @app.post("/aggregate_metrics")
         async def aggregate_metrics(request: Request) -> dict:
             body = await request.json()
-            return {"reward_sum": sum(r["reward"] for r in body["verify_responses"]), "n": len(body["verify_responses"])}
+            return {
+                "reward_sum": sum(r["reward"] for r in body["verify_responses"]),
+                "n": len(body["verify_responses"]),
+            }
 
 
 class Served:
@@ -105,9 +116,19 @@ class Served:
 def gym():
     """A head server with two agents registered: `agent` (ScoringAgent) and `metrics_agent` (MetricsAgent)."""
     agent, metrics_agent = ScoringAgent(name="agent"), MetricsAgent(name="metrics_agent")
-    served = {"head": Served(build_head_app()), "agent": Served(agent.build_app()), "metrics_agent": Served(metrics_agent.build_app())}
+    served = {
+        "head": Served(build_head_app()),
+        "agent": Served(agent.build_app()),
+        "metrics_agent": Served(metrics_agent.build_app()),
+    }
     for name in ("agent", "metrics_agent"):
-        registration = {"name": name, "server_type": "responses_api_agents", "implementation": "test", "url": served[name].url, "pid": os.getpid()}
+        registration = {
+            "name": name,
+            "server_type": "responses_api_agents",
+            "implementation": "test",
+            "url": served[name].url,
+            "pid": os.getpid(),
+        }
         httpx.post(served["head"].url + "/register", json=registration, trust_env=False).raise_for_status()
     yield {"head_url": served["head"].url, "agent": agent, "metrics_agent": metrics_agent}
     for s in served.values():
@@ -160,8 +181,14 @@ def pairs_of(path: Path | str) -> list[tuple[int, int]]:
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"responses_create_params": {}}', '{"responses_create_params": {}', '{"responses_create_params": {}}'], r"in\.jsonl:2: not valid JSON"),
-        (['{"responses_create_params": {}}', "", '{"x": 1}'], r"in\.jsonl:3: needs a `responses_create_params` object \(it is missing\)"),
+        (
+            ['{"responses_create_params": {}}', '{"responses_create_params": {}', '{"responses_create_params": {}}'],
+            r"in\.jsonl:2: not valid JSON",
+        ),
+        (
+            ['{"responses_create_params": {}}', "", '{"x": 1}'],
+            r"in\.jsonl:3: needs a `responses_create_params` object \(it is missing\)",
+        ),
         (['{"responses_create_params": "hi"}'], r"in\.jsonl:1: needs a `responses_create_params` object \(got str\)"),
         (['{"responses_create_params": {}, "agent_ref": "agent"}'], r"in\.jsonl:1: agent_ref must be an object"),
     ],
@@ -177,7 +204,9 @@ def test_malformed_input_stops_before_any_rollout(tmp_path, gym, agent, lines, m
 
 def test_rows_without_agent_are_named(tmp_path, gym, agent):
     path = tmp_path / "in.jsonl"
-    path.write_text('{"responses_create_params": {}, "agent_ref": {"name": "agent"}}\n{"responses_create_params": {}}\n')
+    path.write_text(
+        '{"responses_create_params": {}, "agent_ref": {"name": "agent"}}\n{"responses_create_params": {}}\n'
+    )
     with pytest.raises(DataError, match=r"in\.jsonl:2: row has no agent_ref; pass \+agent_name"):
         collect(config(tmp_path, gym, agent_name=None))
     assert not agent.calls
@@ -193,7 +222,9 @@ def test_unknown_agent_fails_before_any_rollout(tmp_path, gym, agent):
 # -- collection -------------------------------------------------------------------------------------------
 def test_limit_repeats_and_row_contents(tmp_path, gym, agent):
     write_input(tmp_path / "in.jsonl", 5)
-    cfg = config(tmp_path, gym, limit=3, num_repeats=2, responses_create_params={"temperature": 0.7, "max_output_tokens": 16})
+    cfg = config(
+        tmp_path, gym, limit=3, num_repeats=2, responses_create_params={"temperature": 0.7, "max_output_tokens": 16}
+    )
     summary = collect(cfg)
 
     assert summary.rollouts_expected == summary.rollouts_done == summary.rollouts_this_run == 6
@@ -206,7 +237,11 @@ def test_limit_repeats_and_row_contents(tmp_path, gym, agent):
     for row in rows_of(cfg.output_jsonl_fpath):
         assert row["reward"] == pytest.approx(row["x"] + row["_ng_rollout_index"] / 10)
         assert row["agent_ref"] == {"name": "agent"}
-        assert row["responses_create_params"] == {"input": f"task {row['x']}", "temperature": 0.7, "max_output_tokens": 16}
+        assert row["responses_create_params"] == {
+            "input": f"task {row['x']}",
+            "temperature": 0.7,
+            "max_output_tokens": 16,
+        }
         assert row["verifier_note"] == "ok" and row["response"]["usage"] == {"output_tokens": 3}
 
     paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
@@ -333,7 +368,9 @@ def test_resume_refuses_a_changed_input_and_resume_false_starts_over(tmp_path, g
     collect(cfg)
     write_input(tmp_path / "in.jsonl", 3, extra_field="changed")
     agent.calls.clear()
-    with pytest.raises(ConfigError, match=r"different input.*the task rows differ.*new \+output_jsonl_fpath, or \+resume=false"):
+    with pytest.raises(
+        ConfigError, match=r"different input.*the task rows differ.*new \+output_jsonl_fpath, or \+resume=false"
+    ):
         collect(cfg)
     with pytest.raises(ConfigError, match="num_repeats was 1, now 2"):
         collect(config(tmp_path, gym, num_repeats=2))
@@ -387,16 +424,199 @@ def test_cancel_mid_run_then_resume(tmp_path, gym, agent):
     assert summary.rollouts_resumed == len(partial)
 
 
+# -- servers gone (nemo_gym.collect.liveness) -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("head_answers", "agent_answers", "agent_refused_s", "verdict"),
+    [
+        (False, False, 0.0, Verdict.GONE),  # ng_run ended: head server and agent refuse
+        (False, True, 0.0, Verdict.GONE),  # the head server is gone: no address can be refreshed, the run is over
+        (True, True, 0.0, Verdict.ANSWERS),  # one refused call among answers: the rollout's own failure
+        (None, True, 0.0, Verdict.ANSWERS),  # fixed addresses, no head server
+        (True, False, 0.0, Verdict.WAIT),  # the agent may be restarting
+        (True, False, 9.9, Verdict.WAIT),
+        (True, False, 10.0, Verdict.GONE),  # refused for servers_gone_s
+        (None, False, 10.0, Verdict.GONE),
+    ],
+)
+def test_servers_gone_decision(head_answers, agent_answers, agent_refused_s, verdict):
+    assert decide(head_answers, agent_answers, agent_refused_s, servers_gone_s=10.0) is verdict
+
+
+class Refuser:
+    """A client middleware (`ServerClient(middlewares=[...])`): a request for which `refuses(base_url, path, body)`
+    is true goes to a port bound and never listened on, so its connect fails with a real ECONNREFUSED."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.refuses = lambda base_url, path, body: False
+        self.refused = 0
+
+    async def __call__(self, request, handler):
+        body = await request.body.as_bytes() if request.body else b""
+        if self.refuses(f"http://{request.url.host}:{request.url.port}", request.url.path, body):
+            self.refused += 1
+            request.url = request.url.with_port(self.sock.getsockname()[1])
+        return await handler(request)
+
+
+def collect_refused(
+    cfg: CollectConfig, refuser: Refuser, refuse: Any, *, once: Any = lambda: True, for_s: float | None = None
+):
+    """`collect_rollouts(cfg)` through a client with `refuser`; once `once()` is true (polled every 10 ms),
+    `refuser.refuses` becomes `refuse` (for `for_s` seconds, then nothing is refused again; None: to the end)."""
+
+    async def switch() -> None:
+        while not once():
+            await asyncio.sleep(0.01)
+        refuser.refuses = refuse
+        if for_s is not None:
+            await asyncio.sleep(for_s)
+            refuser.refuses = lambda base_url, path, body: False
+
+    async def run():
+        async with ServerClient(cfg.head_server_url, timeouts=FAST, middlewares=[refuser]) as client:
+            switching = asyncio.create_task(switch())
+            try:
+                return await collect_rollouts(cfg, client)
+            finally:
+                switching.cancel()
+
+    return asyncio.run(run())
+
+
+def rows_written(cfg: CollectConfig) -> int:
+    out = Path(cfg.output_jsonl_fpath)
+    return out.read_bytes().count(b"\n") if out.exists() else 0
+
+
+def test_one_refused_call_among_answers_is_a_failure_record_not_a_stop(tmp_path, gym, agent):
+    """The agent refuses only task 2's /run (its /health answers): that rollout is an `unavailable` record, the
+    collection goes on."""
+    write_input(tmp_path / "in.jsonl", 6)
+    cfg = config(tmp_path, gym, servers_gone_s=0.0)  # an agent that refused its probe would stop it at once
+    refuser = Refuser()
+    summary = collect_refused(
+        cfg, refuser, lambda base_url, path, body: path == "/run" and b'"_ng_task_index":2,' in body
+    )
+    assert refuser.refused == 2  # the attempt and FAST's one retry
+    assert summary.exit_status == 1 and summary.failures_by_class == {"unavailable": 1}
+    assert sorted(pairs_of(cfg.output_jsonl_fpath)) == [(t, 0) for t in (0, 1, 3, 4, 5)]
+    assert pairs_of(OutputPaths.for_output(cfg.output_jsonl_fpath).failures) == [(2, 0)]
+
+
+def test_agent_restarting_briefly_does_not_stop_the_collection(tmp_path, gym, agent):
+    """Every connection to the agent, /health too, refused for 1 s mid-collection (a restart): with servers_gone_s=5
+    the collection goes on; each pair has a row or an `unavailable` record."""
+    agent.delay_s = 0.02
+    write_input(tmp_path / "in.jsonl", 40)
+    cfg = config(tmp_path, gym, num_samples_in_parallel=4, servers_gone_s=5.0)
+    refuser = Refuser()
+    agent_url = httpx.get(f"{gym['head_url']}/servers/agent", trust_env=False).raise_for_status().json()["url"]
+    summary = collect_refused(
+        cfg, refuser, lambda base_url, path, body: base_url == agent_url, once=lambda: rows_written(cfg) >= 3, for_s=1.0
+    )
+    assert refuser.refused > 0
+    paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
+    done, failed = pairs_of(paths.output), pairs_of(paths.failures) if paths.failures.exists() else []
+    assert sorted(done + failed) == [(t, 0) for t in range(40)]
+    assert summary.rollouts_done == len(done) >= 36 and set(summary.failures_by_class) <= {"unavailable"}
+
+
+def test_agent_gone_stops_after_servers_gone_s_and_resume_completes(tmp_path, gym, agent):
+    """The agent refuses every connection from the 3rd row on, the head server answering: ServersGoneError names
+    it after servers_gone_s; the rollouts not finished are not failure records; a resume completes each pair once."""
+    agent.delay_s = 0.02
+    write_input(tmp_path / "in.jsonl", 30)
+    cfg = config(tmp_path, gym, num_samples_in_parallel=4, servers_gone_s=0.5)
+    agent_url = httpx.get(f"{gym['head_url']}/servers/agent", trust_env=False).raise_for_status().json()["url"]
+    started = time.monotonic()
+    with pytest.raises(
+        ServersGoneError, match=r"agent 'agent' \(http://127\.0\.0\.1:\d+\) refuses connections for [\d.]+ s"
+    ) as gone:
+        collect_refused(
+            cfg, Refuser(), lambda base_url, path, body: base_url == agent_url, once=lambda: rows_written(cfg) >= 3
+        )
+    assert time.monotonic() - started < 10
+    assert gone.value.head_url is None and gone.value.agents == {"agent": [agent_url]}
+    paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
+    done = pairs_of(paths.output)
+    assert 3 <= len(done) == len(set(done)) < 30
+    assert not paths.failures.exists()
+
+    agent.calls.clear()
+    summary = collect(cfg)
+    assert summary.exit_status == 0 and summary.rollouts_resumed == len(done)
+    assert sorted(pairs_of(paths.output)) == [(t, 0) for t in range(30)]
+    assert not set(agent.calls) & set(done)
+
+
+def test_head_server_and_agent_gone_stop_at_once(tmp_path, gym, agent):
+    """Head server and agent refuse (their ng_run ended): the collection stops at the first such failure, well
+    before servers_gone_s, naming both."""
+    agent.delay_s = 0.02
+    write_input(tmp_path / "in.jsonl", 30)
+    cfg = config(tmp_path, gym, num_samples_in_parallel=4, servers_gone_s=60.0)
+    agent_url = httpx.get(f"{gym['head_url']}/servers/agent", trust_env=False).raise_for_status().json()["url"]
+    started = time.monotonic()
+    with pytest.raises(
+        ServersGoneError,
+        match=r"the head server http://\S+ refuses connections .*; agent 'agent' \(\S+\) refuses connections$",
+    ) as gone:
+        collect_refused(
+            cfg,
+            Refuser(),
+            lambda base_url, path, body: base_url in (agent_url, gym["head_url"]),
+            once=lambda: rows_written(cfg) >= 3,
+        )
+    assert time.monotonic() - started < 10
+    assert gone.value.head_url == gym["head_url"] and set(gone.value.agents) == {"agent"}
+    assert not OutputPaths.for_output(cfg.output_jsonl_fpath).failures.exists()
+
+
+def test_head_server_gone_stops_rollouts_still_in_flight(tmp_path, gym, agent):
+    """The head server refuses while every rollout is still in flight (slow agent): the head server's watch stops
+    the collection within seconds, without waiting for a rollout to end; nothing is recorded."""
+    agent.delay_s = 3.0
+    write_input(tmp_path / "in.jsonl", 8)
+    cfg = config(tmp_path, gym, num_samples_in_parallel=4)
+    started = time.monotonic()
+    with pytest.raises(
+        ServersGoneError,
+        match=(
+            r"^the servers stopped answering: the head server http://\S+ refuses connections \(its ng_run has ended\)$"
+        ),
+    ) as gone:
+        collect_refused(
+            cfg, Refuser(), lambda base_url, path, body: base_url == gym["head_url"], once=lambda: agent.in_flight == 4
+        )
+    assert time.monotonic() - started < 2.5  # the head server's probe every second; the rollouts take 3 s
+    assert gone.value.head_url == gym["head_url"] and gone.value.agents == {}
+    assert rows_written(cfg) == 0 and not OutputPaths.for_output(cfg.output_jsonl_fpath).failures.exists()
+    deadline = time.monotonic() + 10
+    while agent.in_flight:  # let the agent finish the requests the collector left, before the next test counts
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+@pytest.mark.long
 @pytest.mark.integration
 def test_sigint_exits_130_and_says_how_to_resume(tmp_path, gym, agent):
-    agent.delay_s = 0.5  # 20 rows, 2 at a time: ~5 s of work, so the SIGINT comes mid-collection even on a loaded machine
+    agent.delay_s = (
+        0.5  # 20 rows, 2 at a time: ~5 s of work, so the SIGINT comes mid-collection even on a loaded machine
+    )
     write_input(tmp_path / "in.jsonl", 20)
     cfg = config(tmp_path, gym, num_samples_in_parallel=2)
     # Started with SIGINT ignored, as a background job (`cmd &` without job control, as CI harnesses start pytest) is:
     # Python then installs no KeyboardInterrupt, and ng_collect_rollouts must stop on SIGINT all the same.
     code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-    code += f"import sys; from nemo_gym.collect import CollectConfig, collect_main; sys.exit(collect_main(CollectConfig.model_validate_json({cfg.model_dump_json()!r})))"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code += (
+        "import sys; from nemo_gym.collect.command import CollectConfig, collect_main;"
+        f" sys.exit(collect_main(CollectConfig.model_validate_json({cfg.model_dump_json()!r})))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out = Path(cfg.output_jsonl_fpath)
     deadline = time.monotonic() + 30
     while not (out.exists() and out.read_bytes().count(b"\n") >= 2):
@@ -413,6 +633,7 @@ def test_sigint_exits_130_and_says_how_to_resume(tmp_path, gym, agent):
     assert sorted(pairs_of(out)) == [(t, 0) for t in range(20)]
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_cli_collect_and_profile_through_ng_run(tmp_path):
     """The console scripts against real processes: ng_run (simple_agent, scripted model, weather server)."""
@@ -422,7 +643,12 @@ def test_cli_collect_and_profile_through_ng_run(tmp_path):
     out, profile = tmp_path / "rollouts.jsonl", tmp_path / "profile.jsonl"
     with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]") as run:
         head = run.wait_ready()
-        collect_cmd = [str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", "+agent_name=weather_agent", f"+input_jsonl_fpath={data}"]
+        collect_cmd = [
+            str(BIN / "ng_collect_rollouts"),
+            f"+head_server_url={head}",
+            "+agent_name=weather_agent",
+            f"+input_jsonl_fpath={data}",
+        ]
         collect_cmd += [f"+output_jsonl_fpath={out}", "+num_repeats=2", "+progress=false"]
         done = subprocess.run(collect_cmd, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
@@ -432,7 +658,13 @@ def test_cli_collect_and_profile_through_ng_run(tmp_path):
     metrics = json.loads(OutputPaths.for_output(out).aggregate_metrics.read_text())
     assert metrics["agents"][0]["source"] == "agent" and metrics["agents"][0]["agent_metrics"]["num_rollouts"] == 10
 
-    profile_cmd = [str(BIN / "ng_profile"), f"+input_jsonl_fpath={data}", f"+rollouts_jsonl_fpath={out}", f"+output_jsonl_fpath={profile}", "+pass_threshold=1"]
+    profile_cmd = [
+        str(BIN / "ng_profile"),
+        f"+input_jsonl_fpath={data}",
+        f"+rollouts_jsonl_fpath={out}",
+        f"+output_jsonl_fpath={profile}",
+        "+pass_threshold=1",
+    ]
     done = subprocess.run(profile_cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert [row["total_samples"] for row in rows_of(profile)] == [2] * 5

@@ -1,4 +1,4 @@
-"""Retries only for transient failures, and bounded time to failure (issue 8, items 2 and 3).
+"""Retries only for transient failures, and bounded time to failure.
 
 Real HTTP on 127.0.0.1 throughout: small FastAPI apps answering chosen failures, real agent servers (the
 `simple_agent` against `scripted_model` with `error_status`, or a black-holed model: a socket that accepts and
@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-
 from live_servers import serve
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.collect import CollectConfig, collect_rollouts
+
+from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
 from nemo_gym.errors import (
     ServerBadAnswerError,
     ServerHTTPError,
@@ -30,12 +31,16 @@ from nemo_gym.errors import (
     ServerUnavailableError,
     is_transient,
 )
-from nemo_gym.serve import load_server_class
-from nemo_gym.server import AgentServer, ResourcesServer, Session, VerifyRequest, VerifyResult
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.retry_policy import ClientTimeouts
+from nemo_gym.serving.server import Session
 
 REPO = Path(__file__).resolve().parent.parent
-FAST = ClientTimeouts(connect_s=1.0, read_s=2.0, max_retries=2, backoff_s=0.01, backoff_max_s=0.05, retry_after_max_s=1.0)
+FAST = ClientTimeouts(
+    connect_s=1.0, read_s=2.0, max_retries=2, backoff_s=0.01, backoff_max_s=0.05, retry_after_max_s=1.0
+)
 
 
 def typed(status: int, failure_class: str) -> ServerHTTPError:
@@ -81,22 +86,32 @@ def failing_app() -> FastAPI:
         app.state.calls[kind] += 1
         n = app.state.calls[kind]
         if kind == "judge_unparsable":
-            return JSONResponse({"error": {"type": "judge_unparsable", "server": "judge", "message": "no verdict"}}, status_code=502)
+            return JSONResponse(
+                {"error": {"type": "judge_unparsable", "server": "judge", "message": "no verdict"}}, status_code=502
+            )
         if kind == "inner_unavailable":
-            return JSONResponse({"error": {"type": "unavailable", "server": "policy_model", "message": "refused"}}, status_code=502)
+            return JSONResponse(
+                {"error": {"type": "unavailable", "server": "policy_model", "message": "refused"}}, status_code=502
+            )
         if kind == "plain_502":
             return JSONResponse({"detail": "bad gateway"}, status_code=502)
         if kind == "validation":
             return JSONResponse({"detail": [{"loc": ["body", "x"], "msg": "field required"}]}, status_code=422)
         if kind == "rate_limited_once":
-            return JSONResponse({"detail": "slow down"}, status_code=429, headers={"Retry-After": "0.3"}) if n == 1 else {"ok": n}
+            return (
+                JSONResponse({"detail": "slow down"}, status_code=429, headers={"Retry-After": "0.3"})
+                if n == 1
+                else {"ok": n}
+            )
         if kind == "rate_limited_long":
             return JSONResponse({"detail": "come back tomorrow"}, status_code=429, headers={"Retry-After": "3600"})
         if kind == "trickle":
+
             async def drip():
                 while True:
                     yield b" "
                     await asyncio.sleep(0.1)
+
             return StreamingResponse(drip(), media_type="application/json")
         raise HTTPException(404)
 
@@ -121,12 +136,21 @@ def test_client_retries_only_transient_failures():
                 assert time.monotonic() - start >= 0.3  # Retry-After honoured
 
         asyncio.run(main())
-    assert app.state.calls == {"judge_unparsable": 1, "validation": 1, "rate_limited_long": 1, "inner_unavailable": 3, "plain_502": 3, "rate_limited_once": 2}
+    assert app.state.calls == {
+        "judge_unparsable": 1,
+        "validation": 1,
+        "rate_limited_long": 1,
+        "inner_unavailable": 3,
+        "plain_502": 3,
+        "rate_limited_once": 2,
+    }
 
 
 def test_a_trickling_answer_hits_the_total_deadline():
     """httpx's read timeout is per chunk; the attempt's total deadline (connect + read) still ends the call."""
-    timeouts = ClientTimeouts(connect_s=0.5, read_s=0.5, max_retries=1, backoff_s=0.01, backoff_max_s=0.01, retry_after_max_s=0.01)
+    timeouts = ClientTimeouts(
+        connect_s=0.5, read_s=0.5, max_retries=1, backoff_s=0.01, backoff_max_s=0.01, retry_after_max_s=0.01
+    )
     with serve(failing_app()) as url:
 
         async def main():
@@ -158,9 +182,14 @@ class ChainAgent(AgentServer):
             self.calls[kind] += 1
             n = self.calls[kind]
             if kind == "judge_unparsable":
-                return JSONResponse({"error": {"type": "judge_unparsable", "server": "judge", "message": "verdict not found"}}, status_code=502)
+                return JSONResponse(
+                    {"error": {"type": "judge_unparsable", "server": "judge", "message": "verdict not found"}},
+                    status_code=502,
+                )
             if kind == "flaky" and n <= 2:
-                return JSONResponse({"error": {"type": "unavailable", "server": "policy_model", "message": "refused"}}, status_code=502)
+                return JSONResponse(
+                    {"error": {"type": "unavailable", "server": "policy_model", "message": "refused"}}, status_code=502
+                )
             if kind == "invalid":
                 return JSONResponse({"detail": [{"loc": ["body", "x"], "msg": "field required"}]}, status_code=422)
             if kind == "busy" and n == 1:
@@ -171,8 +200,13 @@ class ChainAgent(AgentServer):
 def make_config(tmp_path: Path, rows: list[dict], **overrides: Any) -> CollectConfig:
     """Write `rows` as the input and return a config collecting them through the agent named `agent`."""
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return CollectConfig(agent_name="agent", input_jsonl_fpath=str(tmp_path / "in.jsonl"), output_jsonl_fpath=str(tmp_path / "out.jsonl"),
-                         progress=False, **overrides)
+    return CollectConfig(
+        agent_name="agent",
+        input_jsonl_fpath=str(tmp_path / "in.jsonl"),
+        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        progress=False,
+        **overrides,
+    )
 
 
 def run_collection(cfg: CollectConfig, addresses: dict[str, str], timeouts: ClientTimeouts):
@@ -189,14 +223,20 @@ def rows_if_any(path: Path) -> list[dict]:
 
 def test_collection_retries_transient_failures_only(tmp_path):
     agent = ChainAgent(name="agent")
-    rows = [{"responses_create_params": {"input": kind}, "fail": kind} for kind in ("judge_unparsable", "flaky", "invalid", "busy", None)]
+    rows = [
+        {"responses_create_params": {"input": kind}, "fail": kind}
+        for kind in ("judge_unparsable", "flaky", "invalid", "busy", None)
+    ]
     with serve(agent.build_app()) as url:
         cfg = make_config(tmp_path, rows, max_retries=3)
         summary = run_collection(cfg, {"agent": url}, FAST)
     assert agent.calls == {"judge_unparsable": 1, "flaky": 3, "invalid": 1, "busy": 2, None: 1}
     assert sorted(r["fail"] or "" for r in rows_if_any(tmp_path / "out.jsonl")) == ["", "busy", "flaky"]
     failures = {r["_ng_task_index"]: r for r in rows_if_any(tmp_path / "out_failures.jsonl")}
-    assert {i: (f["failure_class"], f["transient"]) for i, f in failures.items()} == {0: ("judge_unparsable", False), 2: ("http_error", False)}
+    assert {i: (f["failure_class"], f["transient"]) for i, f in failures.items()} == {
+        0: ("judge_unparsable", False),
+        2: ("http_error", False),
+    }
     assert failures[2]["status_code"] == 422
     assert summary.retries == 3  # flaky twice, busy once
 
@@ -210,13 +250,26 @@ class EchoResources(ResourcesServer):
 
 def simple_agent(model_url: str, resources_url: str, timeouts: ClientTimeouts, model_timeout_s: float):
     agent_class = load_server_class(REPO / "responses_api_agents" / "simple_agent" / "app.py")
-    config = {"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"},
-              "model_timeout_s": model_timeout_s, "max_steps": 2}
-    return agent_class(config, name="agent", client=ServerClient(addresses={"policy_model": model_url, "env": resources_url}, timeouts=timeouts))
+    config = {
+        "resources_server": {"type": "resources_servers", "name": "env"},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        "model_timeout_s": model_timeout_s,
+        "max_steps": 2,
+    }
+    return agent_class(
+        config,
+        name="agent",
+        client=ServerClient(addresses={"policy_model": model_url, "env": resources_url}, timeouts=timeouts),
+    )
 
 
-@pytest.mark.parametrize(("error_status", "failure_class", "model_calls"), [(500, "http_error", 1), (422, "http_error", 1), (503, "http_error", 3)])
-def test_model_errors_through_simple_agent_are_not_retried_by_the_collector(tmp_path, error_status, failure_class, model_calls):
+@pytest.mark.parametrize(
+    ("error_status", "failure_class", "model_calls"),
+    [(500, "http_error", 1), (422, "http_error", 1), (503, "http_error", 3)],
+)
+def test_model_errors_through_simple_agent_are_not_retried_by_the_collector(
+    tmp_path, error_status, failure_class, model_calls
+):
     """scripted_model answering `error_status`: the agent's client retries a 503 itself (transient), then answers
     a typed deterministic failure; the collector does not multiply those retries."""
     model_class = load_server_class(REPO / "responses_api_models" / "scripted_model" / "app.py")
@@ -264,14 +317,24 @@ class BlackHole:
             conn.close()
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_black_holed_model_ends_with_typed_failures_in_bounded_time(tmp_path):
-    """Issue 8, item 3: 50 rollouts against a model server that accepts and never answers end with `timeout`
+    """50 rollouts against a model server that accepts and never answers end with `timeout`
     failure records within the sum of the deadlines + 10 s."""
-    agent_timeouts = ClientTimeouts(connect_s=1.0, read_s=1.0, max_retries=1, backoff_s=0.05, backoff_max_s=0.1, retry_after_max_s=0.1)
+    agent_timeouts = ClientTimeouts(
+        connect_s=1.0, read_s=1.0, max_retries=1, backoff_s=0.05, backoff_max_s=0.1, retry_after_max_s=0.1
+    )
     model_timeout_s = 1.0
     agent_worst_s = agent_timeouts.worst_case_s(model_timeout_s)  # one /run: the model call's attempts and waits
-    collector = ClientTimeouts(connect_s=1.0, read_s=agent_worst_s + 2.0, max_retries=1, backoff_s=0.05, backoff_max_s=0.1, retry_after_max_s=0.1)
+    collector = ClientTimeouts(
+        connect_s=1.0,
+        read_s=agent_worst_s + 2.0,
+        max_retries=1,
+        backoff_s=0.05,
+        backoff_max_s=0.1,
+        retry_after_max_s=0.1,
+    )
     rows, parallel = 50, 50
     budget_s = -(-rows // parallel) * collector.worst_case_s() + 10.0
     hole = BlackHole()
@@ -279,8 +342,12 @@ def test_black_holed_model_ends_with_typed_failures_in_bounded_time(tmp_path):
         with serve(EchoResources(name="env").build_app()) as env_url:
             agent = simple_agent(hole.url, env_url, agent_timeouts, model_timeout_s)
             with serve(agent.build_app()) as agent_url:
-                cfg = make_config(tmp_path, [{"responses_create_params": {"input": f"task {i}"}} for i in range(rows)],
-                                  max_retries=collector.max_retries, num_samples_in_parallel=parallel)
+                cfg = make_config(
+                    tmp_path,
+                    [{"responses_create_params": {"input": f"task {i}"}} for i in range(rows)],
+                    max_retries=collector.max_retries,
+                    num_samples_in_parallel=parallel,
+                )
                 start = time.monotonic()
                 summary = run_collection(cfg, {"agent": agent_url}, collector)
                 elapsed = time.monotonic() - start

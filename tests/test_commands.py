@@ -13,6 +13,7 @@ from nemo_gym.commands import COMMANDS
 from nemo_gym.layout import REPO_ROOT
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_options_and_main_load(name):
     command = COMMANDS[name]

@@ -1,5 +1,5 @@
-"""Two rollout files compared (nemo_gym.comparison) and the percentile bootstrap (nemo_gym.bootstrap_ci): worked
-examples by hand, and NeMo Gym's real rollouts for tool calls, turns and task keys."""
+"""Two rollout files compared (nemo_gym.eval.comparison) and the percentile bootstrap (nemo_gym.eval.bootstrap_ci):
+worked examples by hand, and NeMo Gym's real rollouts for tool calls, turns and task keys."""
 
 from __future__ import annotations
 
@@ -9,19 +9,39 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.bootstrap_ci import bootstrap_mean_ci
-from nemo_gym.comparison import TaskTally, pair_tasks, paired_reward_difference, prompt_digest, summarize, task_key, tool_calls_and_turns
+from nemo_gym.eval.bootstrap_ci import bootstrap_mean_ci
+from nemo_gym.eval.comparison import (
+    TaskTally,
+    pair_tasks,
+    paired_reward_difference,
+    prompt_digest,
+    summarize,
+    task_key,
+    tool_calls_and_turns,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
-needs_peer_data = pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+needs_peer_data = pytest.mark.skipif(
+    not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)"
+)
 
 
 def peer_rows(server: str) -> list[dict]:
-    return [json.loads(line) for line in (PEER_SERVERS / server / "data" / "example_rollouts.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line)
+        for line in (PEER_SERVERS / server / "data" / "example_rollouts.jsonl").read_text().splitlines()
+    ]
 
 
-def tally(rewards: list[float], tool_calls: int = 0, turns: int = 0, env: str = "e", prompt: str | None = None, threshold: float = 1.0) -> TaskTally:
+def tally(
+    rewards: list[float],
+    tool_calls: int = 0,
+    turns: int = 0,
+    env: str = "e",
+    prompt: str | None = None,
+    threshold: float = 1.0,
+) -> TaskTally:
     t = TaskTally(env, prompt)
     for r in rewards:
         t.add(r, r >= threshold, 0, 0)
@@ -31,12 +51,23 @@ def tally(rewards: list[float], tool_calls: int = 0, turns: int = 0, env: str = 
 
 # -- tool calls and turns ---------------------------------------------------------------------------------
 def test_tool_calls_and_turns_worked_examples():
-    call, out, msg, think = ({"type": "function_call"}, {"type": "function_call_output"}, {"type": "message"}, {"type": "reasoning"})
+    call, out, msg, think = (
+        {"type": "function_call"},
+        {"type": "function_call_output"},
+        {"type": "message"},
+        {"type": "reasoning"},
+    )
     assert tool_calls_and_turns({"output": [msg]}) == (0, 1)  # answered at once: one model call
     assert tool_calls_and_turns({"output": [call, out, msg]}) == (1, 2)  # call, result, answer: two model calls
-    assert tool_calls_and_turns({"output": [think, call, call, out, out, think, msg]}) == (2, 2)  # parallel calls: one turn
+    assert tool_calls_and_turns({"output": [think, call, call, out, out, think, msg]}) == (
+        2,
+        2,
+    )  # parallel calls: one turn
     assert tool_calls_and_turns({"output": [call, out]}) == (1, 1)  # stopped after the tool (max steps)
-    assert tool_calls_and_turns({"output": [{"role": "assistant", "content": "hi"}]}) == (0, 1)  # a message without "type"
+    assert tool_calls_and_turns({"output": [{"role": "assistant", "content": "hi"}]}) == (
+        0,
+        1,
+    )  # a message without "type"
     assert tool_calls_and_turns(None) == (0, 0) and tool_calls_and_turns({"output": "x"}) == (0, 0)
     # gymnasium_agent's games: each observation goes back as a user message, and each answer is a model call
     said, seen = {"type": "message", "role": "assistant"}, {"type": "message", "role": "user"}
@@ -48,7 +79,13 @@ def test_tool_calls_and_turns_of_peer_rollouts():
     # example_session_state_mgmt row 0: [call, call, out, out, call, out, message]: 3 calls in 3 turns
     assert tool_calls_and_turns(peer_rows("example_session_state_mgmt")[0]["response"]) == (3, 3)
     # example_single_tool_call: rows 0-1 answer in text (1 turn), rows 2-4 [call, out, message] (2 turns)
-    assert [tool_calls_and_turns(r["response"]) for r in peer_rows("example_single_tool_call")] == [(0, 1), (0, 1), (1, 2), (1, 2), (1, 2)]
+    assert [tool_calls_and_turns(r["response"]) for r in peer_rows("example_single_tool_call")] == [
+        (0, 1),
+        (0, 1),
+        (1, 2),
+        (1, 2),
+        (1, 2),
+    ]
     # example_multi_step row 2: 4 call/output pairs then the answer: 4 calls, 5 turns
     assert tool_calls_and_turns(peer_rows("example_multi_step")[2]["response"]) == (4, 5)
 
@@ -95,18 +132,26 @@ def test_paired_difference_worked_example():
     baseline = {0: tally([0]), 1: tally([1]), 2: tally([1, 1]), 3: tally([0, 1]), 9: tally([1])}
     candidate = {0: tally([1]), 1: tally([1]), 2: tally([0, 1]), 3: tally([1, 1])}
     diff = paired_reward_difference(pair_tasks(baseline, candidate), resamples=2000)
-    assert diff.num_tasks == 4 and diff.mean_difference == pytest.approx((1 + 0 - 0.5 + 0.5) / 4)  # 0.25; task 9 unpaired
+    assert diff.num_tasks == 4 and diff.mean_difference == pytest.approx(
+        (1 + 0 - 0.5 + 0.5) / 4
+    )  # 0.25; task 9 unpaired
     assert (diff.improved, diff.worsened, diff.unchanged) == (2, 1, 1)
     low, high = diff.ci95
-    # a resample mean is a mean of 4 deltas from {-0.5, 0, 0.5, 1}: at least -0.5, at most 1, and the interval holds 0.25
+    # a resample mean is a mean of 4 deltas from {-0.5, 0, 0.5, 1}: at least -0.5, at most 1, and the interval holds
+    # 0.25
     assert -0.5 <= low < 0.25 < high <= 1.0
-    assert diff.ci95 == paired_reward_difference(pair_tasks(baseline, candidate), resamples=2000).ci95  # seeded: repeats
+    assert (
+        diff.ci95 == paired_reward_difference(pair_tasks(baseline, candidate), resamples=2000).ci95
+    )  # seeded: repeats
     none = paired_reward_difference(pair_tasks({0: tally([1])}, {1: tally([1])}))
     assert none.num_tasks == 0 and none.mean_difference is None and none.ci95 is None
 
 
 def test_prompt_mismatch_is_flagged_not_fatal():
-    pairs = pair_tasks({0: tally([0], prompt="p0"), 1: tally([0], prompt="p1")}, {0: tally([1], prompt="p0"), 1: tally([1], prompt="other")})
+    pairs = pair_tasks(
+        {0: tally([0], prompt="p0"), 1: tally([0], prompt="p1")},
+        {0: tally([1], prompt="p0"), 1: tally([1], prompt="other")},
+    )
     assert [p.same_prompt for p in pairs] == [True, False]
     assert paired_reward_difference(pairs, resamples=100).prompt_mismatches == [1]
 
@@ -144,10 +189,12 @@ def test_bootstrap_bad_arguments(values, resamples, confidence):
 
 def test_bootstrap_numpy_and_pure_python_draws_agree(monkeypatch):
     """numpy's draws (vectorized, in chunks) and the pure-Python ones give the same interval up to Monte Carlo error."""
-    import nemo_gym.bootstrap_ci as bootstrap_ci
+    import nemo_gym.eval.bootstrap_ci as bootstrap_ci
 
     draw = random.Random(5)
-    values = [float(draw.random() < 0.3) - float(draw.random() < 0.1) for _ in range(200)]  # per-task deltas in {-1, 0, 1}
+    values = [
+        float(draw.random() < 0.3) - float(draw.random() < 0.1) for _ in range(200)
+    ]  # per-task deltas in {-1, 0, 1}
     with_numpy = bootstrap_mean_ci(values, 4000)
     assert with_numpy == bootstrap_mean_ci(values, 4000)  # seeded
     monkeypatch.setattr(bootstrap_ci, "_CHUNK_DRAWS", 1000)  # 5 resamples a chunk: 800 chunks

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.config import REPO_ROOT, is_secret_key, load_config, mask_secrets, parse_overrides, server_instances
+from nemo_gym.config import is_secret_key, load_config, mask_secrets, parse_overrides
 from nemo_gym.errors import ConfigError
+from nemo_gym.layout import REPO_ROOT
+from nemo_gym.server_instances import server_instances
 
 
 def write(path: Path, text: str) -> Path:
@@ -87,7 +89,9 @@ def test_unknown_instance_reference_suggests_the_close_name(tmp_path):
 
 def test_unknown_server_type_and_folder(tmp_path):
     write(tmp_path / "t.yaml", "x:\n  resource_servers:\n    mcqa: {entrypoint: app.py}\n")
-    with pytest.raises(ConfigError, match="unknown server type 'resource_servers' \\(did you mean 'resources_servers'\\?\\)"):
+    with pytest.raises(
+        ConfigError, match="unknown server type 'resource_servers' \\(did you mean 'resources_servers'\\?\\)"
+    ):
         server_instances(load_config(["+config_paths=[t.yaml]"], cwd=tmp_path))
     write(tmp_path / "f.yaml", "x:\n  resources_servers:\n    example_single_tool_cal: {entrypoint: app.py}\n")
     with pytest.raises(ConfigError, match="did you mean 'example_single_tool_call'"):
@@ -105,11 +109,22 @@ def test_valid_instances(tmp_path):
 
 
 def test_secret_masking():
-    values = {"policy_api_key": "sk-1", "hf_token": "t", "nested": [{"password": "p", "max_output_tokens": 8, "apiKey": "k"}], "key_count": 3}
-    assert mask_secrets(values) == {"policy_api_key": "****", "hf_token": "****", "nested": [{"password": "****", "max_output_tokens": 8, "apiKey": "****"}], "key_count": "****"}
+    values = {
+        "policy_api_key": "sk-1",
+        "hf_token": "t",
+        "nested": [{"password": "p", "max_output_tokens": 8, "apiKey": "k"}],
+        "key_count": 3,
+    }
+    assert mask_secrets(values) == {
+        "policy_api_key": "****",
+        "hf_token": "****",
+        "nested": [{"password": "****", "max_output_tokens": 8, "apiKey": "****"}],
+        "key_count": "****",
+    }
     assert not is_secret_key("monkey") and not is_secret_key("tokens_per_s")
 
 
+@pytest.mark.long
 def test_every_yaml_in_the_tree_loads():
     """Each YAML under configs/ and the server folders loads, resolves and names only existing servers
     (a server YAML that leaves `policy_model` to a model YAML is composed with the scripted model's)."""
@@ -133,7 +148,9 @@ def test_an_override_sets_an_item_of_a_files_list(tmp_path):
     values = load_config([f"+config_paths=[{path}]", "++generators.1.size=5", "+other.0=x"], cwd=tmp_path).values
     assert values["generators"] == [{"name": "a", "size": 25}, {"name": "b", "size": 5}]
     assert values["other"] == {"0": "x"}  # not a list in any file: a key as before
-    with pytest.raises(ConfigError, match=r"key 'generators\.2\.size': list index out of range \(a list's items are numbered from 0\)"):
+    with pytest.raises(
+        ConfigError, match=r"key 'generators\.2\.size': list index out of range \(a list's items are numbered from 0\)"
+    ):
         load_config([f"+config_paths=[{path}]", "++generators.2.size=5"], cwd=tmp_path)
     with pytest.raises(ConfigError, match=r"key 'generators\.b\.size'"):
         load_config([f"+config_paths=[{path}]", "++generators.b.size=5"], cwd=tmp_path)

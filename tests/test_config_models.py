@@ -14,8 +14,11 @@ from nemo_gym.config import validation_problems
 from nemo_gym.train.config import TrainerConfig
 
 
-def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> typing.Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
-    """(key path, model) of `model` and of each section nested in it (a field whose type is a model or an optional one)."""
+def _sections(
+    model: type[BaseModel], path: tuple[str, ...] = ()
+) -> typing.Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
+    """(key path, model) of `model` and of each section nested in it (a field whose type is a model or an optional
+    one)."""
     yield path, model
     for name, info in model.model_fields.items():
         annotation = info.annotation
@@ -46,11 +49,16 @@ def test_an_unknown_key_gets_a_suggestion(root, model, path, section):
     with pytest.raises(ValidationError) as caught:
         model.model_validate(values)
     problems = validation_problems(model, caught.value, "+{key}")
-    assert any(f"+{'.'.join((*path, misspelled))}: not a key" in p and f"did you mean '{key}'?" in p for p in problems), problems
+    assert any(
+        f"+{'.'.join((*path, misspelled))}: not a key" in p and f"did you mean '{key}'?" in p for p in problems
+    ), problems
 
 
 def test_trainer_unknown_key_message():
     with pytest.raises(ValidationError) as caught:
         TrainerConfig.model_validate({"num_step": 3})
     problems = validation_problems(TrainerConfig, caught.value, "trainer.{key}")
-    assert any(p.startswith("trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: algorithm,") for p in problems)
+    assert any(
+        p.startswith("trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: algorithm,")
+        for p in problems
+    )

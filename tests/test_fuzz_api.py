@@ -8,14 +8,15 @@ status codes, content types and schemas, and the servers must stay up.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from live_servers import serve
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -25,10 +26,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from live_servers import serve
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.head import build_head_app
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.retry_policy import ClientTimeouts
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,13 @@ REPO = Path(__file__).resolve().parents[1]
 RESOURCES = ["example_single_tool_call", "mcqa", "workplace_tools"]
 SERVERS = [*RESOURCES, "scripted_model", "simple_agent", "head"]
 MAX_EXAMPLES = 25  # per operation: the whole test stays under a minute
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance, negative_data_rejection]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
 
 
 def _server(folder: str, config: dict, addresses: dict[str, str] | None = None):
@@ -49,14 +56,20 @@ def _server(folder: str, config: dict, addresses: dict[str, str] | None = None):
 def urls() -> Iterator[dict[str, str]]:
     """Every server under test, by name → base URL."""
     with ExitStack() as stack:
-        found = {name: stack.enter_context(serve(_server(f"resources_servers/{name}", {}).build_app())) for name in RESOURCES}
-        found["scripted_model"] = stack.enter_context(serve(_server("responses_api_models/scripted_model", {}).build_app()))
+        found = {
+            name: stack.enter_context(serve(_server(f"resources_servers/{name}", {}).build_app())) for name in RESOURCES
+        }
+        found["scripted_model"] = stack.enter_context(
+            serve(_server("responses_api_models/scripted_model", {}).build_app())
+        )
         agent_config = {
             "resources_server": {"type": "resources_servers", "name": "env"},
             "model_server": {"type": "responses_api_models", "name": "policy_model"},
         }
         addresses = {"env": found["example_single_tool_call"], "policy_model": found["scripted_model"]}
-        found["simple_agent"] = stack.enter_context(serve(_server("responses_api_agents/simple_agent", agent_config, addresses).build_app()))
+        found["simple_agent"] = stack.enter_context(
+            serve(_server("responses_api_agents/simple_agent", agent_config, addresses).build_app())
+        )
         found["head"] = stack.enter_context(serve(build_head_app()))
         yield found
         for name, url in found.items():  # no server died under the fuzzing
@@ -69,13 +82,20 @@ def _fuzz_operation(operation) -> None:
         strategy = strategy | operation.as_strategy(GenerationMode.NEGATIVE)
 
     @given(case=strategy)
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
     def fuzz(case) -> None:
         case.call_and_validate(checks=CHECKS, timeout=20)
 
     fuzz()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("server", SERVERS)
 def test_no_server_error_and_answers_follow_the_schema(urls, server):
     api = schemathesis.openapi.from_url(f"{urls[server]}/openapi.json")

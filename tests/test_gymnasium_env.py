@@ -1,18 +1,19 @@
-"""nemo_gym.gymnasium_env over real HTTP (FastAPI TestClient) with a tiny game defined here: the generated
+"""nemo_gym.env.gymnasium over real HTTP (FastAPI TestClient) with a tiny game defined here: the generated
 `reset` tool, `/step`, 409s, sessions, verify of the session's episode and replay of a stored trajectory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import Field
 
-from nemo_gym.gymnasium_env import GymnasiumEnv, StepResult, assistant_actions, message_text
-from nemo_gym.server import VerifyRequest, VerifyResult
-from nemo_gym.testing import episode_response
+from nemo_gym.env.gymnasium import GymnasiumEnv, StepResult, assistant_actions, message_text
+from nemo_gym.env.resources_server import VerifyRequest, VerifyResult
+from nemo_gym.env.testing import episode_response
 
 
 @dataclass
@@ -47,8 +48,13 @@ class CountdownEnv(GymnasiumEnv):
         episode.total_reward += reward
         episode.next -= 1
         terminated = not right or episode.next < 0
-        return StepResult(observation="ok" if right else "wrong", reward=reward, terminated=terminated,
-                          truncated=not terminated and episode.turns >= episode.max_turns, info={"turns": episode.turns})
+        return StepResult(
+            observation="ok" if right else "wrong",
+            reward=reward,
+            terminated=terminated,
+            truncated=not terminated and episode.turns >= episode.max_turns,
+            info={"turns": episode.turns},
+        )
 
     def score(self, episode: Countdown, finished: bool) -> VerifyResult:
         return VerifyResult(reward=max(episode.total_reward, 0.0) / 10, turns=episode.turns, finished=finished)
@@ -70,14 +76,22 @@ def test_reset_tool_schema_is_the_task_fields(client: TestClient) -> None:
     assert set(tools) == {"reset", "step"}
     reset = tools["reset"]
     assert reset["description"] == "Start counting down from `start`."
-    assert reset["parameters"]["properties"]["start"] == {"type": "integer", "minimum": 0, "maximum": 9, "description": "the first number to say"}
+    assert reset["parameters"]["properties"]["start"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 9,
+        "description": "the first number to say",
+    }
     assert reset["parameters"]["required"] == ["start"]  # max_turns has a default
     assert tools["step"]["parameters"]["required"] == ["action"]
 
 
 def test_reset_step_until_terminated(client: TestClient) -> None:
     headers = {"X-Session-Id": "s"}
-    assert client.post("/reset", json={"start": 1}, headers=headers).json() == {"observation": "Say 1.", "info": {"start": 1}}
+    assert client.post("/reset", json={"start": 1}, headers=headers).json() == {
+        "observation": "Say 1.",
+        "info": {"start": 1},
+    }
     step = client.post("/step", json={"action": "1"}, headers=headers).json()
     assert step == {"observation": "ok", "reward": 1.0, "terminated": False, "truncated": False, "info": {"turns": 1}}
     assert client.post("/step", json={"action": "0"}, headers=headers).json()["terminated"] is True
@@ -109,26 +123,38 @@ def test_verify_scores_the_sessions_episode_of_the_same_task(client: TestClient)
     for action in ("2", "1", "0"):
         client.post("/step", json={"action": action}, headers=headers)
     verified = client.post("/verify", json={**ROW, "response": episode_response("junk")}, headers=headers).json()
-    assert verified["reward"] == 0.3 and verified["replayed"] is False and verified["finished"] is True and verified["turns"] == 3
+    assert (
+        verified["reward"] == 0.3
+        and verified["replayed"] is False
+        and verified["finished"] is True
+        and verified["turns"] == 3
+    )
 
 
 def test_verify_replays_the_trajectory_without_a_matching_episode(client: TestClient) -> None:
     headers = {"X-Session-Id": "r"}
     client.post("/reset", json={"start": 5}, headers=headers)  # another task: not used for the row's
-    verified = client.post("/verify", json={**ROW, "response": episode_response("2", "1", "0", "ignored")}, headers=headers).json()
+    verified = client.post(
+        "/verify", json={**ROW, "response": episode_response("2", "1", "0", "ignored")}, headers=headers
+    ).json()
     assert verified["reward"] == 0.3 and verified["replayed"] is True and verified["turns"] == 3  # stops at terminated
     unfinished = client.post("/verify", json={**ROW, "response": episode_response("2")}).json()
     assert unfinished["finished"] is False and unfinished["turns"] == 1 and unfinished["replayed"] is True
 
 
-@pytest.mark.parametrize("output", [[], None, "text", [None, 3, {"type": "message", "role": "assistant", "content": 5}]])
+@pytest.mark.parametrize(
+    "output", [[], None, "text", [None, 3, {"type": "message", "role": "assistant", "content": 5}]]
+)
 def test_verify_survives_malformed_trajectories(client: TestClient, output: Any) -> None:
     verified = client.post("/verify", json={**ROW, "response": {"output": output}})
     assert verified.status_code == 200 and verified.json()["reward"] == 0.0
 
 
 def test_verify_rejects_a_row_without_task_fields(client: TestClient) -> None:
-    assert client.post("/verify", json={"responses_create_params": {"input": []}, "response": {"output": []}}).status_code == 422
+    assert (
+        client.post("/verify", json={"responses_create_params": {"input": []}, "response": {"output": []}}).status_code
+        == 422
+    )
 
 
 def test_assistant_actions_one_per_model_turn() -> None:

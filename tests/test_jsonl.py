@@ -6,7 +6,15 @@ import orjson
 import pytest
 
 from nemo_gym.errors import DataError
-from nemo_gym.jsonl import JsonlAppender, iter_jsonl, iter_lines, read_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.jsonl import (
+    JsonlAppender,
+    iter_jsonl,
+    iter_lines,
+    read_jsonl,
+    repair_truncated_tail,
+    write_json,
+    write_jsonl,
+)
 
 
 def test_read_skips_blank_lines_and_counts_them(tmp_path):
@@ -85,9 +93,9 @@ SEPARATORS = "a\u2028b\u2029c\x85d\x1ee"
 
 
 def test_rows_holding_unicode_line_separators_read_whole(tmp_path):
-    from nemo_gym.prepare_data import read_rows
+    from nemo_gym.datasets.prepare import read_rows
+    from nemo_gym.env.validation import read_jsonl as read_for_validation
     from nemo_gym.rnow.entries import read_entries
-    from nemo_gym.validation import read_jsonl as read_for_validation
 
     row = {"responses_create_params": {"input": [{"role": "user", "content": SEPARATORS}]}}
     path = tmp_path / "rows.jsonl"

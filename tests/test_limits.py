@@ -9,17 +9,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import psutil
 import pytest
-
 from live_servers import serve
-from nemo_gym.head import build_head_app
-from nemo_gym.limits import MAX_HEADER_BYTES, parse_json_body
-from nemo_gym.serve import load_server_class
+
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.limits import MAX_HEADER_BYTES, parse_json_body
 
 REPO = Path(__file__).resolve().parents[1]
 WEATHER = REPO / "resources_servers/example_single_tool_call/app.py"
@@ -56,6 +56,7 @@ def weather_url() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("route", ["/get_weather", "/seed_session", "/verify", "/aggregate_metrics"])
 @pytest.mark.parametrize("case", list(HOSTILE_BODIES))
 def test_hostile_json_gets_4xx_on_every_route(weather_url, route, case):
@@ -78,7 +79,9 @@ def test_head_server_rejects_hostile_bodies_with_4xx():
 
 def test_declared_body_over_the_cap_is_refused_before_it_is_read(weather_url):
     with httpx.Client(base_url=weather_url, timeout=10) as client:
-        answer = client.post("/get_weather", content=b"{" + b" " * (2 * MiB) + b"}", headers={"content-type": "application/json"})
+        answer = client.post(
+            "/get_weather", content=b"{" + b" " * (2 * MiB) + b"}", headers={"content-type": "application/json"}
+        )
         assert answer.status_code == 413 and "max_body_mb" in answer.json()["detail"]
         assert answer.headers["connection"] == "close"
         # Under the cap the same route works (the body size alone decides).
@@ -100,11 +103,15 @@ def test_chunked_body_over_the_cap_is_stopped_while_streaming(weather_url):
 
 def test_oversized_headers_are_refused(weather_url):
     with httpx.Client(base_url=weather_url, timeout=10) as client:
-        answer = client.post("/get_weather", json={"city": "Paris"}, headers={"x-padding": "a" * (MAX_HEADER_BYTES + 1)})
+        answer = client.post(
+            "/get_weather", json={"city": "Paris"}, headers={"x-padding": "a" * (MAX_HEADER_BYTES + 1)}
+        )
         assert answer.status_code == 431 and answer.headers["connection"] == "close"
         # A head longer than one socket read stays incomplete: refused (400) before it is all buffered.
         try:
-            status = client.post("/get_weather", json={"city": "Paris"}, headers={"x-padding": "a" * (4 * MiB)}).status_code
+            status = client.post(
+                "/get_weather", json={"city": "Paris"}, headers={"x-padding": "a" * (4 * MiB)}
+            ).status_code
         except httpx.TransportError:
             status = None  # the server closed before the client had sent the whole head
         assert status in (400, None)
@@ -127,9 +134,10 @@ def test_parse_json_body_accepts_what_json_allows():
 
 _SERVER = """
 import socket, sys, asyncio, uvicorn
-from nemo_gym.serve import load_server_class
-from nemo_gym.limits import UVICORN_LIMITS
-app = load_server_class(__import__("pathlib").Path(sys.argv[1]))({"max_body_mb": float(sys.argv[2])}, name="weather").build_app()
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.limits import UVICORN_LIMITS
+server_class = load_server_class(__import__("pathlib").Path(sys.argv[1]))
+app = server_class({"max_body_mb": float(sys.argv[2])}, name="weather").build_app()
 sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(64)
 print(sock.getsockname()[1], flush=True)
 asyncio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning", **UVICORN_LIMITS)).serve(sockets=[sock]))
@@ -150,6 +158,7 @@ class PeakRss(threading.Thread):
             self.peak = max(self.peak, self.process.memory_info().rss)
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.parametrize("route", ["/get_weather", "/verify", "/health"])
 def test_1_gib_chunked_upload_is_refused_without_growing_server_memory(route):
@@ -157,7 +166,9 @@ def test_1_gib_chunked_upload_is_refused_without_growing_server_memory(route):
     try:
         url = f"http://127.0.0.1:{process.stdout.readline().decode().strip()}"
         with httpx.Client(base_url=url, timeout=30) as client:
-            assert client.post("/get_weather", json={"city": "Paris"}).status_code == 200  # warm: imports, first request
+            assert (
+                client.post("/get_weather", json={"city": "Paris"}).status_code == 200
+            )  # warm: imports, first request
             sent = 0
 
             def one_gib() -> Iterator[bytes]:

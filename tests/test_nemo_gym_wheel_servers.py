@@ -1,5 +1,5 @@
 """Resources servers of NVIDIA NeMo Gym 0.4.0's wheel run unmodified under our `ng_run` and score their example rows
-as NeMo Gym's own `ng_run` does (issue 17).
+as NeMo Gym's own `ng_run` does.
 
 The wheel's server folders (installed by `nemo_gym_peer.peer_venv()`) are run twice with the same deterministic
 fake policy (`../shared/bench/fake_openai.py`: it calls a request's first function tool with `{"city": ...}`, then
@@ -44,11 +44,11 @@ from typing import Any
 
 import psutil
 import pytest
-
-from nemo_gym.nemo_gym_servers import release_requirements
-from nemo_gym.testing import NgRun
 from nemo_gym_peer import BENCH_DIR, peer_env, peer_install, peer_server_dir, peer_site_packages, peer_venv
+
+from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.orchestration.upstream_servers import release_requirements
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
@@ -71,20 +71,39 @@ class WheelServer:
 
 SERVERS = [
     WheelServer("example_single_tool_call", "example_single_tool_call.yaml", "example_single_tool_call_simple_agent"),
-    WheelServer("example_session_state_mgmt", "example_session_state_mgmt.yaml", "example_session_state_mgmt_simple_agent"),
-    WheelServer("example_tool_call_multireward", "example_tool_call_multireward.yaml", "example_tool_call_multireward_simple_agent"),
+    WheelServer(
+        "example_session_state_mgmt", "example_session_state_mgmt.yaml", "example_session_state_mgmt_simple_agent"
+    ),
+    WheelServer(
+        "example_tool_call_multireward",
+        "example_tool_call_multireward.yaml",
+        "example_tool_call_multireward_simple_agent",
+    ),
     WheelServer("workplace_assistant", "workplace_assistant.yaml", "workplace_assistant_simple_agent"),
     WheelServer("multichallenge", "multichallenge.yaml", "multichallenge_simple_agent"),
     WheelServer("text_to_sql", "text_to_sql.yaml", "text_to_sql_simple_agent"),
-    WheelServer("simpleqa", "simpleqa.yaml", "simpleqa_simple_agent", ("++simpleqa.resources_servers.simpleqa.judge_model_server.name=policy_model",)),
-    WheelServer("ugphysics_judge", "ugphysics_judge.yaml", "ugphysics_judge_simple_agent",
-                ("++ugphysics_judge.resources_servers.ugphysics_judge.judge_model_server.name=policy_model",)),
+    WheelServer(
+        "simpleqa",
+        "simpleqa.yaml",
+        "simpleqa_simple_agent",
+        ("++simpleqa.resources_servers.simpleqa.judge_model_server.name=policy_model",),
+    ),
+    WheelServer(
+        "ugphysics_judge",
+        "ugphysics_judge.yaml",
+        "ugphysics_judge_simple_agent",
+        ("++ugphysics_judge.resources_servers.ugphysics_judge.judge_model_server.name=policy_model",),
+    ),
     WheelServer("mcqa", "mcqa.yaml", "mcqa_simple_agent"),
     WheelServer("gpqa_diamond", "gpqa_diamond.yaml", "gpqa_diamond_simple_agent"),
     WheelServer("structeval", "structeval_nonrenderable.yaml", "structeval_nonrenderable_simple_agent"),
-    WheelServer("example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml", "example_multi_turn_gymnasium_agent"),
+    WheelServer(
+        "example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml", "example_multi_turn_gymnasium_agent"
+    ),
 ]
-STATE_ROW = "example_session_state_mgmt"  # gets one extra row: expected_count = initial_count (reward 1 iff the session state holds)
+STATE_ROW = (  # gets one extra row: expected_count = initial_count (reward 1 iff the session state holds)
+    "example_session_state_mgmt"
+)
 
 
 def free_port() -> int:
@@ -133,7 +152,9 @@ def input_rows(out: Path) -> tuple[Path, dict[int, str]]:
     each row index; the session-state server gets one extra row (expected_count = initial_count)."""
     rows, owners = [], {}
     for server in SERVERS:
-        lines = (peer_server_dir("resources_servers", server.folder) / "data" / "example.jsonl").read_text().splitlines()
+        lines = (
+            (peer_server_dir("resources_servers", server.folder) / "data" / "example.jsonl").read_text().splitlines()
+        )
         examples = [json.loads(line) for line in lines if line.strip()]
         if server.folder == STATE_ROW:
             examples.append({**examples[0], "expected_count": examples[0]["initial_count"], "extra_row": "state_held"})
@@ -141,7 +162,13 @@ def input_rows(out: Path) -> tuple[Path, dict[int, str]]:
             owners[len(rows)] = server.folder
             # the task index stamped: NeMo Gym's collector would give two equal rows (some example files have them) one
             # task index; ours numbers rows by line, as this does
-            rows.append({**row, "agent_ref": {"type": "responses_api_agents", "name": server.agent}, "_ng_task_index": len(rows)})
+            rows.append(
+                {
+                    **row,
+                    "agent_ref": {"type": "responses_api_agents", "name": server.agent},
+                    "_ng_task_index": len(rows),
+                }
+            )
     path = out / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path, owners
@@ -150,7 +177,9 @@ def input_rows(out: Path) -> tuple[Path, dict[int, str]]:
 def read_rollouts(path: Path, expected: int) -> dict[int, dict[str, Any]]:
     rows = read_jsonl(path)
     by_task = {int(row["_ng_task_index"]): row for row in rows}
-    assert len(rows) == expected == len(by_task), f"{path}: {len(rows)} rollouts for {expected} rows (tasks {sorted(by_task)})"
+    assert len(rows) == expected == len(by_task), (
+        f"{path}: {len(rows)} rollouts for {expected} rows (tasks {sorted(by_task)})"
+    )
     return by_task
 
 
@@ -159,8 +188,12 @@ def fake_policy(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("fake") / "fake.log"
     with log.open("w") as handle:
-        process = subprocess.Popen([sys.executable, str(BENCH_DIR / "fake_openai.py"), "--port", str(port)], stdout=handle, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "fake_openai.py"), "--port", str(port)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", process)
         yield f"http://127.0.0.1:{port}/v1"
@@ -181,19 +214,52 @@ def our_run(tmp_path_factory, fake_policy, rows) -> dict[str, Any]:
     rows_path, owners = rows
     out = tmp_path_factory.mktemp("ours")
     site = peer_site_packages()
-    configs = [str(site / server.config_path) for server in SERVERS] + ["responses_api_models/openai_model/configs/openai_model.yaml"]
+    configs = [str(site / server.config_path) for server in SERVERS] + [
+        "responses_api_models/openai_model/configs/openai_model.yaml"
+    ]
     overrides = [override for server in SERVERS for override in server.overrides]
-    with NgRun(f"+config_paths=[{','.join(configs)}]", f"+policy_base_url={fake_policy}", "+policy_api_key=dummy-key", "+policy_model_name=fake-policy",
-               *overrides, timeout_s=600, env={"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}) as run:  # fmt: skip
+    with NgRun(
+        f"+config_paths=[{','.join(configs)}]",
+        f"+policy_base_url={fake_policy}",
+        "+policy_api_key=dummy-key",
+        "+policy_model_name=fake-policy",
+        *overrides,
+        timeout_s=600,
+        env={"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"},
+    ) as run:
         head = run.wait_ready()
         output = out / "rollouts.jsonl"
-        done = subprocess.run([str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", f"+input_jsonl_fpath={rows_path}", f"+output_jsonl_fpath={output}",
-                               "+num_repeats=1", "+num_samples_in_parallel=8"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 0, f"our ng_collect_rollouts failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\nng_run:\n{run.output()[-3000:]}"
+        done = subprocess.run(
+            [
+                str(BIN / "ng_collect_rollouts"),
+                f"+head_server_url={head}",
+                f"+input_jsonl_fpath={rows_path}",
+                f"+output_jsonl_fpath={output}",
+                "+num_repeats=1",
+                "+num_samples_in_parallel=8",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (
+            "our ng_collect_rollouts"
+            f" failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\nng_run:\n{run.output()[-3000:]}"
+        )
         failures = out / "rollouts_failures.jsonl"
-        assert not failures.exists() or not failures.read_text().strip(), f"failed rollouts:\n{failures.read_text()[:4000]}"
+        assert not failures.exists() or not failures.read_text().strip(), (
+            f"failed rollouts:\n{failures.read_text()[:4000]}"
+        )
         logs = Path(re.search(r"Logs: (\S+)\.", run.output()).group(1))
-        addresses = [match for log in logs.glob("*.log") for match in re.findall(r"Connecting to existing Ray cluster at address: (\d+\.\d+\.\d+\.\d+:\d+)", log.read_text(errors="replace"))]
+        addresses = [
+            match
+            for log in logs.glob("*.log")
+            for match in re.findall(
+                r"Connecting to existing Ray cluster at address: (\d+\.\d+\.\d+\.\d+:\d+)",
+                log.read_text(errors="replace"),
+            )
+        ]
         return {"rows": read_rollouts(output, len(owners)), "ray_addresses": addresses}
 
 
@@ -210,29 +276,66 @@ def nemo_gyms(tmp_path_factory, fake_policy, rows, ours) -> dict[int, dict[str, 
     work = tmp_path_factory.mktemp("nemo_gym")
     for server in SERVERS:  # what each server's requirements.txt adds to NeMo Gym
         peer_install(release_requirements(peer_server_dir("resources_servers", server.folder)))
-    venvs = work / "venvs"  # NeMo Gym's per-server venvs: links to its venv (skip_venv_if_present), see ../shared/bench/README.md
-    folders = [f"resources_servers/{s.folder}" for s in SERVERS] + ["responses_api_agents/simple_agent", "responses_api_agents/gymnasium_agent", "responses_api_models/openai_model"]
+    venvs = (
+        work / "venvs"
+    )  # NeMo Gym's per-server venvs: links to its venv (skip_venv_if_present), see ../shared/bench/README.md
+    folders = [f"resources_servers/{s.folder}" for s in SERVERS] + [
+        "responses_api_agents/simple_agent",
+        "responses_api_agents/gymnasium_agent",
+        "responses_api_models/openai_model",
+    ]
     for folder in folders:
         (venvs / folder).mkdir(parents=True)
         (venvs / folder / ".venv").symlink_to(peer_venv())
     head_port = free_port()
-    configs = [server.config_path for server in SERVERS] + ["responses_api_models/openai_model/configs/openai_model.yaml"]
+    configs = [server.config_path for server in SERVERS] + [
+        "responses_api_models/openai_model/configs/openai_model.yaml"
+    ]
     head = ["+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
-    argv = [str(peer_venv() / "bin" / "ng_run"), f"+config_paths=[{','.join(configs)}]", *head, f"+policy_base_url={fake_policy}", "+policy_api_key=dummy-key",
-            "+policy_model_name=fake-policy", "+skip_venv_if_present=true", f"+uv_venv_dir={venvs}", *(o for s in SERVERS for o in s.overrides)]  # fmt: skip
+    argv = [
+        str(peer_venv() / "bin" / "ng_run"),
+        f"+config_paths=[{','.join(configs)}]",
+        *head,
+        f"+policy_base_url={fake_policy}",
+        "+policy_api_key=dummy-key",
+        "+policy_model_name=fake-policy",
+        "+skip_venv_if_present=true",
+        f"+uv_venv_dir={venvs}",
+        *(o for s in SERVERS for o in s.overrides),
+    ]
     log = work / "ng_run.log"
     with log.open("w") as handle:
-        process = subprocess.Popen(argv, cwd=work, stdout=handle, stderr=subprocess.STDOUT, env=peer_env(), start_new_session=True)
+        process = subprocess.Popen(
+            argv, cwd=work, stdout=handle, stderr=subprocess.STDOUT, env=peer_env(), start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 600
         while "servers ready!" not in log.read_text():
-            assert process.poll() is None, f"NeMo Gym's ng_run exited with {process.returncode}:\n{log.read_text()[-5000:]}"
+            assert process.poll() is None, (
+                f"NeMo Gym's ng_run exited with {process.returncode}:\n{log.read_text()[-5000:]}"
+            )
             assert time.monotonic() < deadline, f"NeMo Gym's ng_run not ready after 600 s:\n{log.read_text()[-5000:]}"
             time.sleep(0.5)
         output = work / "rollouts.jsonl"
-        done = subprocess.run([str(peer_venv() / "bin" / "ng_collect_rollouts"), *head, f"+input_jsonl_fpath={rows_path}", f"+output_jsonl_fpath={output}",
-                               "+num_repeats=1", "+num_samples_in_parallel=8"], cwd=work, capture_output=True, text=True, timeout=300, env=peer_env())  # fmt: skip
-        assert done.returncode == 0, f"NeMo Gym's ng_collect_rollouts failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\nng_run:\n{log.read_text()[-3000:]}"
+        done = subprocess.run(
+            [
+                str(peer_venv() / "bin" / "ng_collect_rollouts"),
+                *head,
+                f"+input_jsonl_fpath={rows_path}",
+                f"+output_jsonl_fpath={output}",
+                "+num_repeats=1",
+                "+num_samples_in_parallel=8",
+            ],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=peer_env(),
+        )
+        assert done.returncode == 0, (
+            "NeMo Gym's ng_collect_rollouts"
+            f" failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\nng_run:\n{log.read_text()[-3000:]}"
+        )
         return read_rollouts(output, len(owners))
     finally:
         stop_session(process)
@@ -249,8 +352,14 @@ def test_example_rows_score_as_under_nemo_gyms_ng_run(server, rows, ours, nemo_g
     expected = [nemo_gyms[task]["reward"] for task in tasks]
     assert got == expected, f"{server}: rewards of its rows (ours vs NeMo Gym's): {got} vs {expected}"
     for task in tasks:
-        differ = {key: (ours[task].get(key, "<missing>"), value) for key, value in nemo_gyms[task].items() if ours[task].get(key, "<missing>") != value}
-        assert not differ, f"{server}, row {task}: fields that differ (ours, NeMo Gym's): {json.dumps(differ, default=str)[:3000]}"
+        differ = {
+            key: (ours[task].get(key, "<missing>"), value)
+            for key, value in nemo_gyms[task].items()
+            if ours[task].get(key, "<missing>") != value
+        }
+        assert not differ, (
+            f"{server}, row {task}: fields that differ (ours, NeMo Gym's): {json.dumps(differ, default=str)[:3000]}"
+        )
 
 
 def test_session_state_holds_from_seed_to_verify(rows, ours, nemo_gyms):
@@ -267,9 +376,16 @@ def test_judges_called_our_model_server(rows, ours):
     ugphysics_judge through /v1/chat/completions (the fake's chat ids start with chatcmpl-)."""
     _, owners = rows
     simpleqa = [ours[task] for task, owner in owners.items() if owner == "simpleqa"]
-    assert simpleqa and all(row.get("judge_output") == FAKE_TEXT for row in simpleqa), [row.get("judge_output") for row in simpleqa]
-    ugphysics = [ours[task]["judge_evaluations"][0]["response"] for task, owner in owners.items() if owner == "ugphysics_judge"]
-    assert ugphysics and all(judge["id"].startswith("chatcmpl-") and judge["output"][0]["content"][0]["text"] == FAKE_TEXT for judge in ugphysics), ugphysics
+    assert simpleqa and all(row.get("judge_output") == FAKE_TEXT for row in simpleqa), [
+        row.get("judge_output") for row in simpleqa
+    ]
+    ugphysics = [
+        ours[task]["judge_evaluations"][0]["response"] for task, owner in owners.items() if owner == "ugphysics_judge"
+    ]
+    assert ugphysics and all(
+        judge["id"].startswith("chatcmpl-") and judge["output"][0]["content"][0]["text"] == FAKE_TEXT
+        for judge in ugphysics
+    ), ugphysics
 
 
 # -- bad inputs --------------------------------------------------------------------------------------------------
@@ -279,12 +395,18 @@ def wheel_copy(tmp_path: Path, requirement: str | None = None) -> Path:
     """A copy of the wheel's example_single_tool_call folder in a tree of its own (optionally with one more
     requirement line), and a config with just its resources server; returns the config's path."""
     folder = tmp_path / "tree" / "resources_servers" / "example_single_tool_call"
-    shutil.copytree(peer_server_dir("resources_servers", "example_single_tool_call"), folder, ignore=shutil.ignore_patterns("__pycache__", ".venv"))
+    shutil.copytree(
+        peer_server_dir("resources_servers", "example_single_tool_call"),
+        folder,
+        ignore=shutil.ignore_patterns("__pycache__", ".venv"),
+    )
     if requirement:
         with (folder / "requirements.txt").open("a") as handle:
             handle.write(f"\n{requirement}\n")
     config = folder / "configs" / "broken.yaml"
-    config.write_text("broken_tool_server:\n  resources_servers:\n    example_single_tool_call:\n      entrypoint: app.py\n")
+    config.write_text(
+        "broken_tool_server:\n  resources_servers:\n    example_single_tool_call:\n      entrypoint: app.py\n"
+    )
     return config
 
 
@@ -301,7 +423,9 @@ def test_a_requirement_that_does_not_install_stops_ng_run_naming_the_server(tmp_
     code, output = run_to_exit(f"+config_paths=[{config}]")
     assert code != 0, output
     assert "'broken_tool_server'" in output and "could not be built" in output, output
-    assert "nemo-gym-wheel-test-no-such-package was not found in the package registry" in output, output  # the installer's own error
+    assert "nemo-gym-wheel-test-no-such-package was not found in the package registry" in output, (
+        output
+    )  # the installer's own error
     assert "Traceback" not in output, output
 
 

@@ -8,8 +8,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from nemo_gym import openai_convert as oc
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving import openai_convert as oc
 
 PEER = Path(__file__).resolve().parents[2] / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 ROLLOUT_FILES = sorted(PEER.glob("*/data/example_rollouts.jsonl"))
@@ -29,7 +29,9 @@ def _comparable(items: list[dict]) -> list[dict]:
             text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
             kept.append({"type": "message", "role": item["role"], "text": text})
         elif kind == "function_call":
-            kept.append({"type": kind, "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]})
+            kept.append(
+                {"type": kind, "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]}
+            )
         elif kind == "function_call_output":
             kept.append({"type": kind, "call_id": item["call_id"], "output": item["output"]})
     return kept
@@ -72,7 +74,10 @@ def test_reasoning_items_dropped_or_kept():
     assert any(i["type"] == "reasoning" for i in output)
     dropped = oc.input_items_to_messages(output)
     assert all("reasoning_content" not in m for m in dropped)
-    kept = oc.input_items_to_messages([{"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]}, *output[1:]], keep_reasoning=True)
+    kept = oc.input_items_to_messages(
+        [{"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]}, *output[1:]],
+        keep_reasoning=True,
+    )
     assert kept[0]["reasoning_content"] == "think" and kept[0]["tool_calls"]
 
 
@@ -82,22 +87,53 @@ def test_instructions_developer_and_parts():
         "input": [
             {"role": "developer", "content": "dev rules"},
             {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
-            {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "data:x", "detail": "low"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "see"},
+                    {"type": "input_image", "image_url": "data:x", "detail": "low"},
+                ],
+            },
         ],
         "temperature": 0.5,
         "top_p": 0.9,
-        "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+        "tools": [
+            {
+                "type": "function",
+                "name": "f",
+                "description": "d",
+                "parameters": {"type": "object", "properties": {}},
+                "strict": True,
+            }
+        ],
         "tool_choice": {"type": "function", "name": "f"},
         "parallel_tool_calls": False,
         "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}, "strict": True}},
     }
     chat = oc.responses_to_chat(body)
-    assert chat["messages"][:3] == [{"role": "system", "content": "be brief"}, {"role": "system", "content": "dev rules"}, {"role": "user", "content": "ab"}]
+    assert chat["messages"][:3] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "system", "content": "dev rules"},
+        {"role": "user", "content": "ab"},
+    ]
     assert chat["messages"][3]["content"][1] == {"type": "image_url", "image_url": {"url": "data:x", "detail": "low"}}
-    assert chat["tools"] == [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}, "strict": True}}]
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "description": "d",
+                "parameters": {"type": "object", "properties": {}},
+                "strict": True,
+            },
+        }
+    ]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert chat["parallel_tool_calls"] is False and chat["temperature"] == 0.5 and chat["top_p"] == 0.9
-    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}, "strict": True}}
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "s", "schema": {"type": "object"}, "strict": True},
+    }
     assert oc.responses_to_chat(body, developer_as_system=False)["messages"][1]["role"] == "developer"
     assert oc.responses_to_chat({"input": "hi"})["messages"] == [{"role": "user", "content": "hi"}]
 
@@ -116,8 +152,14 @@ def test_errors_for_unconvertible_requests():
     [
         ({"type": "message", "role": "assistant", "content": 42}, "content must be a string or a list"),
         ({"type": "message", "role": "user", "content": [1, None]}, "content part must be an object"),
-        ({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 42}]}, "must be a string, got int"),
-        ({"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": ["no"]}]}, "must be a string, got list"),
+        (
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 42}]},
+            "must be a string, got int",
+        ),
+        (
+            {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": ["no"]}]},
+            "must be a string, got list",
+        ),
         ({"type": "function_call", "arguments": "{}", "call_id": "c"}, "needs a string `name`"),
         ({"type": "function_call_output", "output": "x"}, "needs a `call_id`"),
     ],
@@ -150,16 +192,33 @@ def _completion(message: dict, finish_reason: str = "stop") -> dict:
         "object": "chat.completion",
         "created": 1700000000,
         "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason, "logprobs": None}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason, "logprobs": None}
+        ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 
 
 def test_chat_to_response_message_and_calls():
-    calls = [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
-    completion = _completion({"content": "Let me check.", "tool_calls": calls, "generation_token_ids": [7], "prompt_token_ids": [1], "generation_log_probs": [-0.5]}, "tool_calls")
+    calls = [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
+    completion = _completion(
+        {
+            "content": "Let me check.",
+            "tool_calls": calls,
+            "generation_token_ids": [7],
+            "prompt_token_ids": [1],
+            "generation_log_probs": [-0.5],
+        },
+        "tool_calls",
+    )
     ChatCompletion.model_validate(completion)
-    request = {"input": "weather?", "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}], "temperature": 0.3}
+    request = {
+        "input": "weather?",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}],
+        "temperature": 0.3,
+    }
     response = oc.chat_to_response(completion, request)
     Response.model_validate(response)
     assert response["id"] == "resp_abc" and response["status"] == "completed" and response["temperature"] == 0.3
@@ -168,7 +227,13 @@ def test_chat_to_response_message_and_calls():
     call = response["output"][1]
     assert (call["call_id"], call["name"], call["arguments"]) == ("call_1", "get_weather", '{"city": "Paris"}')
     assert call["generation_token_ids"] == [7] and "generation_token_ids" not in response["output"][0]
-    assert response["usage"] == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+    assert response["usage"] == {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 15,
+    }
 
 
 def test_chat_to_response_length_is_incomplete():
@@ -191,6 +256,8 @@ def test_peer_final_answers_survive_chat_round_trip():
             for message in oc.input_items_to_messages(row["response"]["output"]):
                 if message["role"] != "assistant":
                     continue
-                response = oc.chat_to_response(_completion(message, "tool_calls" if message.get("tool_calls") else "stop"))
+                response = oc.chat_to_response(
+                    _completion(message, "tool_calls" if message.get("tool_calls") else "stop")
+                )
                 Response.model_validate(response)
                 assert _comparable(response["output"]) == _comparable(oc.messages_to_input_items([message]))

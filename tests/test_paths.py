@@ -1,4 +1,4 @@
-"""Path containment (issue 8, item 9): `nemo_gym.paths.resolve_inside` and every call site where a user-, file- or
+"""Path containment: `nemo_gym.paths.resolve_inside` and every call site where a user-, file- or
 network-supplied name becomes a path, each fed hostile names (`..`, absolute paths elsewhere, symlinks out)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import os
 import pytest
 
 from nemo_gym.cli import main
-from nemo_gym.config import load_config, server_instances
+from nemo_gym.config import load_config
 from nemo_gym.errors import ConfigError
 from nemo_gym.paths import PathEscapeError, check_name, resolve_inside
+from nemo_gym.server_instances import server_instances
 
 
 # -- the helper ---------------------------------------------------------------------------------------------------
@@ -60,13 +61,21 @@ def test_ng_runs_refuses_hostile_ids(home, tmp_path, run_id, capsys):
 
 def test_ng_runs_refuses_a_record_whose_id_leaves_its_folder(home, capsys):
     """A hand-edited run.json with id "../../victim": listing skips it, delete refuses it, nothing outside goes."""
-    from nemo_gym.background import list_records
+    from nemo_gym.runs.background import list_records
 
     victim = home / "victim"
     victim.mkdir(parents=True)
     record_dir = home / "train_runs" / "train-20260101-000000-abcd"
     record_dir.mkdir(parents=True)
-    record = {"id": "../victim", "command": "train", "argv": [], "cwd": "/", "log": "/dev/null", "started": "", "started_at": 0.0}
+    record = {
+        "id": "../victim",
+        "command": "train",
+        "argv": [],
+        "cwd": "/",
+        "log": "/dev/null",
+        "started": "",
+        "started_at": 0.0,
+    }
     (record_dir / "run.json").write_text(json.dumps(record))
     assert list_records() == []
     assert main("runs", ["delete", record_dir.name, "+force=true"]) == 2
@@ -74,9 +83,10 @@ def test_ng_runs_refuses_a_record_whose_id_leaves_its_folder(home, capsys):
     assert victim.is_dir() and record_dir.is_dir()
 
 
-# -- checkpoint tags read from latest_step; ng_export's output ----------------------------------------------------------
+# -- checkpoint tags read from latest_step; ng_export's output
+# ----------------------------------------------------------
 def test_export_refuses_a_latest_step_that_leaves_the_checkpoints_folder(tmp_path):
-    from nemo_gym.export import resolve_source
+    from nemo_gym.model_files.export import resolve_source
 
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "mp_rank_00_model_states.pt").parent.mkdir()
@@ -90,7 +100,7 @@ def test_export_refuses_a_latest_step_that_leaves_the_checkpoints_folder(tmp_pat
 
 
 def test_export_output_through_a_symlink_into_the_source_is_refused(tmp_path):
-    from nemo_gym.export import export_model
+    from nemo_gym.model_files.export import export_model
 
     source = tmp_path / "model"
     source.mkdir()
@@ -111,21 +121,36 @@ def test_trainer_resume_refuses_a_hostile_latest_step(tmp_path):
 
     (tmp_path / "out" / "checkpoints").mkdir(parents=True)
     (tmp_path / "out" / "checkpoints" / "latest_step").write_text("../../../etc")
-    cfg = TrainerConfig(input_jsonl_fpath="unused", output_dir=str(tmp_path / "out"), engine=EngineConfig(model_path="unused"),
-                        resume=True, logging=LoggingOptions(console=False, tensorboard=False))  # fmt: skip
+    cfg = TrainerConfig(
+        input_jsonl_fpath="unused",
+        output_dir=str(tmp_path / "out"),
+        engine=EngineConfig(model_path="unused"),
+        resume=True,
+        logging=LoggingOptions(console=False, tensorboard=False),
+    )
     trainer = TrainingLoop(GRPORecipe(cfg, []))
     assert trainer.engine is None  # never reached: the tag is checked first
     with pytest.raises(PathEscapeError, match="latest_step: checkpoint tag '../../../etc' is not a plain name"):
         trainer.resume()
 
 
-# -- server folders and entrypoints from a config ------------------------------------------------------------------------
+# -- server folders and entrypoints from a config
+# ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "yaml_text, message",
     [
-        ("x:\n  resources_servers:\n    example_single_tool_call: {entrypoint: ../../nemo_gym/cli.py}\n", "entrypoint' '../../nemo_gym/cli.py' points outside"),
-        ("x:\n  resources_servers:\n    example_single_tool_call: {entrypoint: /etc/passwd}\n", "entrypoint' '/etc/passwd' points outside"),
-        ("x:\n  resources_servers:\n    ../responses_api_agents/simple_agent: {entrypoint: app.py}\n", "implementation name '../responses_api_agents/simple_agent' points outside"),
+        (
+            "x:\n  resources_servers:\n    example_single_tool_call: {entrypoint: ../../nemo_gym/cli.py}\n",
+            "entrypoint' '../../nemo_gym/cli.py' points outside",
+        ),
+        (
+            "x:\n  resources_servers:\n    example_single_tool_call: {entrypoint: /etc/passwd}\n",
+            "entrypoint' '/etc/passwd' points outside",
+        ),
+        (
+            "x:\n  resources_servers:\n    ../responses_api_agents/simple_agent: {entrypoint: app.py}\n",
+            "implementation name '../responses_api_agents/simple_agent' points outside",
+        ),
     ],
 )
 def test_config_refuses_entrypoints_outside_their_folder(tmp_path, yaml_text, message):
@@ -139,22 +164,27 @@ def test_config_refuses_an_entrypoint_symlink_out_of_the_folder(tmp_path):
     folder.mkdir()
     (tmp_path / "outside.py").write_text("raise SystemExit('must not be imported')\n")
     (folder / "app.py").symlink_to(tmp_path / "outside.py")
-    (tmp_path / "c.yaml").write_text(f"x:\n  resources_servers:\n    mine: {{entrypoint: app.py, implementation_dir: {folder}}}\n")
+    (tmp_path / "c.yaml").write_text(
+        f"x:\n  resources_servers:\n    mine: {{entrypoint: app.py, implementation_dir: {folder}}}\n"
+    )
     with pytest.raises(ConfigError, match="points outside"):
         server_instances(load_config(["+config_paths=[c.yaml]"], cwd=tmp_path))
 
 
 # -- template (scaffold) names -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("entrypoint", ["resources_servers/..", "resources_servers/../../tmp/x", "/tmp/x", "resources_servers/a/../b"])
+@pytest.mark.parametrize(
+    "entrypoint", ["resources_servers/..", "resources_servers/../../tmp/x", "/tmp/x", "resources_servers/a/../b"]
+)
 def test_scaffold_refuses_hostile_names(tmp_path, entrypoint):
-    from nemo_gym.authoring import init_resources_server
+    from nemo_gym.scaffold.resources_server import init_resources_server
 
     with pytest.raises(ConfigError):
         init_resources_server(entrypoint, repo_root=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-# -- dataset registries: names from the network or the config -----------------------------------------------------------
+# -- dataset registries: names from the network or the config
+# -----------------------------------------------------------
 def test_gitlab_file_name_from_the_registry_cannot_leave_the_download_folder(tmp_path, monkeypatch):
     """The registry lists a file called `..`: the download is refused, nothing is written outside the folder."""
     from live_servers import serve
@@ -191,8 +221,12 @@ def test_hf_artifact_path_cannot_leave_the_download_folder(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     with serve(hub.app()) as url:
         datasets = HubDatasets(token="hf_test", endpoint=url)
-        datasets.file_info = lambda repo_id, path: object()  # the Hub claims the file exists: the name is checked anyway
+        datasets.file_info = lambda repo_id, path: (
+            object()
+        )  # the Hub claims the file exists: the name is checked anyway
         with pytest.raises(PathEscapeError, match="artifact_fpath '../../evil.jsonl' points outside"):
             datasets.download("org/repo", "../../evil.jsonl", tmp_path / "out" / "rows.jsonl")
     assert not (tmp_path / "evil.jsonl").exists() and not (tmp_path / "out" / "rows.jsonl").exists()
-    assert list((tmp_path / "out").iterdir()) == [] and os.listdir(tmp_path) == ["out"]  # no temporary folder left either
+    assert list((tmp_path / "out").iterdir()) == [] and os.listdir(tmp_path) == [
+        "out"
+    ]  # no temporary folder left either

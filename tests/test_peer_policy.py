@@ -1,4 +1,4 @@
-"""The run token's peer policy (`nemo_gym.auth.PeerPolicy`) on real sockets: a server of ours (uvicorn with our
+"""The run token's peer policy (`nemo_gym.serving.auth.PeerPolicy`) on real sockets: a server of ours (uvicorn with our
 HTTP protocol, RunTokenAuth) and callers that are separate processes, found from the TCP connection itself.
 
 - a caller without the token is refused, until its PID is in the run's allowed_peers.json (NeMo Gym servers the
@@ -23,9 +23,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from nemo_gym.auth import PeerPolicy, RunTokenAuth, TOKEN_COOKIE, write_allowed_peers
-from nemo_gym.limits import UVICORN_LIMITS
 from nemo_gym.processes import free_port
+from nemo_gym.serving.auth import TOKEN_COOKIE, PeerPolicy, RunTokenAuth, write_allowed_peers
+from nemo_gym.serving.limits import UVICORN_LIMITS
 
 TOKEN = "t0ken-for-tests"
 # a caller: waits for a line on stdin, then GETs the URL (with optional headers) twice on one connection and
@@ -52,10 +52,18 @@ class Server:
             return {"ok": True}
 
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(RunTokenAuth(app, token=TOKEN, peers=policy), host="127.0.0.1", port=self.port, log_level="error", **UVICORN_LIMITS))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                RunTokenAuth(app, token=TOKEN, peers=policy),
+                host="127.0.0.1",
+                port=self.port,
+                log_level="error",
+                **UVICORN_LIMITS,
+            )
+        )
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.thread.start()
         while not self.server.started:
             time.sleep(0.02)
@@ -67,8 +75,13 @@ class Server:
 
 
 def start_caller(port: int, *headers: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CALLER, "127.0.0.1", str(port), *headers], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd="/")  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", CALLER, "127.0.0.1", str(port), *headers],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
 
 
 def codes(caller: subprocess.Popen) -> str:
@@ -92,13 +105,17 @@ def test_same_user_lets_this_users_processes_in_but_not_browsers(tmp_path: Path)
         assert codes(start_caller(server.port, "Sec-Fetch-Site: cross-site")) == "401 401"
 
 
-@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("curl"), reason="starting a process as another user needs root (and curl)")
+@pytest.mark.skipif(
+    os.getuid() != 0 or not shutil.which("curl"), reason="starting a process as another user needs root (and curl)"
+)
 def test_same_user_refuses_another_user(tmp_path: Path):
     """curl as `nobody` (this repository's Python may lie in a folder only its owner can read)."""
     with Server(PeerPolicy(tmp_path, same_user=True)) as server:
         command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{server.port}/data"]
         assert subprocess.run(command, capture_output=True, text=True, timeout=30).stdout == "200"  # this user
-        assert subprocess.run(command, capture_output=True, text=True, timeout=30, user=65534, cwd="/").stdout == "401"  # nobody
+        assert (
+            subprocess.run(command, capture_output=True, text=True, timeout=30, user=65534, cwd="/").stdout == "401"
+        )  # nobody
 
 
 def test_the_token_still_works_in_every_form(tmp_path: Path):

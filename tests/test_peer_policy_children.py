@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from nemo_gym.auth import PeerPolicy, write_allowed_peers
+from nemo_gym.serving.auth import PeerPolicy, write_allowed_peers
 
 # a caller: forks a child that exits at once (never reaped: a zombie), connects, says so, and waits for stdin to close
 CALLER = """
@@ -36,7 +36,12 @@ def test_an_allowed_caller_with_a_zombie_child_is_let_in(tmp_path: Path):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
-        caller = subprocess.Popen([sys.executable, "-c", CALLER, str(listener.getsockname()[1])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        caller = subprocess.Popen(
+            [sys.executable, "-c", CALLER, str(listener.getsockname()[1])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             connection, client = listener.accept()
             with connection:

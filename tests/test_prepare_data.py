@@ -9,8 +9,9 @@ import pytest
 
 from nemo_gym.cli import main
 from nemo_gym.config import load_config
+from nemo_gym.datasets.prepare import PrepareDataOptions, prepare_data
+from nemo_gym.env.dataset_metrics import dataset_metrics, summary
 from nemo_gym.errors import DataError
-from nemo_gym.prepare_data import PrepareDataOptions, dataset_metrics, prepare_data, summary
 from nemo_gym.jsonl import read_jsonl
 
 
@@ -25,7 +26,14 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    train = write_jsonl(tmp_path / "train.jsonl", [row("a", temperature=0.5), row("b c", temperature=1.0, tools=[{"type": "function", "name": "t"}]), row("d", temperature=1.0)])
+    train = write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            row("a", temperature=0.5),
+            row("b c", temperature=1.0, tools=[{"type": "function", "name": "t"}]),
+            row("d", temperature=1.0),
+        ],
+    )
     validation = write_jsonl(tmp_path / "validation.jsonl", [row("e")])
     example = write_jsonl(tmp_path / "example.jsonl", [row(str(i)) for i in range(5)])
     path = tmp_path / "agent.yaml"
@@ -53,8 +61,20 @@ def run(config: Path, out: Path, mode: str) -> dict[str, Path]:
 def test_summary_worked_example() -> None:
     # temperatures 0.5, 1, 1: mean 2.5/3 = 0.8333; squared deviations 0.1111 + 0.0278 + 0.0278 = 0.1667;
     # sample variance 0.1667 / 2 = 0.0833, standard deviation 0.2887 → 0.289 (3 decimals below 1)
-    assert summary([0.5, 1.0, 1.0]) == {"Total # non-null values": 3, "Average": 0.833, "Min": 0.5, "Max": 1.0, "Standard deviation": 0.289}
-    assert summary([10.0, 14.0]) == {"Total # non-null values": 2, "Average": 12.0, "Min": 10.0, "Max": 14.0, "Standard deviation": 2.83}
+    assert summary([0.5, 1.0, 1.0]) == {
+        "Total # non-null values": 3,
+        "Average": 0.833,
+        "Min": 0.5,
+        "Max": 1.0,
+        "Standard deviation": 0.289,
+    }
+    assert summary([10.0, 14.0]) == {
+        "Total # non-null values": 2,
+        "Average": 12.0,
+        "Min": 10.0,
+        "Max": 14.0,
+        "Standard deviation": 2.83,
+    }
     assert summary([])["Total # non-null values"] == 0
 
 
@@ -79,7 +99,14 @@ def test_example_validation_writes_metrics_next_to_the_examples(config: Path, tm
     assert set(written) == {"example"}
     stored = json.loads((tmp_path / "example_metrics.json").read_text())
     rows = read_jsonl(tmp_path / "example.jsonl")
-    assert stored == {"name": "ex", "type": "example", "jsonl_fpath": str(tmp_path / "example.jsonl"), "num_repeats": 1, "license": None, **dataset_metrics(rows)}
+    assert stored == {
+        "name": "ex",
+        "type": "example",
+        "jsonl_fpath": str(tmp_path / "example.jsonl"),
+        "num_repeats": 1,
+        "license": None,
+        **dataset_metrics(rows),
+    }
 
 
 def test_bad_rows_are_named_with_file_line_and_rule(config: Path, tmp_path: Path) -> None:
@@ -88,7 +115,11 @@ def test_bad_rows_are_named_with_file_line_and_rule(config: Path, tmp_path: Path
         run(config, tmp_path / "out", "train_preparation")
     lines = str(error.value).splitlines()
     path = tmp_path / "validation.jsonl"
-    assert [line.split(" ", 2)[:2] for line in lines] == [[f"{path}:2:", "[json]"], [f"{path}:3:", "[responses-create-params]"], [f"{path}:4:", "[json]"]]
+    assert [line.split(" ", 2)[:2] for line in lines] == [
+        [f"{path}:2:", "[json]"],
+        [f"{path}:3:", "[responses-create-params]"],
+        [f"{path}:4:", "[json]"],
+    ]
 
 
 def test_missing_dataset_says_how_to_get_it(config: Path, tmp_path: Path) -> None:
@@ -98,7 +129,16 @@ def test_missing_dataset_says_how_to_get_it(config: Path, tmp_path: Path) -> Non
 
 
 def test_cli(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main("prepare_data", [f"+config_paths=[{config}]", f"+output_dirpath={tmp_path / 'out'}", "+mode=train_preparation"]) == 0
+    assert (
+        main(
+            "prepare_data",
+            [f"+config_paths=[{config}]", f"+output_dirpath={tmp_path / 'out'}", "+mode=train_preparation"],
+        )
+        == 0
+    )
     assert "train: 6 rows" in capsys.readouterr().out
-    assert main("prepare_data", [f"+config_paths=[{config}]", f"+output_dirpath={tmp_path / 'out'}", "+mode=training"]) == 2
+    assert (
+        main("prepare_data", [f"+config_paths=[{config}]", f"+output_dirpath={tmp_path / 'out'}", "+mode=training"])
+        == 2
+    )
     assert "+mode: Input should be 'train_preparation' or 'example_validation'" in capsys.readouterr().err

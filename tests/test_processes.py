@@ -1,4 +1,5 @@
-"""nemo_gym.processes.run_interruptible: a signal stops the coroutine cleanly, whatever SIGINT's disposition at start."""
+"""nemo_gym.processes.run_interruptible: a signal stops the coroutine cleanly, whatever SIGINT's disposition at
+start."""
 
 from __future__ import annotations
 

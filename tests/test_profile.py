@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.collect.profile import ProfileConfig, profile_main, profile_rollouts, reward_stats
+from nemo_gym.env.metrics import describe
 from nemo_gym.errors import DataError
-from nemo_gym.profile import ProfileConfig, describe, profile_main, profile_rollouts, reward_stats
 from nemo_gym.jsonl import read_jsonl
 
 PEER = Path(__file__).resolve().parent.parent.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 MULTIREWARD_ROLLOUTS = PEER / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"
 
 # The per-task fields of NeMo Gym's collector-side profile before 0.4.0 (besides the task row and its
-# `task_name`), with the numbers of 0.4.0's ng_reward_profile; see the nemo_gym.profile module docstring.
+# `task_name`), with the numbers of 0.4.0's ng_reward_profile; see the nemo_gym.collect.profile module docstring.
 NEMO_GYM_PROFILE_FIELDS = {"avg_reward", "std_reward", "min_reward", "max_reward", "total_samples", "median_reward"}
 NEMO_GYM_PASS_FIELDS = {"pass_rate", "pass_rate_total", "pass_rate_passed", "pass_threshold"}
 
@@ -23,7 +24,6 @@ NEMO_GYM_PASS_FIELDS = {"pass_rate", "pass_rate_total", "pass_rate_passed", "pas
 def write_jsonl(path: Path, rows: list[dict]) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
-
 
 
 def rollout(task: int, index: int, reward: float, agent: str = "agent_a", **extra) -> dict:
@@ -53,7 +53,11 @@ def worked(tmp_path):
         rollout(1, 1, 0.4, agent="agent_b"),
         rollout(0, 3, 1.0),
     ]
-    return write_jsonl(tmp_path / "tasks.jsonl", tasks), write_jsonl(tmp_path / "rollouts.jsonl", rollouts), str(tmp_path / "profile.jsonl")
+    return (
+        write_jsonl(tmp_path / "tasks.jsonl", tasks),
+        write_jsonl(tmp_path / "rollouts.jsonl", rollouts),
+        str(tmp_path / "profile.jsonl"),
+    )
 
 
 def test_worked_example_without_threshold(worked):
@@ -79,16 +83,35 @@ def test_worked_example_without_threshold(worked):
     # mean over the 6 samples: (1+0+1+1+0.2+0.4)/6 = 3.6/6 = 0.6
     assert summary.mean_reward == pytest.approx(0.6)
     assert summary.pass_rate is None and summary.tasks_all_same_reward == 0
-    assert summary.group_mean_reward == pytest.approx({"agent:agent_a": 0.75, "agent:agent_b": 0.3, "dataset:mcqa": 0.75, "dataset:math": 0.3})
+    assert summary.group_mean_reward == pytest.approx(
+        {"agent:agent_a": 0.75, "agent:agent_b": 0.3, "dataset:mcqa": 0.75, "dataset:math": 0.3}
+    )
 
 
 def test_worked_example_with_pass_threshold(worked, capsys):
     tasks, rollouts, out = worked
-    assert profile_main(ProfileConfig(input_jsonl_fpath=tasks, rollouts_jsonl_fpath=rollouts, output_jsonl_fpath=out, pass_threshold=0.4)) == 0
+    assert (
+        profile_main(
+            ProfileConfig(
+                input_jsonl_fpath=tasks, rollouts_jsonl_fpath=rollouts, output_jsonl_fpath=out, pass_threshold=0.4
+            )
+        )
+        == 0
+    )
     t0, t1 = read_jsonl(out)
     # task 0: 3 of [1, 0, 1, 1] are >= 0.4 → 3/4; task 1: only 0.4 of [0.2, 0.4] is >= 0.4 (inclusive) → 1/2
-    assert {k: t0[k] for k in NEMO_GYM_PASS_FIELDS} == {"pass_rate": 0.75, "pass_rate_total": 4, "pass_rate_passed": 3, "pass_threshold": 0.4}
-    assert {k: t1[k] for k in NEMO_GYM_PASS_FIELDS} == {"pass_rate": 0.5, "pass_rate_total": 2, "pass_rate_passed": 1, "pass_threshold": 0.4}
+    assert {k: t0[k] for k in NEMO_GYM_PASS_FIELDS} == {
+        "pass_rate": 0.75,
+        "pass_rate_total": 4,
+        "pass_rate_passed": 3,
+        "pass_threshold": 0.4,
+    }
+    assert {k: t1[k] for k in NEMO_GYM_PASS_FIELDS} == {
+        "pass_rate": 0.5,
+        "pass_rate_total": 2,
+        "pass_rate_passed": 1,
+        "pass_threshold": 0.4,
+    }
     printed = capsys.readouterr().out
     # all samples: 4 of 6 pass → 0.6667
     assert "Tasks: 2/3 profiled, 6 samples, mean reward 0.6000" in printed
@@ -112,21 +135,35 @@ def test_std_reward_is_the_sample_std_as_nemo_gym():
     assert reward_stats([1.0, 0.0])["std_reward"] == pytest.approx(0.7071068, abs=1e-7)
     # [-1, 1, -1, 1, 1] (NeMo Gym's blackjack example rollouts, one task): mean 0.2; squared deviations
     # 1.44 + 0.64 + 1.44 + 0.64 + 0.64 = 4.8; / 4 = 1.2; sqrt(1.2) = 1.0954451 (what NeMo Gym writes as std/reward)
-    assert describe([-1.0, 1.0, -1.0, 1.0, 1.0]) == pytest.approx({"mean": 0.2, "max": 1.0, "min": -1.0, "median": 1.0, "std": 1.0954451}, abs=1e-7)
+    assert describe([-1.0, 1.0, -1.0, 1.0, 1.0]) == pytest.approx(
+        {"mean": 0.2, "max": 1.0, "min": -1.0, "median": 1.0, "std": 1.0954451}, abs=1e-7
+    )
     # all equal: no spread, exactly 0 (the tasks trainer.filter.min_std_reward drops)
     assert describe([0.1, 0.1, 0.1])["std"] == 0.0
 
 
 def test_reward_stats_single_sample_has_zero_std():
     assert reward_stats([0.5], pass_threshold=0.5) == {
-        "avg_reward": 0.5, "std_reward": 0.0, "min_reward": 0.5, "max_reward": 0.5, "median_reward": 0.5, "total_samples": 1,
-        "pass_rate": 1.0, "pass_rate_total": 1, "pass_rate_passed": 1, "pass_threshold": 0.5,
-    }  # fmt: skip
+        "avg_reward": 0.5,
+        "std_reward": 0.0,
+        "min_reward": 0.5,
+        "max_reward": 0.5,
+        "median_reward": 0.5,
+        "total_samples": 1,
+        "pass_rate": 1.0,
+        "pass_rate_total": 1,
+        "pass_rate_passed": 1,
+        "pass_threshold": 0.5,
+    }
 
 
 def test_materialized_inputs_as_task_file(tmp_path):
     """The collector's _materialized_inputs.jsonl (one row per rollout) works as the task file."""
-    materialized = [{"responses_create_params": {}, "q": t, "_ng_task_index": t, "_ng_rollout_index": r} for t in range(2) for r in range(2)]
+    materialized = [
+        {"responses_create_params": {}, "q": t, "_ng_task_index": t, "_ng_rollout_index": r}
+        for t in range(2)
+        for r in range(2)
+    ]
     tasks = write_jsonl(tmp_path / "m.jsonl", materialized)
     rollouts = write_jsonl(tmp_path / "r.jsonl", [rollout(t, r, float(t)) for t in range(2) for r in range(2)])
     summary = profile_rollouts(tasks, rollouts, str(tmp_path / "p.jsonl"))
@@ -159,7 +196,11 @@ def test_peer_nemo_gym_rollouts(tmp_path):
     peer_rollouts = read_jsonl(MULTIREWARD_ROLLOUTS)
     by_index = {r["_ng_task_index"]: r for r in peer_rollouts}
     tasks = write_jsonl(
-        tmp_path / "tasks.jsonl", [{"responses_create_params": by_index[i]["responses_create_params"], "agent_ref": by_index[i]["agent_ref"]} for i in range(5)]
+        tmp_path / "tasks.jsonl",
+        [
+            {"responses_create_params": by_index[i]["responses_create_params"], "agent_ref": by_index[i]["agent_ref"]}
+            for i in range(5)
+        ],
     )
 
     summary = profile_rollouts(tasks, str(MULTIREWARD_ROLLOUTS), str(tmp_path / "profile.jsonl"), pass_threshold=1.0)
@@ -168,7 +209,13 @@ def test_peer_nemo_gym_rollouts(tmp_path):
     assert len(rows) == 5 and summary.tasks_without_rollouts == []
     for i, row in enumerate(rows):
         assert row["responses_create_params"] == by_index[i]["responses_create_params"]
-        assert (row["avg_reward"], row["std_reward"], row["min_reward"], row["max_reward"], row["total_samples"]) == (2.0, 0.0, 2.0, 2.0, 1)
+        assert (row["avg_reward"], row["std_reward"], row["min_reward"], row["max_reward"], row["total_samples"]) == (
+            2.0,
+            0.0,
+            2.0,
+            2.0,
+            1,
+        )
         assert (row["pass_rate"], row["pass_rate_passed"], row["pass_rate_total"]) == (1.0, 1, 1)
     assert summary.mean_reward == 2.0 and summary.pass_rate == 1.0 and summary.tasks_all_same_reward == 5
     assert summary.group_mean_reward == {"agent:example_tool_call_multireward_simple_agent": 2.0}

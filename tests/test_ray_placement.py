@@ -12,12 +12,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from ng_process import BIN, REPO, NgRun
-from nemo_gym.config import ServerInstance
+
 from nemo_gym.errors import ConfigError
-from nemo_gym.ray_placement import placement_of
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.orchestration.ray_placement import placement_of
+from nemo_gym.server_instances import ServerInstance
 
 ray = pytest.importorskip("ray")
 
@@ -28,11 +28,24 @@ MODEL = "policy_model.responses_api_models.scripted_model"
 
 
 def test_placement_fields_are_validated_naming_the_key():
-    instance = ServerInstance("weather", "resources_servers", "example_single_tool_call", {"num_cpus": 0.5, "resources": {"node_b": 1}}, "x.yaml")
+    instance = ServerInstance(
+        "weather",
+        "resources_servers",
+        "example_single_tool_call",
+        {"num_cpus": 0.5, "resources": {"node_b": 1}},
+        "x.yaml",
+    )
     placement = placement_of(instance)
-    assert (placement.num_cpus, placement.num_gpus, placement.resources, placement.max_restarts) == (0.5, 0.0, {"node_b": 1.0}, 3)
+    assert (placement.num_cpus, placement.num_gpus, placement.resources, placement.max_restarts) == (
+        0.5,
+        0.0,
+        {"node_b": 1.0},
+        3,
+    )
     bad = ServerInstance("weather", "resources_servers", "example_single_tool_call", {"max_restarts": -1}, "x.yaml")
-    with pytest.raises(ConfigError, match=r"x.yaml: key 'weather.resources_servers.example_single_tool_call.max_restarts'"):
+    with pytest.raises(
+        ConfigError, match=r"x.yaml: key 'weather.resources_servers.example_single_tool_call.max_restarts'"
+    ):
         placement_of(bad)
 
 
@@ -66,15 +79,25 @@ def replica_on(placed: list[tuple[str, int, str]], name: str, node: str) -> int:
 
 def ray_run(cluster, *extra: str) -> NgRun:
     return NgRun(
-        "+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true", f"+ray_address={cluster.address}",
-        "+scripted_delay_s=0.05", f"+{MODEL}.resources={{node_a: 1}}", f"+{MODEL}.num_cpus=0.25",  # the policy stays on the head node
-        f"+{RESOURCES}.num_cpus=0.25", f"+{AGENT}.num_cpus=0.25",
+        "+config_paths=[tests/configs/weather_scripted.yaml]",
+        "+skip_venv=true",
+        f"+ray_address={cluster.address}",
+        "+scripted_delay_s=0.05",
+        f"+{MODEL}.resources={{node_a: 1}}",
+        f"+{MODEL}.num_cpus=0.25",  # the policy stays on the head node
+        f"+{RESOURCES}.num_cpus=0.25",
+        f"+{AGENT}.num_cpus=0.25",
         # all nodes are this machine: the servers bind loopback 127.0.0.1 (by default they bind their node's address)
-        f"+{MODEL}.host=127.0.0.1", f"+{RESOURCES}.host=127.0.0.1", f"+{AGENT}.host=127.0.0.1", *extra, timeout_s=300,
-    )  # fmt: skip
+        f"+{MODEL}.host=127.0.0.1",
+        f"+{RESOURCES}.host=127.0.0.1",
+        f"+{AGENT}.host=127.0.0.1",
+        *extra,
+        timeout_s=300,
+    )
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.ray
 def test_replicas_on_two_nodes_survive_a_dead_node(cluster, tmp_path):
     out = tmp_path / "rollouts.jsonl"
@@ -85,10 +108,21 @@ def test_replicas_on_two_nodes_survive_a_dead_node(cluster, tmp_path):
         placed = [(s["name"], s["replica"], s["node_id"]) for s in state["servers"]]
         worker_ids = {node for name, _, node in placed if name != "policy_model"}
         assert len(worker_ids) == 2, placed  # replicas spread over the two nodes
-        (worker_node,) = worker_ids - {node for name, _, node in placed if name == "policy_model"}  # the policy is on the head node
+        (worker_node,) = worker_ids - {
+            node for name, _, node in placed if name == "policy_model"
+        }  # the policy is on the head node
 
-        collect = [str(BIN / "ng_collect_rollouts"), f"+head_server_url={run.head_url}", "+agent_name=weather_agent", f"+input_jsonl_fpath={ROWS}",
-                   f"+output_jsonl_fpath={out}", f"+num_repeats={repeats}", "+num_samples_in_parallel=4", "+progress=false", "+max_retries=6"]  # fmt: skip
+        collect = [
+            str(BIN / "ng_collect_rollouts"),
+            f"+head_server_url={run.head_url}",
+            "+agent_name=weather_agent",
+            f"+input_jsonl_fpath={ROWS}",
+            f"+output_jsonl_fpath={out}",
+            f"+num_repeats={repeats}",
+            "+num_samples_in_parallel=4",
+            "+progress=false",
+            "+max_retries=6",
+        ]
         collector = subprocess.Popen(collect, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
         while len(rows(out)) < 20:
@@ -104,10 +138,13 @@ def test_replicas_on_two_nodes_survive_a_dead_node(cluster, tmp_path):
         assert all(r["reward"] == 1.0 for r in rows(out))
         run.stop()
     restarted = re.findall(r"server '(\w+)' replica (\d) restarted at", run.output())
-    assert restarted and all(int(replica) == moved for name, replica in restarted for moved in [replica_on(placed, name, worker_node)]), run.output()
+    assert restarted and all(
+        int(replica) == moved for name, replica in restarted for moved in [replica_on(placed, name, worker_node)]
+    ), run.output()
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_server_that_keeps_dying_stops_the_run_by_name(cluster):
     # a resources server whose config is invalid exits at start with code 2, every time it is restarted

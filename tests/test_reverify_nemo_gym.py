@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.entrypoint import load_server_class
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PEER_SERVERS = REPO_ROOT.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
@@ -34,7 +34,6 @@ STORED_SCORING_CONFIG = {"mcqa": {"legacy_boxed_parsing": True}}
 DRIFT_0_7_0 = {("mcqa", 2): {"reward": 1.0, "extracted_answer": "C"}}
 
 pytestmark = pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason=f"NeMo Gym peer data not found at {PEER_SERVERS}")
-
 
 
 def prompt_key(row: dict[str, Any]) -> str:
@@ -60,7 +59,9 @@ def make_client(name: str, config: dict[str, Any] | None = None) -> TestClient:
 def replay_tool_calls(client: TestClient, rollout: dict[str, Any], headers: dict[str, str]) -> None:
     """Send each function call of the trajectory to our tool route; compare with NeMo Gym's recorded output."""
     output = rollout["response"]["output"]
-    recorded = {item["call_id"]: json.loads(item["output"]) for item in output if item["type"] == "function_call_output"}
+    recorded = {
+        item["call_id"]: json.loads(item["output"]) for item in output if item["type"] == "function_call_output"
+    }
     for call in (item for item in output if item["type"] == "function_call"):
         answer = client.post(f"/{call['name']}", json=json.loads(call["arguments"]), headers=headers)
         assert answer.status_code == 200, answer.text

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.collect.profile import profile_rollouts
+from nemo_gym.env.metrics import numeric_fields
 from nemo_gym.errors import DataError
-from nemo_gym.profile import profile_rollouts
-from nemo_gym.reward_profile import RewardProfileConfig, numeric_fields, output_paths, reward_profile, reward_profile_main
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.upstream.reward_profile import RewardProfileConfig, output_paths, reward_profile, reward_profile_main
 
 BIN = Path(sys.executable).parent
 STATS = ("mean", "max", "min", "median", "std")
@@ -26,21 +27,43 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
-
 def materialized(task: int, rollout: int, agent: str) -> dict:
-    return {"responses_create_params": {"input": f"t{task}"}, "difficulty": task, "agent_ref": {"name": agent}, "_ng_task_index": task, "_ng_rollout_index": rollout}
+    return {
+        "responses_create_params": {"input": f"t{task}"},
+        "difficulty": task,
+        "agent_ref": {"name": agent},
+        "_ng_task_index": task,
+        "_ng_rollout_index": rollout,
+    }
 
 
 def rollout(task: int, index: int, reward: float, correct: bool, tokens: tuple[int, int], agent: str, **extra) -> dict:
-    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": sum(tokens), "input_tokens_details": {"cached_tokens": 0}}
+    usage = {
+        "input_tokens": tokens[0],
+        "output_tokens": tokens[1],
+        "total_tokens": sum(tokens),
+        "input_tokens_details": {"cached_tokens": 0},
+    }
     row = materialized(task, index, agent)
-    return {**row, "response": {"output": [], "usage": usage}, "reward": reward, "correct": correct, "verdict": "ok", **extra}
+    return {
+        **row,
+        "response": {"output": [], "usage": usage},
+        "reward": reward,
+        "correct": correct,
+        "verdict": "ok",
+        **extra,
+    }
 
 
 @pytest.fixture
 def worked(tmp_path):
     """Task 0 (agent_a): 2 rollouts, rewards [1, 0]; task 1 (agent_b): 1 of 2 rollouts; task 2 (agent_a): none."""
-    inputs = [materialized(0, 0, "agent_a"), materialized(0, 1, "agent_a"), materialized(1, 0, "agent_b"), materialized(1, 1, "agent_b")]
+    inputs = [
+        materialized(0, 0, "agent_a"),
+        materialized(0, 1, "agent_a"),
+        materialized(1, 0, "agent_b"),
+        materialized(1, 1, "agent_b"),
+    ]
     inputs += [materialized(2, 0, "agent_a"), materialized(2, 1, "agent_a")]
     rollouts = [  # in completion order, as a collector writes them
         rollout(1, 0, 0.5, False, (20, 2), "agent_b"),
@@ -56,8 +79,17 @@ def worked(tmp_path):
 
 def test_numeric_fields_of_a_rollout():
     row = rollout(0, 1, 0.0, True, (12, 6), "a", judge_score=0.5, name="x", components={"f": 1.0})
-    # top-level numbers and booleans (True → 1) with response.usage's numbers merged over them; no indices, strings or dicts
-    assert numeric_fields(row) == {"difficulty": 0, "reward": 0.0, "correct": 1, "judge_score": 0.5, "input_tokens": 12, "output_tokens": 6, "total_tokens": 18}
+    # top-level numbers and booleans (True → 1) with response.usage's numbers merged over them; no indices, strings or
+    # dicts
+    assert numeric_fields(row) == {
+        "difficulty": 0,
+        "reward": 0.0,
+        "correct": 1,
+        "judge_score": 0.5,
+        "input_tokens": 12,
+        "output_tokens": 6,
+        "total_tokens": 18,
+    }
 
 
 def test_worked_example(worked, capsys):
@@ -83,21 +115,64 @@ def test_worked_example(worked, capsys):
     # judge_score: one value among two rollouts → mean/max/min/median 0.5 and no std (pandas: NaN, left out)
     assert [t0.get(f"{stat}/judge_score") for stat in STATS] == [0.5, 0.5, 0.5, 0.5, None]
     assert all(isinstance(v, float) for k, v in t0.items() if "/" in k)  # 12 tokens is written 12.0, as NeMo Gym
-    assert t0["sample"] == {"responses_create_params": {"input": "t0"}, "difficulty": 0, "agent_ref": {"name": "agent_a"}}
-    assert (t0["_ng_task_index"], t0["num_rollouts"], t0["expected_num_rollouts"], t0["missing_num_rollouts"], t0["reward_profile_completion_pct"]) == (0, 2, 2, 0, 100.0)
+    assert t0["sample"] == {
+        "responses_create_params": {"input": "t0"},
+        "difficulty": 0,
+        "agent_ref": {"name": "agent_a"},
+    }
+    assert (
+        t0["_ng_task_index"],
+        t0["num_rollouts"],
+        t0["expected_num_rollouts"],
+        t0["missing_num_rollouts"],
+        t0["reward_profile_completion_pct"],
+    ) == (0, 2, 2, 0, 100.0)
     assert t0["rollout_infos"] == [
-        {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "input_tokens": 10, "output_tokens": 4, "total_tokens": 14, "difficulty": 0, "correct": 1, "judge_score": 0.5},
-        {"rollout_id": "0:1", "_ng_task_index": 0, "_ng_rollout_index": 1, "reward": 0.0, "input_tokens": 12, "output_tokens": 6, "total_tokens": 18, "difficulty": 0, "correct": 0},
-    ]  # fmt: skip
+        {
+            "rollout_id": "0:0",
+            "_ng_task_index": 0,
+            "_ng_rollout_index": 0,
+            "reward": 1.0,
+            "input_tokens": 10,
+            "output_tokens": 4,
+            "total_tokens": 14,
+            "difficulty": 0,
+            "correct": 1,
+            "judge_score": 0.5,
+        },
+        {
+            "rollout_id": "0:1",
+            "_ng_task_index": 0,
+            "_ng_rollout_index": 1,
+            "reward": 0.0,
+            "input_tokens": 12,
+            "output_tokens": 6,
+            "total_tokens": 18,
+            "difficulty": 0,
+            "correct": 0,
+        },
+    ]
 
     # task 1: one of its two rollouts; a group of one rollout has std 0 for every field (NeMo Gym fills NaN with 0)
-    assert (t1["num_rollouts"], t1["expected_num_rollouts"], t1["missing_num_rollouts"], t1["reward_profile_completion_pct"]) == (1, 2, 1, 50.0)
-    assert (t1["mean/reward"], t1["std/reward"], t1["std/input_tokens"], t1["median/total_tokens"]) == (0.5, 0.0, 0.0, 22.0)
+    assert (
+        t1["num_rollouts"],
+        t1["expected_num_rollouts"],
+        t1["missing_num_rollouts"],
+        t1["reward_profile_completion_pct"],
+    ) == (1, 2, 1, 50.0)
+    assert (t1["mean/reward"], t1["std/reward"], t1["std/input_tokens"], t1["median/total_tokens"]) == (
+        0.5,
+        0.0,
+        0.0,
+        22.0,
+    )
     assert "judge_score" not in " ".join(t1)
 
     agent_a, agent_b = json.loads(agents.read_text())
     assert agent_a["agent_ref"] == {"name": "agent_a"} and agent_b["agent_ref"] == {"name": "agent_b"}
-    assert {k: v for k, v in agent_a.items() if k != "agent_ref"} == {k: v for k, v in t0.items() if "/" in k}  # agent_a's rollouts are task 0's
+    assert {k: v for k, v in agent_a.items() if k != "agent_ref"} == {
+        k: v for k, v in t0.items() if "/" in k
+    }  # agent_a's rollouts are task 0's
     assert agent_b["std/reward"] == 0.0 and agent_b["mean/output_tokens"] == 2.0
 
     printed = capsys.readouterr().out
@@ -109,14 +184,24 @@ def test_same_reward_numbers_as_ng_profile(worked, tmp_path):
     """ng_profile on the same files (the materialized inputs as its task file) gives the same reward statistics."""
     profile_rollouts(worked.materialized_inputs_jsonl_fpath, worked.rollouts_jsonl_fpath, str(tmp_path / "p.jsonl"))
     reward_profile(worked)
-    for ours, theirs in zip(read_jsonl(tmp_path / "p.jsonl"), read_jsonl(output_paths(worked.rollouts_jsonl_fpath)[0]), strict=True):
-        assert [ours[f"{s}_reward"] for s in ("avg", "max", "min", "median", "std")] == [theirs[f"{s}/reward"] for s in STATS]
+    for ours, theirs in zip(
+        read_jsonl(tmp_path / "p.jsonl"), read_jsonl(output_paths(worked.rollouts_jsonl_fpath)[0]), strict=True
+    ):
+        assert [ours[f"{s}_reward"] for s in ("avg", "max", "min", "median", "std")] == [
+            theirs[f"{s}/reward"] for s in STATS
+        ]
         assert ours["total_samples"] == theirs["num_rollouts"]
 
 
 def test_partial_collection_needs_allow_partial_rollouts(worked):
     worked.allow_partial_rollouts = False
-    with pytest.raises(DataError, match=r"r\.jsonl: 3 of 6 materialized input rows have no rollout \(first keys: \[\(1, 1\), \(2, 0\), \(2, 1\)\].*\+allow_partial_rollouts=true"):
+    with pytest.raises(
+        DataError,
+        match=(
+            r"r\.jsonl: 3 of 6 materialized input rows have no rollout \(first keys: \[\(1, 1\), \(2, 0\), \(2,"
+            r" 1\)\].*\+allow_partial_rollouts=true"
+        ),
+    ):
         reward_profile(worked)
     assert not output_paths(worked.rollouts_jsonl_fpath)[0].exists()
 
@@ -124,12 +209,39 @@ def test_partial_collection_needs_allow_partial_rollouts(worked):
 @pytest.mark.parametrize(
     ("rollouts", "inputs", "message"),
     [
-        ([{"reward": 1.0}], None, r"r\.jsonl:1: rollout has no integer _ng_task_index and _ng_rollout_index \(got None, None\); was it written by ng_collect_rollouts\?"),
-        ([rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(0, 0, 0.0, True, (1, 1), "a")], None, r"r\.jsonl:2: a second rollout with key \(0, 0\) \(the first is line 1\)"),
-        ([rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(7, 0, 1.0, True, (1, 1), "a")], None, r"r\.jsonl:2: 1 rollouts have no row in .*m\.jsonl \(first keys: \[\(7, 0\)\]\)"),
-        ([{**rollout(0, 0, 1.0, True, (1, 1), "a"), "reward": None}], None, r"r\.jsonl:1: rollout has no numeric reward \(got None\)"),
-        ([rollout(0, 0, 1.0, True, (1, 1), "a")], [{"responses_create_params": {}}], r"m\.jsonl:1: materialized input row has no integer _ng_task_index .*_materialized_inputs\.jsonl"),
-        ([rollout(0, 0, 1.0, True, (1, 1), "a")], [{**materialized(0, 0, "a"), "agent_ref": None}], r"m\.jsonl:1: materialized input row has no agent_ref \{name: ...\} \(got None\)"),
+        (
+            [{"reward": 1.0}],
+            None,
+            (
+                r"r\.jsonl:1: rollout has no integer _ng_task_index and _ng_rollout_index \(got None, None\); was it"
+                r" written by ng_collect_rollouts\?"
+            ),
+        ),
+        (
+            [rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(0, 0, 0.0, True, (1, 1), "a")],
+            None,
+            r"r\.jsonl:2: a second rollout with key \(0, 0\) \(the first is line 1\)",
+        ),
+        (
+            [rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(7, 0, 1.0, True, (1, 1), "a")],
+            None,
+            r"r\.jsonl:2: 1 rollouts have no row in .*m\.jsonl \(first keys: \[\(7, 0\)\]\)",
+        ),
+        (
+            [{**rollout(0, 0, 1.0, True, (1, 1), "a"), "reward": None}],
+            None,
+            r"r\.jsonl:1: rollout has no numeric reward \(got None\)",
+        ),
+        (
+            [rollout(0, 0, 1.0, True, (1, 1), "a")],
+            [{"responses_create_params": {}}],
+            r"m\.jsonl:1: materialized input row has no integer _ng_task_index .*_materialized_inputs\.jsonl",
+        ),
+        (
+            [rollout(0, 0, 1.0, True, (1, 1), "a")],
+            [{**materialized(0, 0, "a"), "agent_ref": None}],
+            r"m\.jsonl:1: materialized input row has no agent_ref \{name: ...\} \(got None\)",
+        ),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, rollouts, inputs, message):
@@ -147,10 +259,16 @@ def ng(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_command_line(worked, tmp_path):
     """NeMo Gym's parameter names, both command names, `--help`, and a misspelt parameter with a suggestion."""
-    args = [f"+materialized_inputs_jsonl_fpath={worked.materialized_inputs_jsonl_fpath}", f"+rollouts_jsonl_fpath={worked.rollouts_jsonl_fpath}"]
+    args = [
+        f"+materialized_inputs_jsonl_fpath={worked.materialized_inputs_jsonl_fpath}",
+        f"+rollouts_jsonl_fpath={worked.rollouts_jsonl_fpath}",
+    ]
     done = ng("ng_reward_profile", *args, "++allow_partial_rollouts=True", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "Reward profiling outputs:" in done.stdout and len(read_jsonl(output_paths(worked.rollouts_jsonl_fpath)[0])) == 2
+    assert (
+        "Reward profiling outputs:" in done.stdout
+        and len(read_jsonl(output_paths(worked.rollouts_jsonl_fpath)[0])) == 2
+    )
 
     refused = ng("nemo_gym_reward_profile", *args, cwd=tmp_path)
     assert refused.returncode == 2 and "3 of 6 materialized input rows have no rollout" in refused.stderr
@@ -169,11 +287,16 @@ def test_std_of_single_value_groups_is_zero_not_nan(tmp_path):
     """Every task with one rollout (as in most of NeMo Gym's example files): std 0.0 for each field, never NaN."""
     inputs = [materialized(t, 0, "a") for t in range(3)]
     rollouts = [rollout(t, 0, float(t), t % 2 == 0, (5, t), "a") for t in range(3)]
-    cfg = RewardProfileConfig(materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "m.jsonl", inputs), rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts))
+    cfg = RewardProfileConfig(
+        materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "m.jsonl", inputs),
+        rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts),
+    )
     reward_profile(cfg)
     rows = read_jsonl(output_paths(cfg.rollouts_jsonl_fpath)[0])
     assert [r["_ng_task_index"] for r in rows] == [0, 1, 2]
     assert all(r[k] == 0.0 for r in rows for k in r if k.startswith("std/"))
     # over the agent's 3 rollouts, rewards [0, 1, 2]: mean 1; sample std sqrt((1 + 0 + 1)/2) = 1
     (agent,) = json.loads(output_paths(cfg.rollouts_jsonl_fpath)[1].read_text())
-    assert (agent["mean/reward"], agent["std/reward"]) == (1.0, 1.0) and not any(math.isnan(v) for v in agent.values() if isinstance(v, float))
+    assert (agent["mean/reward"], agent["std/reward"]) == (1.0, 1.0) and not any(
+        math.isnan(v) for v in agent.values() if isinstance(v, float)
+    )

@@ -274,7 +274,13 @@ def test_per_token_advantages_equal_broadcast_ones_when_constant_per_row():
         per_token, _ = policy_loss(logprobs, old, torch.tensor([[1.0] * 3, [-0.5] * 3]), mask, config)
         assert per_token.item() == pytest.approx(per_row.item())
     # importance_sampling, token mean over 2 tokens: A = [[2, -1]], ratios exp(0) = 1 → -(1·2 + 1·(-1)) / 2 = -0.5
-    loss, _ = policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[2.0, -1.0]]), torch.ones(1, 2), LossConfig(loss_type="importance_sampling", tis_cap=None))
+    loss, _ = policy_loss(
+        torch.zeros(1, 2),
+        torch.zeros(1, 2),
+        torch.tensor([[2.0, -1.0]]),
+        torch.ones(1, 2),
+        LossConfig(loss_type="importance_sampling", tis_cap=None),
+    )
     assert loss.item() == pytest.approx(-0.5)
 
 
@@ -321,14 +327,28 @@ def trl_trainer(tmp_path_factory):
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, pad_token_id=VOCAB - 2, eos_token_id=VOCAB - 1,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=VOCAB - 2,
+        eos_token_id=VOCAB - 1,
+    )
     args = GRPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("trl")), per_device_train_batch_size=BATCH, num_generations=BATCH,
-        max_completion_length=COMPLETION_LEN, epsilon=0.2, epsilon_high=0.28, report_to=[], use_cpu=True,
-        logging_strategy="no", save_strategy="no", bf16=False,  # fp32 on both sides (TRL defaults to bf16)
-    )  # fmt: skip
+        output_dir=str(tmp_path_factory.mktemp("trl")),
+        per_device_train_batch_size=BATCH,
+        num_generations=BATCH,
+        max_completion_length=COMPLETION_LEN,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        report_to=[],
+        use_cpu=True,
+        logging_strategy="no",
+        save_strategy="no",
+        bf16=False,  # fp32 on both sides (TRL defaults to bf16)
+    )
     trainer = GRPOTrainer(
         model=LlamaForCausalLM(config),
         reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
@@ -391,9 +411,15 @@ def test_policy_loss_matches_trl_grpo_trainer(trl_trainer, case):
     ours_cfg, trl_attrs = TRL_CASES[case]
     trainer, model = trl_trainer, trl_trainer.model
     defaults = dict(
-        loss_type="dapo", importance_sampling_level="token", beta=0.0, use_vllm=False, epsilon_high=0.28,
-        vllm_importance_sampling_correction=False, entropy_coef=0.0, _entropy_bonus_enabled=False,
-    )  # fmt: skip
+        loss_type="dapo",
+        importance_sampling_level="token",
+        beta=0.0,
+        use_vllm=False,
+        epsilon_high=0.28,
+        vllm_importance_sampling_correction=False,
+        entropy_coef=0.0,
+        _entropy_bonus_enabled=False,
+    )
     for name, value in (defaults | trl_attrs).items():
         setattr(trainer, name, value)
     # TRL >= 1.x multiplies the k3 term by the ratio by default (DeepSeek-V3.2 "unbiased KL"); we keep the plain
@@ -408,12 +434,16 @@ def test_policy_loss_matches_trl_grpo_trainer(trl_trainer, case):
     mask = completion_mask.float()
     cfg = LossConfig(**(dict(tis_cap=None) | ours_cfg))
     ours, metrics = policy_loss(
-        logprobs, old, advantages, mask, cfg,
+        logprobs,
+        old,
+        advantages,
+        mask,
+        cfg,
         rollout_logprobs=rollout if cfg.tis_cap else None,
         ref_logprobs=ref if cfg.kl_coef else None,
         entropy=token_entropy(logits) if cfg.entropy_coef else None,
         num_tokens_global=mask.sum().item() if trl_attrs["loss_type"] in ("dapo", "cispo") else None,
-    )  # fmt: skip
+    )
     ours.backward()
     our_grads = _grads(model)
     assert 0.0 < metrics["clip_fraction_low"] + metrics["clip_fraction_high"] < 1.0 or cfg.loss_type == "gspo"

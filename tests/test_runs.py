@@ -1,9 +1,10 @@
-"""Background runs (nemo_gym.background, ng_runs) with real detached processes, and the trainer's stop handler.
+"""Background runs (nemo_gym.runs.background, ng_runs) with real detached processes, and the trainer's stop handler.
 
 The detached commands are real ng_* commands: `ng_version` and a failing `ng_dump_config` (quick), `ng_run` of one
 scripted model server as a long-running stand-in (integration), and a real `ng_train +background=true` on a tiny
 random model whose rollouts all fail (no policy server: vLLM cannot run here), stopped with +save_model=true
-(integration). The stop handler itself is tested at the TrainingLoop level (GRPO recipe), with rollouts sampled from the tiny model.
+(integration). The stop handler itself is tested at the TrainingLoop level (GRPO recipe), with rollouts sampled from the
+tiny model.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.background import BACKGROUND_RUN_DIR_ENV, detach, list_records, load_record, run_status, wait_until_ended
 from nemo_gym.cli import main
-from nemo_gym.runs import pop_flag
+from nemo_gym.runs.background import detach, list_records, load_record, run_status, wait_until_ended
+from nemo_gym.runs.command import pop_flag
+from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +66,9 @@ def test_detached_command_finishes_and_is_recorded(home, capsys):
     assert wait_for(lambda: run_status(record) == "finished", 10, "finished")
     assert stat.S_IMODE((home / "train_runs").stat().st_mode) == 0o700
     saved = json.loads((record.dir / "run.json").read_text())
-    assert {"id", "pid", "pgid", "argv", "output_dir", "log", "started", "status"} <= saved.keys() and saved["argv"] == ["+json=true"]
+    assert {"id", "pid", "pgid", "argv", "output_dir", "log", "started", "status"} <= saved.keys() and saved[
+        "argv"
+    ] == ["+json=true"]
     assert json.loads((record.dir / "exit.json").read_text())["returncode"] == 0
     assert json.loads((record.dir / "run.json").read_text())["status"] == "finished"  # the wrapper's last word
     [listed] = runs_json(capsys)
@@ -93,17 +97,25 @@ policy_model:
 """
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_long_running_command_lifecycle(tmp_path, capsys):
     """ng_run (one scripted model server) detached: running, listed by ng_status, delete refused, stop, delete."""
-    from nemo_gym.head import live_runs
+    from nemo_gym.serving.head import live_runs
 
     config = tmp_path / "scripted.yaml"
     config.write_text(SCRIPTED_ONLY)
     output_dir = tmp_path / "out"
     output_dir.mkdir()
-    (output_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.25}) + "\n" + json.dumps({"step": 2, "reward_mean": 0.5}) + "\n")
-    record = detach("run", [f"+config_paths=[{config}]", "+skip_venv=true", "+head_server.port=0"], output_dir=output_dir, extra={"num_steps": 10})
+    (output_dir / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "reward_mean": 0.25}) + "\n" + json.dumps({"step": 2, "reward_mean": 0.5}) + "\n"
+    )
+    record = detach(
+        "run",
+        [f"+config_paths=[{config}]", "+skip_venv=true", "+head_server.port=0"],
+        output_dir=output_dir,
+        extra={"num_steps": 10},
+    )
     try:
         wait_for(lambda: "servers ready" in Path(record.log).read_text(), 120, "ng_run ready")
         [listed] = runs_json(capsys)
@@ -115,7 +127,9 @@ def test_long_running_command_lifecycle(tmp_path, capsys):
         assert main("runs", ["stop", record.id, "+timeout_s=60"]) == 0
         assert f"run {record.id} stopped" in capsys.readouterr().out
         assert run_status(load_record(record.id)) == "stopped" and live_runs() == []
-        assert json.loads((record.dir / "exit.json").read_text())["returncode"] == 0  # ng_run stops its servers on SIGTERM
+        assert (
+            json.loads((record.dir / "exit.json").read_text())["returncode"] == 0
+        )  # ng_run stops its servers on SIGTERM
     finally:
         if run_status(record) == "running":
             os.killpg(record.pgid, signal.SIGKILL)
@@ -123,6 +137,7 @@ def test_long_running_command_lifecycle(tmp_path, capsys):
     assert not output_dir.exists() and not record.dir.exists()
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_force_stop_kills_the_group_and_lets_child_sessions_clean_up(tmp_path, capsys):
     """+force=true: SIGKILL to the run's group; the servers ng_run started in their own sessions get SIGTERM."""
@@ -148,22 +163,33 @@ def test_force_stop_kills_the_group_and_lets_child_sessions_clean_up(tmp_path, c
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_train_engine import make_tiny_model  # noqa: E402
+from test_train_loop import PROMPT, sampled_rollouts  # noqa: E402
+
 from nemo_gym.train.config import EngineConfig, LoggingOptions, TrainerConfig  # noqa: E402
 from nemo_gym.train.grpo import GRPORecipe  # noqa: E402
 from nemo_gym.train.loop import TrainingLoop  # noqa: E402
 from nemo_gym.train.stopping import STOP_REQUEST_FILE, run_stoppable  # noqa: E402
-from test_train_engine import make_tiny_model  # noqa: E402
-from test_train_loop import PROMPT, sampled_rollouts  # noqa: E402
 
 
 def trainer_config(tmp_path: Path, **overrides) -> TrainerConfig:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"responses_create_params": {"input": f"task {i}"}}) + "\n" for i in range(2)))
     values = dict(
-        input_jsonl_fpath=str(tasks), agent_name="agent", output_dir=str(tmp_path / "out"), num_steps=3, batch_size=2, group_size=4,
-        engine=EngineConfig(model_path=str(make_tiny_model(tmp_path / "tiny", seed=1)), learning_rate=1e-2, micro_batch_size=8),
-        sync_weights=False, head_server_url="http://127.0.0.1:9", checkpoint_interval=1, logging=LoggingOptions(console=False, tensorboard=False),
-    )  # fmt: skip
+        input_jsonl_fpath=str(tasks),
+        agent_name="agent",
+        output_dir=str(tmp_path / "out"),
+        num_steps=3,
+        batch_size=2,
+        group_size=4,
+        engine=EngineConfig(
+            model_path=str(make_tiny_model(tmp_path / "tiny", seed=1)), learning_rate=1e-2, micro_batch_size=8
+        ),
+        sync_weights=False,
+        head_server_url="http://127.0.0.1:9",
+        checkpoint_interval=1,
+        logging=LoggingOptions(console=False, tensorboard=False),
+    )
     return TrainerConfig(**{**values, **overrides})
 
 
@@ -203,7 +229,9 @@ def test_stop_during_rollouts_abandons_the_step_and_saves_final(tmp_path, monkey
 
     record_dir = tmp_path / "record"
     record_dir.mkdir()
-    (record_dir / STOP_REQUEST_FILE).write_text(json.dumps({"save_model": True}))  # as `ng_runs stop +save_model=true` writes it
+    (record_dir / STOP_REQUEST_FILE).write_text(
+        json.dumps({"save_model": True})
+    )  # as `ng_runs stop +save_model=true` writes it
     monkeypatch.setenv(BACKGROUND_RUN_DIR_ENV, str(record_dir))
     trainer = LocalTrainer(trainer_config(tmp_path), [])
     trainer.signal_at = ("collect", 1)  # during the rollouts of the second step
@@ -232,6 +260,7 @@ def test_stop_after_the_optimizer_step_finishes_it_and_saves_nothing(tmp_path, m
 
 # -- a real background ng_train ----------------------------------------------------------------------------------
 @pytest.mark.long
+@pytest.mark.slow
 @pytest.mark.integration
 def test_background_train_stop_with_save_model(tmp_path, capsys, monkeypatch):
     """`ng_train +background=true` on a tiny model, attached to a real ng_run whose policy is the scripted model (it
@@ -245,19 +274,34 @@ def test_background_train_stop_with_save_model(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true") as servers:
         argv = [
-            "+trainer.input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl", "+trainer.agent_name=weather_agent",
-            f"+trainer.output_dir={out}", "+trainer.num_steps=100000", "+trainer.batch_size=2", "+trainer.group_size=2",
-            f"+trainer.engine.model_path={make_tiny_model(tmp_path / 'tiny')}", "+trainer.sync_weights=false",
-            f"+trainer.head_server_url={servers.wait_ready()}", "+trainer.logging.console=false", "+trainer.logging.tensorboard=false",
+            "+trainer.input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl",
+            "+trainer.agent_name=weather_agent",
+            f"+trainer.output_dir={out}",
+            "+trainer.num_steps=100000",
+            "+trainer.batch_size=2",
+            "+trainer.group_size=2",
+            f"+trainer.engine.model_path={make_tiny_model(tmp_path / 'tiny')}",
+            "+trainer.sync_weights=false",
+            f"+trainer.head_server_url={servers.wait_ready()}",
+            "+trainer.logging.console=false",
+            "+trainer.logging.tensorboard=false",
             "+background=true",
-        ]  # fmt: skip
+        ]
         capsys.readouterr()
         assert main("train", argv) == 0
         run_id = capsys.readouterr().out.strip()
         record = load_record(run_id)
         assert run_id.startswith("train-") and record.output_dir == str(out) and record.extra["num_steps"] == 100000
         try:
-            wait_for(lambda: run_status(record) != "running" or (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip(), 180, "a first step")
+            wait_for(
+                lambda: (
+                    run_status(record) != "running"
+                    or (out / "metrics.jsonl").is_file()
+                    and (out / "metrics.jsonl").read_text().strip()
+                ),
+                180,
+                "a first step",
+            )
             [listed] = runs_json(capsys)
             assert listed["status"] == "running" and listed["step"] >= 1, Path(record.log).read_text()[-3000:]
             assert main("train", argv) == 2 and "still writing to" in capsys.readouterr().err  # one run per output_dir

@@ -1,4 +1,4 @@
-"""Checkpoints are never unpickled into code (issue 8, item 9): DeepSpeed's checkpoint loads go through
+"""Checkpoints are never unpickled into code: DeepSpeed's checkpoint loads go through
 `nemo_gym.train.safe_checkpoint` (torch.load weights_only=True, a short allow-list), for `ng_train` resume,
 `ng_export` and the ART backend alike (all three call `PolicyEngine.load_checkpoint`).
 
@@ -17,11 +17,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
+
 from nemo_gym.paths import PathEscapeError  # noqa: E402
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
 from nemo_gym.train.safe_checkpoint import SafeCheckpointEngine, UnsafeCheckpointError, safe_torch_load  # noqa: E402
-from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 
 
 class RunsCode:
@@ -38,7 +39,10 @@ class RunsCode:
 def saved(tmp_path_factory):
     """(engine, checkpoint folder) after one step and a checkpoint `step_000001`."""
     folder = tmp_path_factory.mktemp("safe_checkpoint")
-    engine = PolicyEngine(EngineConfig(model_path=str(make_tiny_model(folder / "model", seed=2)), learning_rate=1e-2, micro_batch_size=2), LossOptions())
+    engine = PolicyEngine(
+        EngineConfig(model_path=str(make_tiny_model(folder / "model", seed=2)), learning_rate=1e-2, micro_batch_size=2),
+        LossOptions(),
+    )
     engine.train_step(fixed_batch())
     engine.save_checkpoint(folder / "checkpoints", "step_000001")
     return engine, folder / "checkpoints"

@@ -6,7 +6,9 @@ import time
 
 from fastapi.testclient import TestClient
 
-from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.serving.server import Session
 
 
 class CountingRequest(VerifyRequest):
@@ -39,9 +41,16 @@ class Counter(ResourcesServer):
 def test_tool_schema_comes_from_hints_and_docstring():
     schemas = {s["name"]: s for s in Counter().tool_schemas()}
     assert schemas["add"] == {
-        "type": "function", "name": "add", "description": "Add `amount` to the counter.", "strict": True,
-        "parameters": {"type": "object", "properties": {"amount": {"type": "integer"}, "note": {"type": "string", "default": ""}},
-                       "required": ["amount"], "additionalProperties": False},
+        "type": "function",
+        "name": "add",
+        "description": "Add `amount` to the counter.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"amount": {"type": "integer"}, "note": {"type": "string", "default": ""}},
+            "required": ["amount"],
+            "additionalProperties": False,
+        },
     }
     assert set(schemas) == {"add", "slow_echo"}
 
@@ -69,13 +78,20 @@ def test_verify_can_end_the_session():
         for session in ("kept", "ended"):
             client.post("/seed_session", json={}, headers={"X-Session-Id": session})
         assert client.post("/verify", json=body, headers={"X-Session-Id": "kept"}).json()["reward"] == 1.0
-        assert client.post("/verify?close_session=true", json=body, headers={"X-Session-Id": "ended"}).json()["reward"] == 1.0
+        assert (
+            client.post("/verify?close_session=true", json=body, headers={"X-Session-Id": "ended"}).json()["reward"]
+            == 1.0
+        )
         assert set(server.sessions) == {"kept"}
         refused = client.post("/verify?close_session=maybe", json=body, headers={"X-Session-Id": "kept"})
         assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["close_session"]
         assert set(server.sessions) == {"kept"}
         [parameter] = client.get("/openapi.json").json()["paths"]["/verify"]["post"]["parameters"]
-        assert parameter["name"] == "close_session" and parameter["in"] == "query" and parameter["schema"]["type"] == "boolean"
+        assert (
+            parameter["name"] == "close_session"
+            and parameter["in"] == "query"
+            and parameter["schema"]["type"] == "boolean"
+        )
 
 
 def test_bad_input_gets_422_never_500():
@@ -113,6 +129,8 @@ def test_seed_request_type_types_the_row_and_rejects_a_bad_one():
 
 def test_row_schema_has_the_verify_and_seed_task_fields():
     schema = TypedCounter().row_schema()
-    assert {"expected_count", "initial_count", "responses_create_params"} <= set(schema["properties"]) and "response" not in schema["properties"]
+    assert {"expected_count", "initial_count", "responses_create_params"} <= set(
+        schema["properties"]
+    ) and "response" not in schema["properties"]
     assert sorted(schema["required"]) == ["expected_count", "initial_count", "responses_create_params"]
     assert sorted(Counter().row_schema()["required"]) == ["expected_count", "responses_create_params"]

@@ -25,19 +25,21 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from ng_process import BIN, LAUNCHER_ENV, REPO
 
-pytestmark = [pytest.mark.ray, pytest.mark.integration]
+pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.slow]
 ray = pytest.importorskip("ray")
 pytest.importorskip("aiohttp")  # ray[default]: the dashboard that serves the Ray Jobs API
 pytest.importorskip("deepspeed")
 
-from nemo_gym.cli import main  # noqa: E402
-from nemo_gym.team.store import Store, hash_token  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 
-TRAIN_YAML = (REPO / "tests" / "configs" / "weather_scripted.yaml").read_text() + """
+from nemo_gym.cli import main  # noqa: E402
+from nemo_gym.team.store import Store, hash_token  # noqa: E402
+
+TRAIN_YAML = (
+    (REPO / "tests" / "configs" / "weather_scripted.yaml").read_text()
+    + """
 trainer:
   input_jsonl_fpath: example.jsonl
   agent_name: weather_agent
@@ -48,6 +50,7 @@ trainer:
   sync_weights: false
   logging: {console: true, tensorboard: false}
 """
+)
 
 
 def free_port() -> int:
@@ -60,7 +63,9 @@ def make_project(folder: Path, num_steps: int) -> Path:
     """A project folder as a user has it: the config, its data and a (tiny) model."""
     folder.mkdir(parents=True)
     (folder / "train.yaml").write_text(TRAIN_YAML.replace("NUM_STEPS", str(num_steps)))
-    (folder / "example.jsonl").write_text((REPO / "resources_servers/example_single_tool_call/data/example.jsonl").read_text())
+    (folder / "example.jsonl").write_text(
+        (REPO / "resources_servers/example_single_tool_call/data/example.jsonl").read_text()
+    )
     make_tiny_model(folder / "tiny_model")
     return folder
 
@@ -110,8 +115,15 @@ def team_server(tmp_path_factory):
     token_file = root / "ray_token"
     token_file.write_text(secrets.token_hex(32))
     token_file.chmod(0o600)
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file), "NEMO_GYM_HOME": str(root / "nodes_home"), "OMP_NUM_THREADS": "1"}
-    launcher = {name: os.environ.pop(name) for name in LAUNCHER_ENV if name in os.environ}  # a one-rank engine's, if any: not for the runs
+    env = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_file),
+        "NEMO_GYM_HOME": str(root / "nodes_home"),
+        "OMP_NUM_THREADS": "1",
+    }
+    launcher = {
+        name: os.environ.pop(name) for name in LAUNCHER_ENV if name in os.environ
+    }  # a one-rank engine's, if any: not for the runs
     dashboard_port = free_port()
     cluster = start_cluster(root, env, dashboard_port)
     server = None
@@ -121,10 +133,25 @@ def team_server(tmp_path_factory):
         data_dir = root / "serve"
         log = (root / "ng_serve.log").open("wb")
         server_env = {**os.environ, **env}
-        server = subprocess.Popen([str(BIN / "ng_serve"), f"+ray_address={cluster.address}", "+port=0", f"+data_dir={data_dir}", "+stop_wait_s=120"],
-                                  stdout=log, stderr=subprocess.STDOUT, env=server_env, start_new_session=True)  # fmt: skip
+        server = subprocess.Popen(
+            [
+                str(BIN / "ng_serve"),
+                f"+ray_address={cluster.address}",
+                "+port=0",
+                f"+data_dir={data_dir}",
+                "+stop_wait_s=120",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=server_env,
+            start_new_session=True,
+        )
         text = lambda: (root / "ng_serve.log").read_text(errors="replace")  # noqa: E731
-        match = wait_for(lambda: server.poll() is not None or re.search(r"listening on (http://\S+)", text()), 120, "ng_serve listening")
+        match = wait_for(
+            lambda: server.poll() is not None or re.search(r"listening on (http://\S+)", text()),
+            120,
+            "ng_serve listening",
+        )
         assert server.poll() is None, text()
         yield match.group(1), data_dir, cluster
     finally:
@@ -157,7 +184,9 @@ def test_two_organizations_train_follow_stop_download_and_stay_apart(team_server
         assert main("serve", ["+admin=create_token", f"+user={user}", "+expires_in_days=1", data]) == 0
         tokens[user] = capsys.readouterr().out.strip().splitlines()[-1]
     stored = {row[0] for row in sqlite3.connect(data_dir / "serve.db").execute("SELECT token_sha256 FROM tokens")}
-    assert stored == {hash_token(t) for t in tokens.values()} and not any(t.encode() in (data_dir / "serve.db").read_bytes() for t in tokens.values())
+    assert stored == {hash_token(t) for t in tokens.values()} and not any(
+        t.encode() in (data_dir / "serve.db").read_bytes() for t in tokens.values()
+    )
 
     make_project(tmp_path / "project_alice", num_steps=100000)
     make_project(tmp_path / "project_bob", num_steps=2)
@@ -174,12 +203,26 @@ def test_two_organizations_train_follow_stop_download_and_stay_apart(team_server
     assert main("runs", ["list", "+json=true"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [runs["bob"]]
     bob = {"Authorization": f"Bearer {tokens['bob']}"}
-    for method, suffix in [("GET", ""), ("GET", "/logs"), ("POST", "/stop"), ("DELETE", "?force=true"), ("GET", "/model")]:
-        answer = httpx.request(method, f"{url}/v1/orgs/globex/runs/{runs['alice']}{suffix}", headers=bob, json={"save_model": True} if method == "POST" else None)
+    for method, suffix in [
+        ("GET", ""),
+        ("GET", "/logs"),
+        ("POST", "/stop"),
+        ("DELETE", "?force=true"),
+        ("GET", "/model"),
+    ]:
+        answer = httpx.request(
+            method,
+            f"{url}/v1/orgs/globex/runs/{runs['alice']}{suffix}",
+            headers=bob,
+            json={"save_model": True} if method == "POST" else None,
+        )
         assert (answer.status_code, answer.json()) == (404, {"detail": "not found"}), (method, suffix)
     assert httpx.get(f"{url}/v1/orgs/acme/runs", headers=bob).status_code == 404
     assert main("runs", ["stop", runs["alice"]]) == 2 and "not found" in capsys.readouterr().err
-    unauthorized = [httpx.get(f"{url}/v1/orgs/acme/runs", headers={"Authorization": f"Bearer {t}"}) for t in ("ngt_bad", tokens["alice"][:-2])]
+    unauthorized = [
+        httpx.get(f"{url}/v1/orgs/acme/runs", headers={"Authorization": f"Bearer {t}"})
+        for t in ("ngt_bad", tokens["alice"][:-2])
+    ]
     assert [(a.status_code, a.text) for a in unauthorized] == [(401, '{"detail":"unauthorized"}')] * 2
 
     # bob follows his run to its end (two steps, then final/)
@@ -199,7 +242,9 @@ def test_two_organizations_train_follow_stop_download_and_stay_apart(team_server
     assert "stopped; download its model" in capsys.readouterr().out
     assert "model saved in" in logs_of()
     assert main("runs", ["download", runs["alice"], f"+output={tmp_path / 'alice_model'}"]) == 0
-    assert (tmp_path / "alice_model" / "model.safetensors").is_file() and (tmp_path / "alice_model" / "config.json").is_file()
+    assert (tmp_path / "alice_model" / "model.safetensors").is_file() and (
+        tmp_path / "alice_model" / "config.json"
+    ).is_file()
     assert main("status", []) in (0, 1)
     assert "organization acme" in capsys.readouterr().out
 

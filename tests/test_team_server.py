@@ -19,11 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from live_servers import serve
+
 from nemo_gym.cli import main
 from nemo_gym.errors import ConfigError
-from nemo_gym.team.client import ServerLogin, TeamClient, TeamServerError, list_server_models, pack_project
+from nemo_gym.team.client import ServerLogin, TeamClient, TeamServerError, pack_project
+from nemo_gym.team.remote_runs import list_server_models
 from nemo_gym.team.server import build_app, mask_secret_args
 from nemo_gym.team.store import Store, hash_token
 
@@ -129,7 +130,11 @@ def test_store_keeps_only_token_hashes_with_private_file_modes(tmp_path):
     assert store.authenticate(token).id == "alice" and store.authenticate(token).orgs == ("acme",)
     assert store.authenticate(token, now=facts.expires_at + 1) is None  # expired
     assert store.authenticate(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
-    assert store.authenticate("") is None and store.authenticate(None) is None and store.authenticate("ngt_" + "x" * 300) is None
+    assert (
+        store.authenticate("") is None
+        and store.authenticate(None) is None
+        and store.authenticate("ngt_" + "x" * 300) is None
+    )
     store.revoke_token(facts.id)
     assert store.authenticate(token) is None
     assert token not in json.dumps(store.describe()) and store.describe()["orgs"] == {"acme": ["alice"]}
@@ -152,8 +157,9 @@ def test_store_rejects_bad_names_duplicates_and_unknown_references(tmp_path):
 
 
 def test_secret_arguments_are_masked_in_listings():
-    assert mask_secret_args(["+trainer.num_steps=2", "+policy_api_key=sk-1", "++wandb.api_key=x", "+max_output_tokens=8"]) == [
-        "+trainer.num_steps=2", "+policy_api_key=****", "++wandb.api_key=****", "+max_output_tokens=8"]  # fmt: skip
+    assert mask_secret_args(
+        ["+trainer.num_steps=2", "+policy_api_key=sk-1", "++wandb.api_key=x", "+max_output_tokens=8"]
+    ) == ["+trainer.num_steps=2", "+policy_api_key=****", "++wandb.api_key=****", "+max_output_tokens=8"]
 
 
 # -- API ----------------------------------------------------------------------------------------------------------
@@ -166,12 +172,17 @@ def test_unauthorized_answers_say_nothing(team):
         httpx.get(f"{url}/v1/me", headers={"Authorization": "Bearer ngt_wrong"}),
         httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {expired}"}),
         httpx.get(f"{url}/v1/orgs/acme/runs", headers={"Authorization": f"Basic {team['alice']}"}),
-        httpx.post(f"{url}/v1/orgs/acme/runs", headers={"Authorization": "Bearer x"}, json={"kind": "train", "upload_id": "a"}),
+        httpx.post(
+            f"{url}/v1/orgs/acme/runs", headers={"Authorization": "Bearer x"}, json={"kind": "train", "upload_id": "a"}
+        ),
     ]
     assert [a.status_code for a in answers] == [401] * 5
     assert {a.text for a in answers} == {'{"detail":"unauthorized"}'}
     assert httpx.get(f"{url}/health").json() == {"status": "ok"}
-    assert httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {team['alice']}"}).json() == {"user": "alice", "orgs": ["acme"]}
+    assert httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {team['alice']}"}).json() == {
+        "user": "alice",
+        "orgs": ["acme"],
+    }
 
 
 def test_runs_of_one_organization_are_invisible_to_another(team):
@@ -190,7 +201,12 @@ def test_runs_of_one_organization_are_invisible_to_another(team):
     unknown = run["id"][:-4] + "ffff" if not run["id"].endswith("ffff") else run["id"][:-4] + "eeee"
     for rid in (run["id"], unknown):  # another organization's run and a run that does not exist: the same 404
         for method, path in [("GET", ""), ("GET", "/logs"), ("POST", "/stop"), ("DELETE", ""), ("GET", "/model")]:
-            answer = httpx.request(method, f"{base}/v1/orgs/globex/runs/{rid}{path}", headers=headers, json={} if method == "POST" else None)
+            answer = httpx.request(
+                method,
+                f"{base}/v1/orgs/globex/runs/{rid}{path}",
+                headers=headers,
+                json={} if method == "POST" else None,
+            )
             assert (answer.status_code, answer.json()) == (404, {"detail": "not found"}), (method, path)
     for method, path in [("GET", "/runs"), ("GET", f"/runs/{run['id']}"), ("GET", "/models"), ("POST", "/uploads")]:
         answer = httpx.request(method, f"{base}/v1/orgs/acme{path}", headers=headers)  # bob is no member of acme
@@ -229,8 +245,16 @@ def test_uploads_are_checked(team):
     assert httpx.post(f"{team['url']}/v1/orgs/acme/uploads", headers=headers, content=b"not a tar").status_code == 400
     answer = httpx.post(f"{team['url']}/v1/orgs/acme/uploads", headers=headers, content=b"\0" * (2 << 20))
     assert answer.status_code == 413
-    bob_upload = httpx.post(f"{team['url']}/v1/orgs/globex/uploads", headers={"Authorization": f"Bearer {team['bob']}"}, content=pack_project(project(team["tmp"] / "p")))
-    answer = httpx.post(f"{team['url']}/v1/orgs/acme/runs", headers=headers, json={"kind": "train", "args": [], "upload_id": bob_upload.json()["upload_id"]})
+    bob_upload = httpx.post(
+        f"{team['url']}/v1/orgs/globex/uploads",
+        headers={"Authorization": f"Bearer {team['bob']}"},
+        content=pack_project(project(team["tmp"] / "p")),
+    )
+    answer = httpx.post(
+        f"{team['url']}/v1/orgs/acme/runs",
+        headers=headers,
+        json={"kind": "train", "args": [], "upload_id": bob_upload.json()["upload_id"]},
+    )
     assert answer.status_code == 404  # another organization's upload
 
 
@@ -246,7 +270,12 @@ def test_login_orgs_runs_status_and_logout_commands(team, tmp_path, monkeypatch,
     assert main("login", [f"+server={url}/"]) == 0
     credentials = tmp_path / "home" / "credentials.json"
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
-    assert json.loads(credentials.read_text())["ng_serve"] == {"token": team["alice"], "url": url, "user": "alice", "org": "acme"}
+    assert json.loads(credentials.read_text())["ng_serve"] == {
+        "token": team["alice"],
+        "url": url,
+        "user": "alice",
+        "org": "acme",
+    }
     assert main("orgs", []) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == ["* acme", "  initech"]
     assert main("orgs", ["globex"]) == 2 and "not a member" in capsys.readouterr().err

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from nemo_gym.errors import DataError  # noqa: E402
 from nemo_gym.train.batch import collate, model_calls, rollout_to_sequence  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def two_turn_rollout() -> dict:
@@ -23,16 +18,28 @@ def two_turn_rollout() -> dict:
         "_ng_rollout_index": 1,
         "response": {
             "output": [
-                {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1",
-                 "prompt_token_ids": [1, 2, 3], "generation_token_ids": [10, 11], "generation_log_probs": [-0.1, -0.2]},
+                {
+                    "type": "function_call",
+                    "name": "f",
+                    "arguments": "{}",
+                    "call_id": "c1",
+                    "prompt_token_ids": [1, 2, 3],
+                    "generation_token_ids": [10, 11],
+                    "generation_log_probs": [-0.1, -0.2],
+                },
                 {"type": "function_call_output", "call_id": "c1", "output": "42"},
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}],
-                 "prompt_token_ids": [1, 2, 3, 10, 11, 20, 21, 4], "generation_token_ids": [12, 13, 14],
-                 "generation_log_probs": [-0.3, -0.4, -0.5]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "done"}],
+                    "prompt_token_ids": [1, 2, 3, 10, 11, 20, 21, 4],
+                    "generation_token_ids": [12, 13, 14],
+                    "generation_log_probs": [-0.3, -0.4, -0.5],
+                },
             ]
         },
         "reward": 1.0,
-    }  # fmt: skip
+    }
 
 
 def test_two_turn_mask_covers_exactly_the_generated_tokens():
@@ -66,7 +73,18 @@ def test_logprob_length_mismatch_is_an_error():
 def test_collate_pads_and_shifts_to_targets():
     long = rollout_to_sequence(two_turn_rollout())
     short = rollout_to_sequence(
-        {"response": {"output": [{"type": "message", "prompt_token_ids": [1, 2], "generation_token_ids": [7], "generation_log_probs": [-0.7]}]}}
+        {
+            "response": {
+                "output": [
+                    {
+                        "type": "message",
+                        "prompt_token_ids": [1, 2],
+                        "generation_token_ids": [7],
+                        "generation_log_probs": [-0.7],
+                    }
+                ]
+            }
+        }
     )
     batch = collate([long, short], [0.5, -0.5], pad_token_id=0)
     assert batch.input_ids.shape == (2, 11)
@@ -80,18 +98,3 @@ def test_collate_pads_and_shifts_to_targets():
     assert batch.num_generated_tokens == 6
     micro = batch.select(slice(1, 2))
     assert micro.input_ids.shape == (1, 3) and micro.loss_mask.shape == (1, 2)
-
-
-def test_real_vllm_rollouts_build_sequences():
-    """Rollouts written by vllm_model + simple_agent on SmolLM2 (results/quickstart)."""
-    path = REPO / "results" / "quickstart" / "rollouts.jsonl"
-    if not path.is_file():
-        pytest.skip("no quickstart rollouts in this checkout")
-    rows = [json.loads(line) for _, line in zip(range(8), path.open())]
-    sequences = [rollout_to_sequence(row) for row in rows]
-    for row, sequence in zip(rows, sequences):
-        call = model_calls(row)[-1]
-        assert sequence.input_ids[: len(call.prompt_token_ids)] == call.prompt_token_ids
-        assert sequence.num_generated_tokens == len(call.generation_token_ids)
-    batch = collate(sequences, [0.0] * len(sequences))
-    assert batch.num_generated_tokens == sum(s.num_generated_tokens for s in sequences)

@@ -13,9 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
+
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
-from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +24,20 @@ def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def first_step(model_path, dtype: str, zero_stage: int) -> tuple[PolicyEngine, dict[str, float], dict[str, torch.Tensor]]:
-    engine = PolicyEngine(EngineConfig(model_path=str(model_path), dtype=dtype, zero_stage=zero_stage, micro_batch_size=2, learning_rate=1e-2), LossOptions())
+def first_step(
+    model_path, dtype: str, zero_stage: int
+) -> tuple[PolicyEngine, dict[str, float], dict[str, torch.Tensor]]:
+    engine = PolicyEngine(
+        EngineConfig(
+            model_path=str(model_path), dtype=dtype, zero_stage=zero_stage, micro_batch_size=2, learning_rate=1e-2
+        ),
+        LossOptions(),
+    )
     before = {name: tensor.float() for name, tensor in engine.export_state_dict().items()}
     return engine, engine.train_step(fixed_batch()), before
 
 
+@pytest.mark.long
 def test_bf16_engine_steps_under_zero_0_and_3(tiny_model):
     losses = {}
     for stage in (0, 3):

@@ -16,9 +16,24 @@ QUICKSTART = "+config_paths=[configs/train/quickstart_grpo.yaml]"
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("+trainer.num_step=2", "trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: algorithm, input_jsonl_fpath"),
-        ("+trainer.engine.learning_rat=1e-5", "trainer.engine.learning_rat: not a key of trainer.engine (did you mean 'learning_rate'?)"),
-        ("+trainer.engine.lora={rnak: 4}", "trainer.engine.lora.rnak: not a key of trainer.engine.lora (did you mean 'rank'?); its keys: rank, alpha, target_modules, dropout"),
+        (
+            "+trainer.num_step=2",
+            (
+                "trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: algorithm,"
+                " input_jsonl_fpath"
+            ),
+        ),
+        (
+            "+trainer.engine.learning_rat=1e-5",
+            "trainer.engine.learning_rat: not a key of trainer.engine (did you mean 'learning_rate'?)",
+        ),
+        (
+            "+trainer.engine.lora={rnak: 4}",
+            (
+                "trainer.engine.lora.rnak: not a key of trainer.engine.lora (did you mean 'rank'?); its keys: rank,"
+                " alpha, target_modules, dropout"
+            ),
+        ),
         ("+trainer.eval.intervl=2", "trainer.eval.intervl: not a key of trainer.eval (did you mean 'interval'?)"),
         ("+trainer.num_steps=0", "trainer.num_steps: Input should be greater than or equal to 1"),
     ],

@@ -21,11 +21,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from nemo_gym.train import distributed  # noqa: E402
 from ng_process import LAUNCHER_ENV, clean_env  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from train_distributed_worker import CASES, LOOP_STEPS, run_case, run_loop, write_tasks  # noqa: E402
+
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.train import distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "train_distributed_worker.py"
@@ -63,10 +64,24 @@ def test_launcher_command_runs_the_same_arguments():
     argv = ["+config_paths=[configs/train/quickstart_grpo.yaml]", "+trainer.num_ranks=2"]
     command = distributed.launcher_command(2, argv, 29512)
     assert command == [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1", "--master_addr=127.0.0.1",
-        "--master_port=29512", "-m", "nemo_gym.train.distributed", *argv,
-    ]  # fmt: skip
-    help_text = subprocess.run([sys.executable, "-m", "nemo_gym.train.distributed", "+help=true"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        "--master_port=29512",
+        "-m",
+        "nemo_gym.train.distributed",
+        *argv,
+    ]
+    help_text = subprocess.run(
+        [sys.executable, "-m", "nemo_gym.train.distributed", "+help=true"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert help_text.returncode == 0 and "trainer" in help_text.stdout  # the module each rank runs is ng_train
 
 
@@ -85,9 +100,17 @@ def two_ranks(tiny_model, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("two_ranks")
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1", "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}", str(WORKER), str(tiny_model), str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(WORKER),
+        str(tiny_model),
+        str(out),
+    ]
     done = subprocess.run(command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
     return out
@@ -108,37 +131,59 @@ def test_two_ranks_take_the_one_rank_step(tiny_model, two_ranks):
         for key, value in one["metrics"].items():
             assert two["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (case, key)
         assert one["metrics"]["grad_norm"] > 0
-        assert any(not torch.equal(weight, initial[name]) for name, weight in one["weights"].items()), case  # the step moved them
+        assert any(not torch.equal(weight, initial[name]) for name, weight in one["weights"].items()), (
+            case
+        )  # the step moved them
         for name, weight in one["weights"].items():
-            # atol 1e-5 = 1e-3 of the step size (lr 1e-2): AdamW's first step is lr · g / (|g| + eps), so entries whose
-            # gradient is near eps (1e-8) amplify float-order noise of the summed gradients to ~1e-6; a wrong shard or sign is ~1e-2
-            torch.testing.assert_close(two["weights"][name], weight, rtol=1e-5, atol=1e-5, msg=lambda m: f"{case} {name}: {m}")
+            # atol 1e-4 = 1e-2 of the step size (lr 1e-2): AdamW's first step is lr · g / (|g| + eps), so entries whose
+            # gradient is near eps (1e-8) amplify float-order noise of the summed gradients: ~1e-6 on AVX-512 machines,
+            # 2.4e-5 on an AVX2-only AMD EPYC (2 of 8192 entries); a wrong shard or sign moves an entry by ~1e-2
+            torch.testing.assert_close(
+                two["weights"][name], weight, rtol=1e-5, atol=1e-4, msg=lambda m: f"{case} {name}: {m}"
+            )
 
 
 @pytest.mark.long
+@pytest.mark.slow
 @pytest.mark.integration
 def test_deepspeed_launcher_runs_the_same_ranks(tiny_model, two_ranks, tmp_path):
     """The deepspeed launcher (`deepspeed --num_gpus 2`, which on a CPU machine starts 2 gloo ranks) in place of
     torchrun: the same step results as under torchrun."""
     from nemo_gym.processes import free_port
 
-    command = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--no_local_rank", "--master_port", str(free_port()), str(WORKER), str(tiny_model), str(tmp_path)]
+    command = [
+        str(Path(sys.executable).parent / "deepspeed"),
+        "--num_gpus",
+        "2",
+        "--no_local_rank",
+        "--master_port",
+        str(free_port()),
+        str(WORKER),
+        str(tiny_model),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
     assert "dist_world_size=2" in done.stdout + done.stderr
     for case in CASES:
-        by_deepspeed, by_torchrun = torch.load(tmp_path / f"{case}.pt", weights_only=False), torch.load(two_ranks / f"{case}.pt", weights_only=False)
+        by_deepspeed, by_torchrun = (
+            torch.load(tmp_path / f"{case}.pt", weights_only=False),
+            torch.load(two_ranks / f"{case}.pt", weights_only=False),
+        )
         assert by_deepspeed["metrics"] == pytest.approx(by_torchrun["metrics"], rel=1e-6), case
         for name, weight in by_torchrun["weights"].items():
             torch.testing.assert_close(by_deepspeed["weights"][name], weight, rtol=1e-6, atol=1e-7)
     assert len(steps_of(tmp_path / "loop")) == LOOP_STEPS
 
 
-# -- the loop: two ranks = one rank, only rank 0 collects and writes ------------------------------------------------------
+# -- the loop: two ranks = one rank, only rank 0 collects and writes
+# ------------------------------------------------------
 def steps_of(out: Path) -> list[dict]:
     return read_jsonl(out / "metrics.jsonl")
 
 
+@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.integration
 def test_two_rank_loop_matches_one_rank_and_only_rank_0_collects(tiny_model, two_ranks, tmp_path):
     from safetensors.torch import load_file
@@ -150,17 +195,23 @@ def test_two_rank_loop_matches_one_rank_and_only_rank_0_collects(tiny_model, two
     for a, b in zip(one, two):
         assert a["trained"] == b["trained"] and a["reward_mean"] == pytest.approx(b["reward_mean"])
         if a["trained"]:
-            assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7) and b["grad_norm"] == pytest.approx(
+                a["grad_norm"], rel=1e-5
+            )
     collected = sorted(p.name for p in (two_ranks / "loop").glob("collect_rank*"))
     assert collected == [f"collect_rank0_step_{s:06d}" for s in range(1, LOOP_STEPS + 1)]
     assert (two_ranks / "loop" / "checkpoints" / "latest_step").read_text() == f"step_{LOOP_STEPS:06d}"
-    final_one, final_two = load_file(tmp_path / "one" / "final" / "model.safetensors"), load_file(two_ranks / "loop" / "final" / "model.safetensors")
+    final_one, final_two = (
+        load_file(tmp_path / "one" / "final" / "model.safetensors"),
+        load_file(two_ranks / "loop" / "final" / "model.safetensors"),
+    )
     assert final_one.keys() == final_two.keys()
     for name in final_one:
         torch.testing.assert_close(final_two[name], final_one[name], rtol=1e-5, atol=1e-5)
 
 
-# -- ng_train itself: the relaunch and a stop, against a real ng_run ------------------------------------------------------
+# -- ng_train itself: the relaunch and a stop, against a real ng_run
+# ------------------------------------------------------
 def wait_for_steps(out: Path, count: int, process: subprocess.Popen, log: Path, timeout_s: float = 240.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -172,6 +223,7 @@ def wait_for_steps(out: Path, count: int, process: subprocess.Popen, log: Path, 
 
 
 @pytest.mark.long
+@pytest.mark.slow
 @pytest.mark.integration
 def test_ng_train_relaunches_as_two_ranks_and_stops_on_sigterm(tmp_path):
     """`ng_train +trainer.num_ranks=2` (the plain command) attached to a real ng_run whose policy is the scripted model
@@ -188,13 +240,28 @@ def test_ng_train_relaunches_as_two_ranks_and_stops_on_sigterm(tmp_path):
     (record / STOP_REQUEST_FILE).write_text(json.dumps({"save_model": True}))
     with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true") as servers:
         argv = [
-            "+trainer.input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl", "+trainer.agent_name=weather_agent",
-            f"+trainer.output_dir={out}", "+trainer.num_steps=100000", "+trainer.batch_size=2", "+trainer.group_size=2", "+trainer.num_ranks=2",
-            "+trainer.checkpoint_interval=1", f"+trainer.engine.model_path={make_tiny_model(tmp_path / 'tiny')}", "+trainer.sync_weights=false",
-            f"+trainer.head_server_url={servers.wait_ready()}", "+trainer.logging.console=false", "+trainer.logging.tensorboard=false",
-        ]  # fmt: skip
+            "+trainer.input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl",
+            "+trainer.agent_name=weather_agent",
+            f"+trainer.output_dir={out}",
+            "+trainer.num_steps=100000",
+            "+trainer.batch_size=2",
+            "+trainer.group_size=2",
+            "+trainer.num_ranks=2",
+            "+trainer.checkpoint_interval=1",
+            f"+trainer.engine.model_path={make_tiny_model(tmp_path / 'tiny')}",
+            "+trainer.sync_weights=false",
+            f"+trainer.head_server_url={servers.wait_ready()}",
+            "+trainer.logging.console=false",
+            "+trainer.logging.tensorboard=false",
+        ]
         with log.open("w") as handle:
-            process = subprocess.Popen([str(BIN / "ng_train"), *argv], cwd=REPO, env=clean_env() | {BACKGROUND_RUN_DIR_ENV: str(record)}, stdout=handle, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [str(BIN / "ng_train"), *argv],
+                cwd=REPO,
+                env=clean_env() | {BACKGROUND_RUN_DIR_ENV: str(record)},
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_for_steps(out, 2, process, log)
             process.send_signal(signal.SIGTERM)
@@ -207,8 +274,12 @@ def test_ng_train_relaunches_as_two_ranks_and_stops_on_sigterm(tmp_path):
     text = log.read_text()
     assert "ng_train: 2 ranks: " in text and "-m torch.distributed.run --nproc_per_node=2" in text
     steps = steps_of(out)
-    assert [m["step"] for m in steps] == list(range(1, len(steps) + 1)) and not any(m["trained"] for m in steps)  # each logged once
-    assert (out / "checkpoints" / "latest_step").read_text() == f"step_{len(steps):06d}"  # the last logged step was saved
+    assert [m["step"] for m in steps] == list(range(1, len(steps) + 1)) and not any(
+        m["trained"] for m in steps
+    )  # each logged once
+    assert (
+        out / "checkpoints" / "latest_step"
+    ).read_text() == f"step_{len(steps):06d}"  # the last logged step was saved
     assert len((out / "rollouts" / f"step_{len(steps):06d}.jsonl").read_text().splitlines()) == 4  # 2 tasks x 2
     assert text.count(f"ng_train: stopped after step {len(steps)}; model saved in") == 2  # both ranks stopped there
     assert (out / "final" / "model.safetensors").is_file()

@@ -19,9 +19,15 @@ def make_tiny_model(path, *, tie: bool = True, seed: int = 0):
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        vocab_size=512, max_position_embeddings=128, tie_word_embeddings=tie,
-    )  # fmt: skip
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=128,
+        tie_word_embeddings=tie,
+    )
     LlamaForCausalLM(config).save_pretrained(path)
     return path
 
@@ -60,7 +66,11 @@ def test_step_moves_weights_toward_rewarded_tokens(tiny_model):
     engine = PolicyEngine(engine_config(tiny_model), LossOptions(tis_cap=None))
     batch = fixed_batch()
     before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
-    good0, bad0, loss0 = masked_mean_logprob(engine, batch, 0), masked_mean_logprob(engine, batch, 1), surrogate(engine, batch)
+    good0, bad0, loss0 = (
+        masked_mean_logprob(engine, batch, 0),
+        masked_mean_logprob(engine, batch, 1),
+        surrogate(engine, batch),
+    )
     metrics = [engine.train_step(batch) for _ in range(3)]
     assert any(not torch.equal(before[n], p) for n, p in engine.module.named_parameters())
     assert masked_mean_logprob(engine, batch, 0) > good0 + 0.1  # the +1 generation got likelier
@@ -83,7 +93,9 @@ def test_checkpoint_resume_continues_exactly(tiny_model, tmp_path):
     resumed = PolicyEngine(config, LossOptions())
     resumed.load_checkpoint(tmp_path / "ckpt", "step_2")
     assert resumed.step == 2
-    assert resumed.scheduler.get_last_lr() == pytest.approx([1e-2 * lr_lambda(2, warmup_steps=2, total_steps=6, schedule="cosine")])
+    assert resumed.scheduler.get_last_lr() == pytest.approx(
+        [1e-2 * lr_lambda(2, warmup_steps=2, total_steps=6, schedule="cosine")]
+    )
     resumed.train_step(batch)
     for (name, a), (_, b) in zip(first.module.named_parameters(), resumed.module.named_parameters()):
         assert torch.equal(a, b), name
@@ -125,7 +137,9 @@ def test_lora_trains_adapters_only_and_exports_merged(tiny_model, tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert not any("lora" in name for name in reloaded.state_dict())
     with torch.no_grad():
-        assert torch.allclose(reloaded(input_ids=batch.input_ids).logits, engine.module(input_ids=batch.input_ids).logits, atol=1e-5)
+        assert torch.allclose(
+            reloaded(input_ids=batch.input_ids).logits, engine.module(input_ids=batch.input_ids).logits, atol=1e-5
+        )
 
 
 def test_lr_schedule_warms_up_then_decays():
@@ -170,7 +184,8 @@ def record_grad_norm_at_step(engine: PolicyEngine) -> list[float]:
 
 def test_grad_norm_is_the_norm_before_clipping(tiny_model):
     # The real norm is ≈ 5.577 (measured; ≥ 0.1 asserted) and max_grad_norm is 1e-3, so a post-clip norm
-    # (≈ 1e-3) returned by mistake would miss by 99.98 %; the pre-clip one matches the plain-model norm to float32 noise.
+    # (≈ 1e-3) returned by mistake would miss by 99.98 %; the pre-clip one matches the plain-model norm to float32
+    # noise.
     batch = fixed_batch()
     expected = reference_grad_norm(tiny_model, batch)
     assert expected > 100 * 1e-3
@@ -184,7 +199,7 @@ def test_adamw_steps_with_clipped_gradients(tiny_model, max_grad_norm):
     # AdamW's first step is lr·m̂/(√v̂ + eps) ≈ lr·sign(g): it hides the gradient's scale, so look at the
     # gradients AdamW is handed instead. clip_grad_norm_ multiplies them by min(1, max_norm / (norm + 1e-6)):
     #   clips: norm n ≈ 5.577 → coefficient 1e-3 / 5.577001 → stepped norm 5.577·1e-3/5.577001 ≈ 9.9999982e-4
-    #          (= max_norm up to the 1e-6 guard: relative gap 1e-6 / n, ≤ 1e-5 for n ≥ 0.1; the exact formula is checked)
+    # (= max_norm up to the 1e-6 guard: relative gap 1e-6 / n, ≤ 1e-5 for n ≥ 0.1; the exact formula is checked)
     #   no-op: 1e6 / (n + 1e-6) > 1 → coefficient 1 → stepped norm n, gradients untouched
     engine = PolicyEngine(engine_config(tiny_model, max_grad_norm=max_grad_norm), LossOptions(tis_cap=None))
     seen = record_grad_norm_at_step(engine)

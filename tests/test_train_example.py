@@ -1,4 +1,4 @@
-"""examples/grpo_loop.py (STYLE 13) computes the same advantages and loss as the real trainer on the same batch."""
+"""examples/grpo_loop.py computes the same advantages and loss as the real trainer on the same batch."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
-from nemo_gym.train.grpo import build_step  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from test_train_loop import rollout_row  # noqa: E402
+
+from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
+from nemo_gym.train.grpo import build_step  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "grpo_loop.py"
 
@@ -52,7 +53,10 @@ def test_example_loss_equals_trainer_loss(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     example_loss = example.grpo_loss(model, example_batch)
 
-    engine = PolicyEngine(EngineConfig(model_path=str(path), micro_batch_size=2), LossOptions(clip_eps_low=0.2, clip_eps_high=0.28, tis_cap=2.0))
+    engine = PolicyEngine(
+        EngineConfig(model_path=str(path), micro_batch_size=2),
+        LossOptions(clip_eps_low=0.2, clip_eps_high=0.28, tis_cap=2.0),
+    )
     step = build_step([r for g in groups for r in g], num_tasks=3, group_size=3, estimator="grpo", pad_token_id=0)
     assert step.groups_zero_variance == 1
     assert torch.allclose(step.batch.advantages, example_batch["advantages"], atol=1e-6)

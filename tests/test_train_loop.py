@@ -1,4 +1,5 @@
-"""The GRPO recipe's pieces (nemo_gym.train.loop, nemo_gym.train.grpo, nemo_gym.train.policy_gym) and a tiny model that learns a trivially learnable reward.
+"""The GRPO recipe's pieces (nemo_gym.train.loop, nemo_gym.train.grpo, nemo_gym.train.gym_connection) and a tiny model
+that learns a trivially learnable reward.
 
 The learning test runs the trainer's own path (rollout rows with token information → `build_step` → grouping,
 zero-variance drop, advantages → `PolicyEngine.train_step`) with sampling done locally by the tiny model
@@ -12,18 +13,28 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_train_engine import make_tiny_model  # noqa: E402
+
 from nemo_gym.train.config import EngineConfig, LossOptions, TaskFilter  # noqa: E402
 from nemo_gym.train.grpo import build_step  # noqa: E402
+from nemo_gym.train.gym_connection import filter_tasks  # noqa: E402
 from nemo_gym.train.loop import TaskSampler  # noqa: E402
-from nemo_gym.train.policy_gym import filter_tasks  # noqa: E402
-from test_train_engine import make_tiny_model  # noqa: E402
 
 PROMPT = [1, 2, 3]
 TARGET_IDS = 128  # reward: the share of generated tokens with id < 128 (a quarter of the 512 ids at random)
 
 
-def rollout_row(task: int, index: int, prompt: list[int], generation: list[int], log_probs: list[float], reward: float) -> dict:
-    item = {"type": "message", "role": "assistant", "content": [], "prompt_token_ids": prompt, "generation_token_ids": generation, "generation_log_probs": log_probs}
+def rollout_row(
+    task: int, index: int, prompt: list[int], generation: list[int], log_probs: list[float], reward: float
+) -> dict:
+    item = {
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "prompt_token_ids": prompt,
+        "generation_token_ids": generation,
+        "generation_log_probs": log_probs,
+    }
     return {"_ng_task_index": task, "_ng_rollout_index": index, "response": {"output": [item]}, "reward": reward}
 
 
@@ -36,7 +47,12 @@ def test_task_sampler_is_a_function_of_seed_and_step():
 
 
 def test_filter_on_profile_fields():
-    rows = [{"pass_rate": 0.0, "std_reward": 0.0}, {"pass_rate": 0.5, "std_reward": 0.5}, {"pass_rate": 1.0, "std_reward": 0.0}, {}]
+    rows = [
+        {"pass_rate": 0.0, "std_reward": 0.0},
+        {"pass_rate": 0.5, "std_reward": 0.5},
+        {"pass_rate": 1.0, "std_reward": 0.0},
+        {},
+    ]
     kept = filter_tasks(rows, TaskFilter(min_pass_rate=0.01, max_pass_rate=0.99))
     assert kept == [rows[1], rows[3]]
     assert filter_tasks(rows, TaskFilter(min_std_reward=1e-6)) == [rows[1], rows[3]]
@@ -74,7 +90,10 @@ def sampled_rollouts(model, num_tasks: int, num_repeats: int, step: int) -> list
     rows = []
     for task in range(num_tasks):
         generations, log_probs = sample_group(model, num_repeats, 4, generator)
-        rows += [rollout_row(task, i, PROMPT, g, lp, sum(t < TARGET_IDS for t in g) / 4) for i, (g, lp) in enumerate(zip(generations, log_probs))]
+        rows += [
+            rollout_row(task, i, PROMPT, g, lp, sum(t < TARGET_IDS for t in g) / 4)
+            for i, (g, lp) in enumerate(zip(generations, log_probs))
+        ]
     return rows
 
 
@@ -82,7 +101,9 @@ def test_tiny_model_learns_a_trivial_reward(tmp_path):
     from nemo_gym.train.engine import PolicyEngine
 
     engine = PolicyEngine(
-        EngineConfig(model_path=str(make_tiny_model(tmp_path / "m", seed=1)), learning_rate=2e-2, micro_batch_size=16, seed=0),
+        EngineConfig(
+            model_path=str(make_tiny_model(tmp_path / "m", seed=1)), learning_rate=2e-2, micro_batch_size=16, seed=0
+        ),
         LossOptions(),
         total_steps=8,
     )

@@ -28,7 +28,13 @@ wandb = pytest.importorskip("wandb")
 from rich.console import Console  # noqa: E402
 
 from nemo_gym.train.config import LoggingOptions, TrainerConfig, WandbOptions  # noqa: E402
-from nemo_gym.train.reporting import MetricsReporter, metric_tag, persistent_wandb_run_id, resolve_wandb_mode, with_derived  # noqa: E402
+from nemo_gym.train.reporting import (
+    MetricsReporter,
+    metric_tag,
+    persistent_wandb_run_id,
+    resolve_wandb_mode,
+    with_derived,
+)  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CANARY = f"nemo-gym-canary-{uuid.uuid4().hex}"
@@ -37,13 +43,33 @@ CANARY = f"nemo-gym-canary-{uuid.uuid4().hex}"
 def step_metrics(step: int) -> dict:
     """What the loop logs for a trained step (a subset of its keys, values chosen per step)."""
     return {
-        "step": step, "rollouts": 8, "groups_total": 2, "groups_zero_variance": 1, "groups_incomplete": 0,
-        "reward_mean": 0.25 * step, "reward_std": 0.5, "pass_rate": 0.125 * step, "advantage_mean": 0.0,
-        "advantage_std": 0.9, "loss": -0.01 * step, "policy_loss": -0.01 * step, "clip_fraction_low": 0.01,
-        "clip_fraction_high": 0.02, "ratio_mean": 1.0, "tis_weight_mean": 0.99, "rollout_logprob_abs_diff_max": 3e-5,
-        "entropy": 2.5, "grad_norm": 0.4, "learning_rate": 1e-6, "num_tokens": 100.0, "tokens_per_s": 50.0,
-        "time_generation_s": 3.0, "time_training_s": 2.0, "time_sync_s": 0.5, "trained": True,
-    }  # fmt: skip
+        "step": step,
+        "rollouts": 8,
+        "groups_total": 2,
+        "groups_zero_variance": 1,
+        "groups_incomplete": 0,
+        "reward_mean": 0.25 * step,
+        "reward_std": 0.5,
+        "pass_rate": 0.125 * step,
+        "advantage_mean": 0.0,
+        "advantage_std": 0.9,
+        "loss": -0.01 * step,
+        "policy_loss": -0.01 * step,
+        "clip_fraction_low": 0.01,
+        "clip_fraction_high": 0.02,
+        "ratio_mean": 1.0,
+        "tis_weight_mean": 0.99,
+        "rollout_logprob_abs_diff_max": 3e-5,
+        "entropy": 2.5,
+        "grad_norm": 0.4,
+        "learning_rate": 1e-6,
+        "num_tokens": 100.0,
+        "tokens_per_s": 50.0,
+        "time_generation_s": 3.0,
+        "time_training_s": 2.0,
+        "time_sync_s": 0.5,
+        "trained": True,
+    }
 
 
 class ConnectionTrap:
@@ -96,7 +122,9 @@ def wandb_history(run_dir: Path) -> list[dict]:
     rows = []
     for record in wandb_records(run_file):
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 
@@ -110,7 +138,15 @@ def reported(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for name in ("NO_PROXY", "no_proxy", "WANDB_IDENTITY_TOKEN_FILE"):
             mp.delenv(name, raising=False)
-        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WANDB_BASE_URL"):
+        for name in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+            "WANDB_BASE_URL",
+        ):
             mp.setenv(name, trap.url)
         mp.setenv("WANDB_API_KEY", CANARY)
         mp.setenv("WANDB_MODE", "offline")
@@ -118,17 +154,28 @@ def reported(tmp_path_factory):
         for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
             mp.setenv(name, str(root / name.lower()))
         mp.setenv("WANDB_ERROR_REPORTING", "false")
-        options = LoggingOptions(console=True, tensorboard=True, wandb=WandbOptions(enabled=True, project="test", name="reporting"))
-        reporter = MetricsReporter(options, out, total_steps=3, run_config={"num_steps": 3}, console=Console(file=console_file, width=300))
+        options = LoggingOptions(
+            console=True, tensorboard=True, wandb=WandbOptions(enabled=True, project="test", name="reporting")
+        )
+        reporter = MetricsReporter(
+            options, out, total_steps=3, run_config={"num_steps": 3}, console=Console(file=console_file, width=300)
+        )
         with reporter:
             reporter.log_eval(0, {"reward_mean": 0.1, "pass_at_1": 0.0, "rollouts": 4})
             for step in (1, 2, 3):
                 reporter.log(step, step_metrics(step))
             reporter.log_eval(3, {"eval_reward_mean": 0.6, "eval_pass_at_1": 0.5, "eval_rollouts": 4})
     trap.close()
-    return {"root": root, "out": out, "wandb_dir": wandb_dir, "console": console_file.getvalue(), "connections": trap.connections}
+    return {
+        "root": root,
+        "out": out,
+        "wandb_dir": wandb_dir,
+        "console": console_file.getvalue(),
+        "connections": trap.connections,
+    }
 
 
+@pytest.mark.long
 def test_jsonl_has_a_line_per_call_with_derived_metrics(reported):
     lines = [json.loads(line) for line in (reported["out"] / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 1, 2, 3, 3]
@@ -150,8 +197,17 @@ def test_tensorboard_event_file_holds_every_step(reported):
                 continue
             events = {event.step: event.value for event in accumulator.Scalars(metric_tag(key))}
             assert events[step] == pytest.approx(float(value), rel=1e-6), (key, step)
-    assert {"reward/reward_mean", "train/loss", "time/time_generation_s", "train/clip_fraction", "eval/eval_pass_at_1"} <= tags
-    assert [(e.step, e.value) for e in accumulator.Scalars("eval/eval_reward_mean")] == [(0, pytest.approx(0.1)), (3, pytest.approx(0.6))]
+    assert {
+        "reward/reward_mean",
+        "train/loss",
+        "time/time_generation_s",
+        "train/clip_fraction",
+        "eval/eval_pass_at_1",
+    } <= tags
+    assert [(e.step, e.value) for e in accumulator.Scalars("eval/eval_reward_mean")] == [
+        (0, pytest.approx(0.1)),
+        (3, pytest.approx(0.6)),
+    ]
 
 
 def test_wandb_offline_run_holds_the_history(reported):
@@ -195,9 +251,53 @@ def test_untrained_step_is_flagged_on_the_console(tmp_path):
     console = io.StringIO()
     options = LoggingOptions(console=True, tensorboard=False)
     with MetricsReporter(options, tmp_path, total_steps=2, console=Console(file=console, width=300)) as reporter:
-        reporter.log(1, {"reward_mean": 1.0, "reward_std": 0.0, "groups_total": 2, "groups_zero_variance": 2, "groups_incomplete": 0, "trained": False})
+        reporter.log(
+            1,
+            {
+                "reward_mean": 1.0,
+                "reward_std": 0.0,
+                "groups_total": 2,
+                "groups_zero_variance": 2,
+                "groups_incomplete": 0,
+                "trained": False,
+            },
+        )
     assert "no update" in console.getvalue() and "groups 0/2" in console.getvalue()
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_refilled_step_shows_its_sampling_rounds(tmp_path):
+    console = io.StringIO()
+    options = LoggingOptions(console=True, tensorboard=False)
+    with MetricsReporter(options, tmp_path, total_steps=2, console=Console(file=console, width=300)) as reporter:
+        reporter.log(
+            1,
+            {
+                "reward_mean": 0.4,
+                "reward_std": 0.5,
+                "groups_total": 5,
+                "groups_zero_variance": 3,
+                "groups_incomplete": 0,
+                "sampling_rounds": 3,
+                "trained": True,
+            },
+        )
+        reporter.log(
+            2,
+            {
+                "reward_mean": 0.5,
+                "reward_std": 0.5,
+                "groups_total": 2,
+                "groups_zero_variance": 0,
+                "groups_incomplete": 0,
+                "sampling_rounds": 1,
+                "trained": True,
+            },
+        )
+    lines = console.getvalue().splitlines()
+    assert "groups 2/5 in 3 rounds" in next(line for line in lines if "step 1/2" in line)
+    assert "rounds" not in next(line for line in lines if "step 2/2" in line)  # one collection: nothing to say
+    assert metric_tag("sampling_rounds") == "data/sampling_rounds"
 
 
 def test_wandb_mode_resolution(tmp_path):
@@ -210,7 +310,9 @@ def test_wandb_mode_resolution(tmp_path):
     netrc_path.write_text(f"machine api.wandb.ai\n  login user\n  password {CANARY}\n")
     netrc_path.chmod(0o600)
     assert resolve_wandb_mode(None, {"NETRC": str(netrc_path)}) == "online"  # a stored `wandb login`
-    assert resolve_wandb_mode(None, {"NETRC": str(netrc_path), "WANDB_BASE_URL": "https://wandb.example.com"}) == "offline"
+    assert (
+        resolve_wandb_mode(None, {"NETRC": str(netrc_path), "WANDB_BASE_URL": "https://wandb.example.com"}) == "offline"
+    )
 
 
 def test_online_wandb_run_id_survives_a_resume(tmp_path):
@@ -220,10 +322,28 @@ def test_online_wandb_run_id_survives_a_resume(tmp_path):
 
 
 def test_metric_tags_group_by_section():
-    assert [metric_tag(k) for k in ("reward_std", "pass_rate", "advantage_max", "loss", "time_sync_s", "tokens_per_s", "groups_total", "eval_pass_at_1")] == [
-        "reward/reward_std", "reward/pass_rate", "advantage/advantage_max", "train/loss", "time/time_sync_s",
-        "time/tokens_per_s", "data/groups_total", "eval/eval_pass_at_1",
-    ]  # fmt: skip
+    assert [
+        metric_tag(k)
+        for k in (
+            "reward_std",
+            "pass_rate",
+            "advantage_max",
+            "loss",
+            "time_sync_s",
+            "tokens_per_s",
+            "groups_total",
+            "eval_pass_at_1",
+        )
+    ] == [
+        "reward/reward_std",
+        "reward/pass_rate",
+        "advantage/advantage_max",
+        "train/loss",
+        "time/time_sync_s",
+        "time/tokens_per_s",
+        "data/groups_total",
+        "eval/eval_pass_at_1",
+    ]
 
 
 def test_quickstart_config_logging_block_validates():

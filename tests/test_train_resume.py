@@ -1,4 +1,5 @@
-"""Trainer resume is exact: the real GRPO loop (`TrainingLoop` with the GRPO recipe, rollouts sampled from a tiny model in-process by
+"""Trainer resume is exact: the real GRPO loop (`TrainingLoop` with the GRPO recipe, rollouts sampled from a tiny model
+in-process by
 `train_distributed_worker.LocalTrainer`, no servers) stopped after its step-2 checkpoint and resumed with
 `+trainer.resume=true` ends with the same weights, optimizer state, data order and metrics as one uninterrupted run.
 
@@ -34,6 +35,7 @@ def metrics(out: Path) -> list[dict]:
     return [{k: row.get(k) for k in keep} for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_stopped_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path):
     model = make_tiny_model(tmp_path / "tiny" / "model", seed=3)
@@ -46,8 +48,12 @@ def test_stopped_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path):
     assert (tmp_path / "parts" / "checkpoints" / "latest_step").read_text() == "step_000003"
 
     assert any(row["trained"] for row in metrics(tmp_path / "whole"))
-    assert metrics(tmp_path / "parts") == metrics(tmp_path / "whole")  # steps 1-2, then 3 after the resume: same data, same numbers
-    for (name, a), (_, b) in zip(whole.engine.module.named_parameters(), resumed.engine.module.named_parameters(), strict=True):
+    assert metrics(tmp_path / "parts") == metrics(
+        tmp_path / "whole"
+    )  # steps 1-2, then 3 after the resume: same data, same numbers
+    for (name, a), (_, b) in zip(
+        whole.engine.module.named_parameters(), resumed.engine.module.named_parameters(), strict=True
+    ):
         assert torch.equal(a, b), name
     state_a, state_b = whole.engine.optimizer.state_dict()["state"], resumed.engine.optimizer.state_dict()["state"]
     assert state_a.keys() == state_b.keys()

@@ -21,9 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from test_train_engine import engine_config, fixed_batch, make_tiny_model  # noqa: E402
+
 from nemo_gym.train.config import LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
-from test_train_engine import engine_config, fixed_batch, make_tiny_model  # noqa: E402
 
 # The step's pre-clip norm is ≈ 5.577, so clipping to 1e-3 is on and a step that skipped it would hand AdamW
 # gradients 5577 times too large (AdamW's first step ≈ lr·sign(g) hides that scale from the weights, not from the hook).
@@ -42,7 +43,9 @@ class Stepped:
 
 
 def make_engine(model_path, zero_stage: int) -> PolicyEngine:
-    return PolicyEngine(engine_config(model_path, zero_stage=zero_stage, max_grad_norm=MAX_GRAD_NORM), LossOptions(tis_cap=None))
+    return PolicyEngine(
+        engine_config(model_path, zero_stage=zero_stage, max_grad_norm=MAX_GRAD_NORM), LossOptions(tis_cap=None)
+    )
 
 
 def record_stepped_grad_norms(engine: PolicyEngine) -> list[float]:
@@ -113,6 +116,7 @@ def test_save_hf_reloads_with_the_same_weights(stepped, tmp_path):
     torch.testing.assert_close(reloaded, stepped.weights, atol=0, rtol=0)  # float32 through safetensors: exact
 
 
+@pytest.mark.long
 def test_checkpoint_restores_weights_and_optimizer(stepped, zero0, tiny_model, tmp_path):
     stepped.engine.save_checkpoint(tmp_path / "ckpt", "step_1")
     resumed = make_engine(tiny_model, stepped.engine.config.zero_stage)

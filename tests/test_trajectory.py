@@ -1,4 +1,5 @@
-"""nemo_gym.trajectory: the typed view of a rollout's `response`, on NeMo Gym's real rollouts and on malformed ones."""
+"""nemo_gym.env.trajectory: the typed view of a rollout's `response`, on NeMo Gym's real rollouts and on malformed
+ones."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from typing import Any
 
 import pytest
 
-from nemo_gym.answers import last_assistant_text
+from nemo_gym.env.answers import last_assistant_text
+from nemo_gym.env.trajectory import Trajectory
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.layout import REPO_ROOT
-from nemo_gym.trajectory import Trajectory
 
 PEER_SERVERS = REPO_ROOT.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
-needs_peer_data = pytest.mark.skipif(not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)")
+needs_peer_data = pytest.mark.skipif(
+    not PEER_SERVERS.is_dir(), reason="NeMo Gym peer data not found (../shared/peer_data)"
+)
 
 
 def rollouts(server: str) -> list[dict[str, Any]]:
@@ -38,7 +41,10 @@ def message(text: str, role: str | None = "assistant") -> dict[str, Any]:
 
 # -- NeMo Gym's rollouts ---------------------------------------------------------------------------------------
 @needs_peer_data
-@pytest.mark.parametrize("server", ["example_multi_step", "example_tool_call_multireward", "example_single_tool_call", "example_session_state_mgmt"])
+@pytest.mark.parametrize(
+    "server",
+    ["example_multi_step", "example_tool_call_multireward", "example_single_tool_call", "example_session_state_mgmt"],
+)
 def test_real_rollouts_match_each_call_to_its_output(server: str) -> None:
     for row in rollouts(server):
         output = row["response"]["output"]
@@ -46,7 +52,10 @@ def test_real_rollouts_match_each_call_to_its_output(server: str) -> None:
         raw_calls = [item for item in output if item.get("type") == "function_call"]
         assert [c.name for c in view.function_calls] == [item["name"] for item in raw_calls]
         assert [c.arguments for c in view.function_calls] == [json.loads(item["arguments"]) for item in raw_calls]
-        assert all(c.arguments_error is None and c.arguments_text == item["arguments"] for c, item in zip(view.function_calls, raw_calls))
+        assert all(
+            c.arguments_error is None and c.arguments_text == item["arguments"]
+            for c, item in zip(view.function_calls, raw_calls)
+        )
         # NeMo Gym's simple agent answers every call right after it, with the same call_id
         for c in view.function_calls:
             assert c.output is not None and c.output.call_id == c.call_id and c.output.index > c.index
@@ -78,7 +87,9 @@ def test_reasoning_item_and_call_are_one_turn() -> None:
 def test_single_tool_call_rewards_are_whether_get_weather_was_called() -> None:
     # NeMo Gym 0.7.0's verifier: reward 1.0 iff the trajectory holds a get_weather call (rewards [0, 0, 1, 1, 1])
     rows = rollouts("example_single_tool_call")
-    assert [float(bool(Trajectory.of(r["response"]).calls_named("get_weather"))) for r in rows] == [r["reward"] for r in rows]
+    assert [float(bool(Trajectory.of(r["response"]).calls_named("get_weather"))) for r in rows] == [
+        r["reward"] for r in rows
+    ]
 
 
 @needs_peer_data
@@ -90,7 +101,10 @@ def test_mcqa_output_text_is_the_message_text() -> None:
 
 
 # -- malformed responses ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("response", [{}, {"output": None}, {"output": "text"}, {"output": {"type": "message"}}, {"output": [1, "x", None, []]}])
+@pytest.mark.parametrize(
+    "response",
+    [{}, {"output": None}, {"output": "text"}, {"output": {"type": "message"}}, {"output": [1, "x", None, []]}],
+)
 def test_missing_or_junk_output_gives_an_empty_view(response: dict[str, Any]) -> None:
     view = Trajectory.of(response)
     assert (view.function_calls, view.tool_outputs, view.messages) == ((), (), ())
@@ -117,7 +131,9 @@ def test_a_response_that_is_not_a_dict_is_a_type_error(response: Any) -> None:
         ('{"a": [1, {"b": null}]}', {"a": [1, {"b": None}]}, None),
     ],
 )
-def test_arguments_are_parsed_or_kept_raw_with_an_error(arguments: Any, parsed: dict[str, Any] | None, error: str | None) -> None:
+def test_arguments_are_parsed_or_kept_raw_with_an_error(
+    arguments: Any, parsed: dict[str, Any] | None, error: str | None
+) -> None:
     (fc,) = Trajectory.of({"output": [call("c1", arguments=arguments)]}).function_calls
     assert fc.arguments == parsed
     assert (fc.arguments_error is None) if error is None else (error in fc.arguments_error)
@@ -131,7 +147,15 @@ def test_calls_without_name_or_call_id_are_kept() -> None:
 
 
 def test_tool_outputs_without_their_call_are_orphans() -> None:
-    output = [tool_output("early"), call("early"), call("c1"), tool_output("c1"), tool_output("unknown"), tool_output(None), tool_output("c1")]
+    output = [
+        tool_output("early"),
+        call("early"),
+        call("c1"),
+        tool_output("c1"),
+        tool_output("unknown"),
+        tool_output(None),
+        tool_output("c1"),
+    ]
     view = Trajectory.of({"output": output})
     early, c1 = view.function_calls
     assert early.output is None, "an output before its call answers nothing"
@@ -153,7 +177,16 @@ def test_tool_output_that_is_not_a_string_is_json_text() -> None:
     deep: list[Any] = []
     for _ in range(100_000):  # deeper than json.dumps goes
         deep = [deep]
-    output = [call("c"), tool_output("c", parts), call("d"), tool_output("d", {"n": 1}), call("e"), tool_output("e", None), call("f"), tool_output("f", deep)]
+    output = [
+        call("c"),
+        tool_output("c", parts),
+        call("d"),
+        tool_output("d", {"n": 1}),
+        call("e"),
+        tool_output("e", None),
+        call("f"),
+        tool_output("f", deep),
+    ]
     view = Trajectory.of({"output": output})
     assert [c.output.text for c in view.function_calls] == [json.dumps(parts), '{"n": 1}', "", ""]
 
@@ -164,13 +197,23 @@ def test_messages_texts_and_turns() -> None:
         message("first"),
         {"type": "message", "role": "assistant", "content": "a plain string"},  # not content parts: no text
         message("observation", role="user"),
-        {"type": "reasoning", "summary": [{"text": "ignored"}], "content": [{"type": "reasoning_text", "text": "think"}, {"text": 5}]},
+        {
+            "type": "reasoning",
+            "summary": [{"text": "ignored"}],
+            "content": [{"type": "reasoning_text", "text": "think"}, {"text": 5}],
+        },
         message("final", role=None),  # no role: the assistant's
         message("   "),  # blank: not the final text
         {"type": "web_search_call"},  # neither starts nor ends a turn
     ]
     view = Trajectory.of({"output": output})
-    assert [(m.index, m.role, m.text) for m in view.messages] == [(1, "assistant", "first"), (2, "assistant", ""), (3, "user", "observation"), (5, "assistant", "final"), (6, "assistant", "   ")]
+    assert [(m.index, m.role, m.text) for m in view.messages] == [
+        (1, "assistant", "first"),
+        (2, "assistant", ""),
+        (3, "user", "observation"),
+        (5, "assistant", "final"),
+        (6, "assistant", "   "),
+    ]
     assert view.final_text == "final" and view.output_text == "firstobservationfinal   "
     assert view.reasoning_text == "plan\nthink"
     assert view.model_turns == 2  # reasoning + first | user | reasoning + final + blank

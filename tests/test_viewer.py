@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from nemo_gym.cli import main
-from nemo_gym.profile import reward_stats
+from nemo_gym.collect.profile import reward_stats
+from nemo_gym.jsonl import read_jsonl
 from nemo_gym.viewer import RolloutIndex, RowFilter, render_rollout, reward_histogram, task_reward_stats
 from nemo_gym.viewer.index import output_chars
-from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_SERVERS = REPO.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
@@ -52,13 +52,25 @@ def test_index_reads_every_row_back_by_offset(all_peer_rollouts: Path) -> None:
 def test_index_table_fields_of_multireward_rollouts() -> None:
     index = RolloutIndex.build(MULTIREWARD)
     table = index.table(range(len(index)))
-    assert list(table.columns) == ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "tool_calls", "turns", "environment", "stop_reason"]
+    assert list(table.columns) == [
+        "row",
+        "task_index",
+        "repeat",
+        "reward",
+        "output_chars",
+        "output_tokens",
+        "tool_calls",
+        "turns",
+        "environment",
+        "stop_reason",
+    ]
     assert table["task_index"].tolist() == [1, 0, 4, 2, 3]  # `_ng_task_index`, not the line order
     assert table["repeat"].tolist() == [0] * 5
     assert table["reward"].tolist() == [2.0] * 5
     assert set(table["environment"]) == {MULTIREWARD_AGENT} and set(table["stop_reason"]) == {"completed"}
     assert table["output_tokens"].iloc[0] == 142  # response.usage.output_tokens
-    # row 0 [reasoning, call, output, message]: 1 call, 2 turns; the others [reasoning, call, output, reasoning, message]: the same
+    # row 0 [reasoning, call, output, message]: 1 call, 2 turns; the others [reasoning, call, output, reasoning,
+    # message]: the same
     assert table["tool_calls"].tolist() == [1] * 5 and table["turns"].tolist() == [2] * 5
     # Row 0 generated: an empty reasoning item, arguments '{"city": "New York"}' (20 characters) and the message
     # "\n\nThe weather in New York is sunny." (2 + 33 characters): 20 + 35 = 55.
@@ -68,10 +80,13 @@ def test_index_table_fields_of_multireward_rollouts() -> None:
 def test_rows_without_collector_fields_get_position_and_response_status(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     rows = [
-        {"response": {"output": [], "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}, "reward": 0.5},
+        {
+            "response": {"output": [], "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}},
+            "reward": 0.5,
+        },
         {"response": {"output": []}, "dataset": "gsm8k"},  # no reward, no usage
     ]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n[1, 2]\n{\"truncated")
+    path.write_text("\n".join(json.dumps(r) for r in rows) + '\n[1, 2]\n{"truncated')
     index = RolloutIndex.build(path)
     assert index.skipped_lines == [3, 4]  # a list and a half-written tail line are skipped, not fatal
     table = index.table([0, 1])
@@ -115,21 +130,43 @@ def test_render_shows_messages_tool_calls_outputs_reward_and_verifier_fields() -
 def test_render_escapes_html_and_hides_token_ids() -> None:
     row = {
         "responses_create_params": {"input": "<script>alert(1)</script>", "instructions": "be brief"},
-        "response": {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a < b"}], "generation_token_ids": [1, 2, 3]}]},
+        "response": {
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "a < b"}],
+                    "generation_token_ids": [1, 2, 3],
+                }
+            ]
+        },
         "reward": 1.0,
         "extracted_answer": "<b>",
     }
     page = render_rollout(row)
-    assert "<script>" not in page and "&lt;script&gt;" in page and "a &lt; b" in page and "&quot;&lt;b&gt;&quot;" not in page
+    assert (
+        "<script>" not in page
+        and "&lt;script&gt;" in page
+        and "a &lt; b" in page
+        and "&quot;&lt;b&gt;&quot;" not in page
+    )
     assert "be brief" in page and "not shown: 3 generation_token_ids" in page and "[1, 2, 3]" not in page
 
 
 def test_output_chars_counts_generated_text_only() -> None:
     response = {
         "output": [
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}], "content": [{"type": "reasoning_text", "text": "hard"}]},
+            {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": "think"}],
+                "content": [{"type": "reasoning_text", "text": "hard"}],
+            },
             {"type": "function_call", "name": "f", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c", "output": "a long tool output not generated by the policy"},
+            {
+                "type": "function_call_output",
+                "call_id": "c",
+                "output": "a long tool output not generated by the policy",
+            },
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
         ]
     }
@@ -143,7 +180,9 @@ def test_task_reward_stats_match_ng_profile(all_peer_rollouts: Path) -> None:
     table.loc[[0, 1], ["task_index", "environment"]] = [0, "(none)"]  # two rollouts of one task
     stats = task_reward_stats(table)
     for _, task in stats.iterrows():
-        rewards = table[(table["environment"] == task["environment"]) & (table["task_index"] == task["task_index"])]["reward"].tolist()
+        rewards = table[(table["environment"] == task["environment"]) & (table["task_index"] == task["task_index"])][
+            "reward"
+        ].tolist()
         expected = reward_stats(rewards)
         for key in ("avg_reward", "std_reward", "min_reward", "max_reward", "median_reward", "total_samples"):
             assert task[key] == pytest.approx(expected[key]), key
@@ -197,7 +236,9 @@ def before_after(tmp_path: Path) -> tuple[Path, Path]:
     "after": tasks 0-1 answer with row 2's get_weather trajectory (reward 1), task 4 is missing, and task 0 has a
     second rollout (row 0's own, reward 0)."""
     rows = [json.loads(line) for line in SINGLE_TOOL_CALL.read_text().splitlines()]
-    after = [{**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])] + [rows[0]]
+    after = [
+        {**row, "response": rows[2]["response"], "reward": 1.0} if i < 2 else row for i, row in enumerate(rows[:4])
+    ] + [rows[0]]
     before_path, after_path = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
     before_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     after_path.write_text("".join(json.dumps(r) + "\n" for r in after))
@@ -206,7 +247,10 @@ def before_after(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_rows_of_task_in_repeat_order(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
-    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": 1.0} for t, r in [(1, 1), (0, 0), (1, 0), (0, 1), (1, 2)]]
+    rows = [
+        {"_ng_task_index": t, "_ng_rollout_index": r, "reward": 1.0}
+        for t, r in [(1, 1), (0, 0), (1, 0), (0, 1), (1, 2)]
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = RolloutIndex.build(path)
     assert index.rows_of_task(1).tolist() == [2, 0, 4] and index.rows_of_task(0).tolist() == [1, 3]  # by repeat
@@ -222,19 +266,35 @@ def test_compared_files_summary_tasks_and_difference(tmp_path: Path) -> None:
     # before: 5 rollouts, rewards [0, 0, 1, 1, 1], tool calls [0, 0, 1, 1, 1], turns [1, 1, 2, 2, 2]
     # after: 5 rollouts, rewards [1, 1, 1, 1, 0], tool calls [1, 1, 1, 1, 0], turns [2, 2, 2, 2, 1]
     assert summary.loc["tasks"].tolist() == [5, 4, -1] and summary.loc["rollouts"].tolist() == [5, 5, 0]
-    assert summary.loc["mean reward", "baseline"] == pytest.approx(0.6) and summary.loc["mean reward", "candidate"] == pytest.approx(0.8)
+    assert summary.loc["mean reward", "baseline"] == pytest.approx(0.6) and summary.loc[
+        "mean reward", "candidate"
+    ] == pytest.approx(0.8)
     assert summary.loc["tool calls per rollout"].tolist() == pytest.approx([0.6, 0.8, 0.2])
     assert summary.loc["turns per rollout"].tolist() == pytest.approx([1.6, 1.8, 0.2])
     tasks = compared.tasks.set_index("task")
     task0 = compared.tasks.loc[compared.tasks["candidate_n"] == 2, "task"].iloc[0]  # the task with two rollouts after
     # task 0: before [0]; after [1, 0]: mean 0.5, delta +0.5; pass rate 0 -> 0.5; tool calls 0 -> 0.5; turns 1 -> 1.5
-    assert tasks.loc[task0, ["baseline_reward", "candidate_reward", "reward_delta", "candidate_pass_rate", "candidate_tool_calls", "candidate_turns"]].tolist() == [0.0, 0.5, 0.5, 0.5, 0.5, 1.5]
+    assert tasks.loc[
+        task0,
+        [
+            "baseline_reward",
+            "candidate_reward",
+            "reward_delta",
+            "candidate_pass_rate",
+            "candidate_tool_calls",
+            "candidate_turns",
+        ],
+    ].tolist() == [0.0, 0.5, 0.5, 0.5, 0.5, 1.5]
     assert sorted(compared.tasks["status"]) == ["baseline only"] + ["both"] * 4
     # paired deltas: task 0 +0.5, task 1 +1, tasks 2-3 0: mean 0.375
     assert compared.difference.mean_difference == pytest.approx(0.375)
     assert (compared.difference.improved, compared.difference.worsened, compared.difference.unchanged) == (2, 0, 2)
     assert "**+0.3750**" in compared.headline() and "Tasks only in baseline: 1;" in compared.headline()
-    assert len(compared.filter_tasks("improved")) == 2 and len(compared.filter_tasks("baseline only")) == 1 and len(compared.filter_tasks("all")) == 5
+    assert (
+        len(compared.filter_tasks("improved")) == 2
+        and len(compared.filter_tasks("baseline only")) == 1
+        and len(compared.filter_tasks("all")) == 5
+    )
 
 
 def test_compare_views_side_by_side(tmp_path: Path) -> None:
@@ -252,8 +312,16 @@ def test_compare_views_side_by_side(tmp_path: Path) -> None:
     assert note.startswith("**2** of 5 tasks (improved)") and set(table["status"]) == {"both"}
     task0 = compared.tasks.loc[compared.tasks["candidate_n"] == 2, "task"].iloc[0]
     left, right = views.open_task(task0, 0)
-    assert "before.jsonl" in left and "reward <b>0.0</b> · tool calls 0 · turns 1" in left and "how&#x27;s the outside?" in left
-    assert "after.jsonl" in right and "reward <b>1.0</b> · tool calls 1 · turns 2" in right and 'ng-tool-name">get_weather<' in right
+    assert (
+        "before.jsonl" in left
+        and "reward <b>0.0</b> · tool calls 0 · turns 1" in left
+        and "how&#x27;s the outside?" in left
+    )
+    assert (
+        "after.jsonl" in right
+        and "reward <b>1.0</b> · tool calls 1 · turns 2" in right
+        and 'ng-tool-name">get_weather<' in right
+    )
     assert "rollout 1 of 2" in right and "rollout 2 of 2" in views.open_task(task0, 1)[1]
     assert "This file has 1 rollout(s)" in views.open_task(task0, 1)[0]
     only_before = compared.tasks.loc[compared.tasks["status"] == "baseline only", "task"].iloc[0]
@@ -272,7 +340,9 @@ def test_compare_task_indexed_files_flags_other_prompts_and_unrated_rows(tmp_pat
     changed[1]["reward"] = None  # task 0: no reward
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in changed))
-    compared = ComparedFiles.build(RolloutIndex.build(tmp_path / "a.jsonl"), RolloutIndex.build(tmp_path / "b.jsonl"), pass_threshold=2.0)
+    compared = ComparedFiles.build(
+        RolloutIndex.build(tmp_path / "a.jsonl"), RolloutIndex.build(tmp_path / "b.jsonl"), pass_threshold=2.0
+    )
     assert compared.tasks["task"].tolist() == ["0", "1", "2", "3", "4"]  # by _ng_task_index
     assert compared.tasks["status"].tolist() == ["baseline only", "both", "both", "both", "both"]  # task 0 unrated in b
     assert compared.tasks["same_prompt"].tolist() == [None, False, True, True, True]
@@ -289,4 +359,6 @@ def test_baseline_with_broken_lines_is_said_in_the_page(tmp_path: Path) -> None:
     before.write_text(before.read_text() + "{half-written\n")
     baseline = RolloutIndex.build(before)
     ComparedFiles.build(baseline, RolloutIndex.build(after))  # the rows that parse are compared
-    assert "Skipped 1 line(s) that are not JSON objects (line 6)" in _header(baseline, 0.0, "Baseline") and "### Baseline:" in _header(baseline, 0.0, "Baseline")
+    assert "Skipped 1 line(s) that are not JSON objects (line 6)" in _header(
+        baseline, 0.0, "Baseline"
+    ) and "### Baseline:" in _header(baseline, 0.0, "Baseline")

@@ -28,14 +28,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from nemo_gym.cli import main  # noqa: E402
-from nemo_gym.engine_ext import nemo_gym_weight_sync as transport  # noqa: E402
-from nemo_gym.errors import ConfigError, ServerError  # noqa: E402
-from nemo_gym.train.config import EngineConfig, LossOptions, TrainerConfig, check_hardware  # noqa: E402
-from nemo_gym.train.engine import PolicyEngine  # noqa: E402
-from nemo_gym.train.weight_sync import BroadcastWeightSync, FilesystemWeightSync, choose_backend, make_weight_sync  # noqa: E402
 from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 from weight_sync_receiver import RENDEZVOUS_TIMEOUT_S, receive_into_queue  # noqa: E402
+
+from nemo_gym.cli import main  # noqa: E402
+from nemo_gym.errors import ConfigError, ServerError  # noqa: E402
+from nemo_gym.model_servers.engine_ext import weight_sync_worker as transport  # noqa: E402
+from nemo_gym.train.config import EngineConfig, LossOptions, TrainerConfig, check_hardware  # noqa: E402
+from nemo_gym.train.engine import PolicyEngine  # noqa: E402
+from nemo_gym.train.weight_sync import FilesystemWeightSync, fallbacks, make_weight_sync
+from nemo_gym.train.weight_sync_direct import BroadcastWeightSync, choose_backend
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
@@ -92,7 +94,9 @@ def test_nccl_group_on_a_cpu_machine_is_a_clear_error():
 def models(tmp_path_factory) -> tuple[Path, Path]:
     """(the trainer's tiny model, the receiver's: same architecture, untied, other random weights)."""
     folder = tmp_path_factory.mktemp("models")
-    return make_tiny_model(folder / "trainer", tie=False, seed=0), make_tiny_model(folder / "receiver", tie=False, seed=1)
+    return make_tiny_model(folder / "trainer", tie=False, seed=0), make_tiny_model(
+        folder / "receiver", tie=False, seed=1
+    )
 
 
 @pytest.fixture
@@ -100,7 +104,11 @@ def receiver(models, tmp_path):
     """The URL of a running tests/weight_sync_receiver.py on the receiver's model."""
     port_file = tmp_path / "port.json"
     log = (tmp_path / "receiver.log").open("w")
-    process = subprocess.Popen([sys.executable, str(REPO / "tests/weight_sync_receiver.py"), str(models[1]), str(port_file)], stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "tests/weight_sync_receiver.py"), str(models[1]), str(port_file)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not port_file.exists() or not port_file.read_text():
@@ -132,7 +140,9 @@ def received_state(url: str, path: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.integration
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path, dtype):
-    engine = PolicyEngine(EngineConfig(model_path=str(models[0]), dtype=dtype, micro_batch_size=2, learning_rate=1e-2), LossOptions())
+    engine = PolicyEngine(
+        EngineConfig(model_path=str(models[0]), dtype=dtype, micro_batch_size=2, learning_rate=1e-2), LossOptions()
+    )
     engine.train_step(fixed_batch())  # weights that neither starting model has
     sync = BroadcastWeightSync(receiver, backend="auto", timeout_s=TIMEOUT_S)
     try:
@@ -158,13 +168,21 @@ def test_push_makes_the_receivers_weights_the_engines(models, receiver, tmp_path
 @pytest.mark.integration
 def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receiver):
     engine = PolicyEngine(EngineConfig(model_path=str(models[0]), micro_batch_size=2), LossOptions())
-    renamed = {f"renamed.{name}" if i == 3 else name: t for i, (name, t) in enumerate(engine.export_state_dict().items())}
+    renamed = {
+        f"renamed.{name}" if i == 3 else name: t for i, (name, t) in enumerate(engine.export_state_dict().items())
+    }
     engine.export_state_dict = lambda on_device=False: renamed  # a tensor the receiving model does not have
     sync = BroadcastWeightSync(receiver, backend="gloo", timeout_s=TIMEOUT_S)
     try:
         sync.connect(engine.device)
         started = time.monotonic()
-        with pytest.raises(ServerError, match=r"/weight_sync/update answered 500: .*no parameter 'renamed.model.layers.0.self_attn.v_proj.weight' in the model"):
+        with pytest.raises(
+            ServerError,
+            match=(
+                r"/weight_sync/update answered 500: .*no parameter 'renamed.model.layers.0.self_attn.v_proj.weight' in"
+                r" the model"
+            ),
+        ):
             sync.push(engine, step=1)
         assert time.monotonic() - started < TIMEOUT_S / 2  # the HTTP error ended the wait, not the broadcast timeout
     finally:
@@ -174,10 +192,23 @@ def test_a_receiver_that_fails_mid_update_fails_the_push_at_once(models, receive
 @pytest.mark.long
 @pytest.mark.integration
 def test_make_weight_sync_choices(models, receiver, tmp_path):
-    assert isinstance(make_weight_sync("auto", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)
-    assert isinstance(make_weight_sync("filesystem", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)
-    assert isinstance(make_weight_sync("gloo", policy_url=None, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync)  # no server: folders only
-    with pytest.raises(ConfigError, match="trainer.weight_sync: nccl needs the trainer and vLLM on CUDA GPUs; the trainer is on cpu, vLLM's workers on cpu"):
+    assert isinstance(
+        make_weight_sync("auto", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync
+    )
+    assert isinstance(
+        make_weight_sync("filesystem", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu"),
+        FilesystemWeightSync,
+    )
+    assert isinstance(
+        make_weight_sync("gloo", policy_url=None, weights_dir=tmp_path, trainer_device="cpu"), FilesystemWeightSync
+    )  # no server: folders only
+    with pytest.raises(
+        ConfigError,
+        match=(
+            "trainer.weight_sync: nccl needs the trainer and vLLM on CUDA GPUs; the trainer is on cpu, vLLM's workers"
+            " on cpu"
+        ),
+    ):
         make_weight_sync("nccl", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu")
     gloo = make_weight_sync("gloo", policy_url=receiver, weights_dir=tmp_path, trainer_device="cpu")
     try:
@@ -189,10 +220,18 @@ def test_make_weight_sync_choices(models, receiver, tmp_path):
 @pytest.mark.integration
 def test_gloo_asked_of_a_server_without_the_routes_names_the_key(tmp_path):
     from fastapi import FastAPI
-
     from live_servers import serve
 
-    with serve(FastAPI()) as url, pytest.raises(ConfigError, match=r"trainer.weight_sync: gloo failed to start: .*has no POST /weight_sync/workers; use \+trainer.weight_sync=filesystem"):
+    with (
+        serve(FastAPI()) as url,
+        pytest.raises(
+            ConfigError,
+            match=(
+                r"trainer.weight_sync: gloo failed to start: .*has no POST /weight_sync/workers; use"
+                r" \+trainer.weight_sync=filesystem"
+            ),
+        ),
+    ):
         make_weight_sync("gloo", policy_url=url, weights_dir=tmp_path, trainer_device="cpu")
 
 
@@ -206,32 +245,82 @@ CPU = {"rank": 0, "device": "cpu", "device_uuid": None}
     ("requested", "trainer", "workers", "expected"),
     [
         ("auto", ("cuda:0", "uuid-0"), [GPU1], "nccl"),  # vLLM on its own GPU
-        ("auto", ("cuda:0", "uuid-0"), [GPU0], "gloo"),  # one GPU for both: NCCL cannot
-        ("auto", ("cuda:0", "uuid-0"), [GPU1, {**GPU0, "rank": 1}], "gloo"),  # one of two TP workers shares it
+        ("auto", ("cuda:0", "uuid-0"), [GPU0], "cuda_ipc"),  # one GPU for both: its memory shared, NCCL cannot
+        ("auto", ("cuda:0", "uuid-0"), [{**GPU0, "rank": 1}, GPU0], "cuda_ipc"),  # two workers, both on it
+        ("auto", ("cuda:0", "uuid-0"), [GPU1, {**GPU0, "rank": 1}], "gloo"),  # one of two TP workers shares it: neither
+        ("auto", ("cuda:0", None), [GPU0], "nccl"),  # a torch without device UUIDs cannot tell (as before cuda_ipc)
         ("auto", ("cpu", None), [CPU], "gloo"),
         ("auto", ("cuda:0", "uuid-0"), [CPU], "gloo"),
         ("gloo", ("cuda:0", "uuid-0"), [GPU1], "gloo"),
+        ("gloo", ("cuda:0", "uuid-0"), [GPU0], "gloo"),
         ("nccl", ("cuda:1", "uuid-0"), [GPU1], "nccl"),
+        ("cuda_ipc", ("cuda:0", "uuid-0"), [GPU0], "cuda_ipc"),
     ],
 )
 def test_choose_backend(requested, trainer, workers, expected):
     assert choose_backend(requested, trainer[0], trainer[1], workers) == expected
 
 
+def test_auto_falls_back_to_gloo_and_an_explicit_choice_does_not():
+    assert fallbacks("auto", "cuda_ipc") == ["cuda_ipc", "gloo"] and fallbacks("auto", "nccl") == ["nccl", "gloo"]
+    assert (
+        fallbacks("auto", "gloo") == ["gloo"]
+        and fallbacks("cuda_ipc", "cuda_ipc") == ["cuda_ipc"]
+        and fallbacks("nccl", "nccl") == ["nccl"]
+    )
+
+
 def test_choose_backend_nccl_errors_name_the_key_and_the_way_out():
-    with pytest.raises(ConfigError, match=r"trainer.weight_sync: nccl cannot connect two processes on one GPU, and vLLM's worker rank 0 is on the trainer's GPU \(cuda:0, uuid-0\); give vLLM other GPUs"):
+    with pytest.raises(
+        ConfigError,
+        match=(
+            r"trainer.weight_sync: nccl cannot connect two processes on one GPU, and vLLM's worker rank 0 is on the"
+            r" trainer's GPU \(cuda:0, uuid-0\); give vLLM other GPUs"
+        ),
+    ):
         choose_backend("nccl", "cuda:0", "uuid-0", [GPU0])
-    with pytest.raises(ConfigError, match="nccl needs the trainer and vLLM on CUDA GPUs; the trainer is on cuda:0, vLLM's workers on cpu; use gloo or filesystem"):
+    with pytest.raises(
+        ConfigError,
+        match=(
+            "nccl needs the trainer and vLLM on CUDA GPUs; the trainer is on cuda:0, vLLM's workers on cpu; use gloo or"
+            " filesystem"
+        ),
+    ):
         choose_backend("nccl", "cuda:0", "uuid-0", [CPU])
+    with pytest.raises(ConfigError, match=r"or use \+trainer.weight_sync=cuda_ipc \(shared GPU memory\), gloo"):
+        choose_backend("nccl", "cuda:0", "uuid-0", [GPU0])
+
+
+def test_choose_backend_cuda_ipc_errors_name_the_key_and_the_way_out():
+    with pytest.raises(
+        ConfigError,
+        match=(
+            r"trainer.weight_sync: cuda_ipc shares memory on one GPU, and vLLM's worker rank 1 is on another \(cuda:0,"
+            r" uuid-1; the trainer: cuda:0, uuid-0\); use nccl"
+        ),
+    ):
+        choose_backend("cuda_ipc", "cuda:0", "uuid-0", [GPU0, {**GPU1, "rank": 1}])
+    with pytest.raises(
+        ConfigError,
+        match=(
+            "trainer.weight_sync: cuda_ipc needs the trainer and vLLM on CUDA GPUs; the trainer is on cpu, vLLM's"
+            " workers on cpu"
+        ),
+    ):
+        choose_backend("cuda_ipc", "cpu", None, [CPU])
 
 
 def trainer_config(**values) -> TrainerConfig:
-    return TrainerConfig(input_jsonl_fpath="tasks.jsonl", engine=EngineConfig(model_path="m", **values.pop("engine", {})), **values)
+    return TrainerConfig(
+        input_jsonl_fpath="tasks.jsonl", engine=EngineConfig(model_path="m", **values.pop("engine", {})), **values
+    )
 
 
 def test_check_hardware_messages():
     assert check_hardware(trainer_config(), cuda_available=False) == ([], [])
-    problems, warnings = check_hardware(trainer_config(weight_sync="nccl", engine={"dtype": "bfloat16"}), cuda_available=False)
+    problems, warnings = check_hardware(
+        trainer_config(weight_sync="nccl", engine={"dtype": "bfloat16"}), cuda_available=False
+    )
     assert problems == [
         "trainer.weight_sync: nccl needs CUDA GPUs, and this machine has none (torch.cuda.is_available() is False); "
         "use +trainer.weight_sync=auto (the filesystem sync on CPU) or gloo (the same broadcast over CPU sockets)"
@@ -240,7 +329,10 @@ def test_check_hardware_messages():
         "trainer.engine.dtype: bfloat16 on a machine without a CUDA GPU: it runs on the CPU (DeepSpeed's bf16 path), "
         "slower than float32 on most CPUs; use float32 on CPU unless you are testing the GPU path"
     ]
-    assert check_hardware(trainer_config(weight_sync="nccl", engine={"dtype": "bfloat16"}), cuda_available=True) == ([], [])
+    assert check_hardware(trainer_config(weight_sync="nccl", engine={"dtype": "bfloat16"}), cuda_available=True) == (
+        [],
+        [],
+    )
     assert check_hardware(trainer_config(weight_sync="nccl", sync_weights=False), cuda_available=False) == ([], [])
 
 
@@ -248,12 +340,16 @@ def test_check_hardware_messages():
     ("override", "expected"),
     [
         ("+trainer.weight_sync=nccl", "trainer.weight_sync: nccl needs CUDA GPUs, and this machine has none"),
-        ("+trainer.weight_sync=nvlink", "trainer.weight_sync: Input should be 'auto', 'filesystem', 'gloo' or 'nccl'"),
+        ("+trainer.weight_sync=cuda_ipc", "trainer.weight_sync: cuda_ipc needs CUDA GPUs, and this machine has none"),
+        (
+            "+trainer.weight_sync=nvlink",
+            "trainer.weight_sync: Input should be 'auto', 'filesystem', 'gloo', 'nccl' or 'cuda_ipc'",
+        ),
         ("+trainer.engine.dtype=float16", "trainer.engine.dtype: Input should be 'float32' or 'bfloat16'"),
     ],
 )
 def test_ng_train_stops_before_starting_on_a_bad_sync_or_dtype(override, expected, monkeypatch, capsys):
-    if torch.cuda.is_available() and "nccl" in override:
+    if torch.cuda.is_available() and ("nccl" in override or "cuda_ipc" in override):
         pytest.skip("this machine has CUDA")
     monkeypatch.chdir(REPO)
     assert main("train", ["+config_paths=[configs/train/quickstart_grpo.yaml]", override]) == 2
@@ -262,15 +358,20 @@ def test_ng_train_stops_before_starting_on_a_bad_sync_or_dtype(override, expecte
 
 def test_vllm_model_starts_vllm_with_the_worker_extension(monkeypatch):
     from live_servers import VLLM_MODEL_APP
-    from nemo_gym.serve import load_server_class
-    from nemo_gym.vllm_engine import WORKER_EXTENSION_CLS, WORKER_EXTENSION_DIR
+
+    from nemo_gym.model_servers.vllm_engine import WORKER_EXTENSION_CLS, WORKER_EXTENSION_DIR
+    from nemo_gym.serving.entrypoint import load_server_class
 
     cls = load_server_class(VLLM_MODEL_APP)
     monkeypatch.setenv("PYTHONPATH", "/inherited")
     server = cls({"engine_env": {"PYTHONPATH": "/mine"}}, name="policy_model")
-    assert server._extension_args() == ["--worker-extension-cls", "nemo_gym_weight_sync.WeightSyncWorkerExtension"] == ["--worker-extension-cls", WORKER_EXTENSION_CLS]
+    assert (
+        server._extension_args()
+        == ["--worker-extension-cls", "weight_sync_worker.WeightSyncWorkerExtension"]
+        == ["--worker-extension-cls", WORKER_EXTENSION_CLS]
+    )
     assert server._extension_env() == {"PYTHONPATH": f"{WORKER_EXTENSION_DIR}:/mine"}
-    assert (WORKER_EXTENSION_DIR / "nemo_gym_weight_sync.py").is_file()
+    assert (WORKER_EXTENSION_DIR / "weight_sync_worker.py").is_file()
     assert cls({}, name="policy_model")._extension_env() == {"PYTHONPATH": f"{WORKER_EXTENSION_DIR}:/inherited"}
     assert cls({"vllm_args": ["--worker-extension-cls", "my.Ext"]}, name="policy_model")._extension_args() == []
 
@@ -278,10 +379,16 @@ def test_vllm_model_starts_vllm_with_the_worker_extension(monkeypatch):
 def test_the_gpu_config_is_the_quickstart_in_bf16_with_the_broadcast_sync():
     from nemo_gym.config import load_config
 
-    loaded = load_config(["+config_paths=[configs/train/quickstart_grpo_gpu.yaml]"], cwd=REPO, env_yaml=REPO / "no-env.yaml")
+    loaded = load_config(
+        ["+config_paths=[configs/train/quickstart_grpo_gpu.yaml]"], cwd=REPO, env_yaml=REPO / "no-env.yaml"
+    )
     cfg = TrainerConfig.model_validate(loaded.values["trainer"])
     policy = loaded.values["policy_model"]["responses_api_models"]["vllm_model"]
     assert (cfg.engine.dtype, cfg.weight_sync, cfg.batch_size, cfg.group_size) == ("bfloat16", "auto", 4, 8)
-    assert (policy["dtype"], policy["vllm_package"], policy["memory_utilization"]) == ("bfloat16", "vllm", 0.3)
+    assert (policy["dtype"], policy["vllm_package"], policy["memory_utilization"]) == (
+        "bfloat16",
+        "auto",
+        0.3,
+    )  # auto: vllm where nvidia-smi exists
     problems, warnings = check_hardware(cfg, cuda_available=False)
     assert problems == [] and warnings[0].startswith("trainer.engine.dtype: bfloat16 on a machine without a CUDA GPU")

@@ -1,10 +1,12 @@
 """One rank of the multi-rank training tests (tests/test_train_distributed.py), run as
 `python -m torch.distributed.run --nproc_per_node=2 tests/train_distributed_worker.py <model_dir> <out_dir>` (or by
-`deepspeed --num_gpus 2 --no_local_rank ...`; one launch for both parts: each new process spends seconds importing transformers and DeepSpeed).
+`deepspeed --num_gpus 2 --no_local_rank ...`; one launch for both parts: each new process spends seconds importing
+transformers and DeepSpeed).
 
 First one `PolicyEngine.train_step` per case of `CASES`; rank 0 saves the metrics and the updated weights to
-`<out_dir>/<case>.pt`. Then `LocalTrainer` (the real training loop and GRPO recipe, rollouts sampled from the tiny model on rank 0)
-runs `LOOP_STEPS` steps into `<out_dir>/loop`. The test runs the same on one rank in its own process and compares.
+`<out_dir>/<case>.pt`. Then `LocalTrainer` (the real training loop and GRPO recipe, rollouts sampled from the tiny model
+on rank 0) runs `LOOP_STEPS` steps into `<out_dir>/loop`. The test runs the same on one rank in its own process and
+compares.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ class LocalGRPO(GRPORecipe):
     `collect` leaves `collect_rank<r>_<name>` in the output folder, so the test sees which ranks collected."""
 
     def collect(self, tasks, num_repeats, name, overrides=None):
-        from nemo_gym.train import distributed
         from test_train_loop import sampled_rollouts
+
+        from nemo_gym.train import distributed
 
         (self.loop.out / f"collect_rank{distributed.rank()}_{name}").touch()
         return sampled_rollouts(self.engine.module, len(tasks), num_repeats, self.loop.step)
@@ -80,16 +83,26 @@ class LocalTrainer(TrainingLoop):
 
 def write_tasks(model_dir: str | Path) -> None:
     """The loop's 3 tasks, next to the model (written once by the test, before the ranks start)."""
-    (Path(model_dir).parent / "tasks.jsonl").write_text("".join('{"responses_create_params": {"input": "task %d"}}\n' % i for i in range(3)))
+    (Path(model_dir).parent / "tasks.jsonl").write_text(
+        "".join('{"responses_create_params": {"input": "task %d"}}\n' % i for i in range(3))
+    )
 
 
 def loop_config(model_dir: str | Path, out_dir: str | Path) -> TrainerConfig:
     tasks = Path(model_dir).parent / "tasks.jsonl"
     return TrainerConfig(
-        input_jsonl_fpath=str(tasks), agent_name="agent", output_dir=str(out_dir), num_steps=LOOP_STEPS, batch_size=3, group_size=3,
-        engine=EngineConfig(model_path=str(model_dir), learning_rate=1e-2, micro_batch_size=2), sync_weights=False,
-        head_server_url="http://127.0.0.1:9", checkpoint_interval=1, logging=LoggingOptions(console=False, tensorboard=False),
-    )  # fmt: skip
+        input_jsonl_fpath=str(tasks),
+        agent_name="agent",
+        output_dir=str(out_dir),
+        num_steps=LOOP_STEPS,
+        batch_size=3,
+        group_size=3,
+        engine=EngineConfig(model_path=str(model_dir), learning_rate=1e-2, micro_batch_size=2),
+        sync_weights=False,
+        head_server_url="http://127.0.0.1:9",
+        checkpoint_interval=1,
+        logging=LoggingOptions(console=False, tensorboard=False),
+    )
 
 
 def run_loop(model_dir: str | Path, out_dir: str | Path) -> int:

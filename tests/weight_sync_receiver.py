@@ -1,19 +1,25 @@
-"""A stand-in for vllm_model + one vLLM worker, for the broadcast weight sync's CPU test (tests/test_weight_sync_broadcast.py).
+"""A stand-in for vllm_model + one vLLM worker, for the weight syncs' CPU tests (tests/test_weight_sync_broadcast.py,
+tests/test_weight_sync_ipc.py) and the GPU benchmark's stand-in.
 
     python tests/weight_sync_receiver.py <HF model folder> <port file> [<device> [<dtype>]]   (default: cpu float32)
 
-Serves vllm_model's `/weight_sync/{workers,init,update,close}` routes (same bodies) on a free loopback port (written
-to the port file), calling the real `WeightSyncWorkerExtension` methods on a stand-in worker whose model is the
-transformers model of the folder. The seam: vLLM's `Worker.reload_weights(weights_iterator=)` is replaced by a copy into the
-module's parameters by HF name (KeyError for a name the model does not have, as vLLM's loaders raise). `POST /dump {"path"}`
-writes the model's state dict (safetensors) for the test to compare.
+Serves vllm_model's own weight-sync routes (`nemo_gym.model_servers.weight_sync_routes`: `/weight_sync/{workers,init,
+update,ipc_open,close}`) on a free loopback port (written to the port file); where vllm_model goes through vLLM's
+`/collective_rpc`, this calls the real `WeightSyncWorkerExtension` methods on a stand-in worker whose model is the
+transformers model of the folder. The seams: vLLM's `Worker.reload_weights(weights_iterator=)` and `model.load_weights`
+are a copy into the module's parameters by HF name (KeyError for a name the model does not have, as vLLM's loaders
+raise); cuda_ipc's shared buffer may also be POSIX shared memory (`HostBuffers`: handles of kind `shm`), so the same
+path runs between CPU processes. `POST /dump {"path"}` writes the model's state dict (safetensors) and answers how many
+prefix-cache resets the routes asked for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
+from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,23 +28,42 @@ import torch
 import uvicorn
 from fastapi import FastAPI, HTTPException
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nemo_gym" / "engine_ext"))
-import nemo_gym_weight_sync as transport  # noqa: E402  (as vLLM's worker imports it)
-from nemo_gym_weight_sync import WeightSyncWorkerExtension  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nemo_gym" / "model_servers" / "engine_ext"))
+import weight_sync_worker as transport  # noqa: E402  (as vLLM's worker imports it)
+from weight_sync_worker import WeightSyncWorkerExtension  # noqa: E402
 
 RENDEZVOUS_TIMEOUT_S = 300  # a loaded 2-core CI machine takes tens of seconds to start a spawned process
 
 
-def receive_into_queue(port: int, metas_json: str, queue: Any, backend: str = "gloo", device: str | None = None) -> None:
+def receive_into_queue(
+    port: int, metas_json: str, queue: Any, backend: str = "gloo", device: str | None = None
+) -> None:
     """Rank 1 of a two-process group (`backend`, on `device` for nccl) on 127.0.0.1:`port`: receive the tensors of
     `metas_json` and put {name: tensor on the CPU} on `queue` (a multiprocessing target; this module imports no more
     than torch, FastAPI and uvicorn)."""
     if device is not None:
         torch.cuda.set_device(torch.device(device))
     store = transport.tcp_store("127.0.0.1", port, 2, is_master=False, timeout_s=RENDEZVOUS_TIMEOUT_S)
-    group = transport.WeightSyncGroup(backend, store, 1, 2, timeout_s=RENDEZVOUS_TIMEOUT_S, device=torch.device(device) if device else None)
+    group = transport.WeightSyncGroup(
+        backend, store, 1, 2, timeout_s=RENDEZVOUS_TIMEOUT_S, device=torch.device(device) if device else None
+    )
     group.check()
-    queue.put({name: tensor.cpu().clone() for name, tensor in transport.receive_tensors(group, transport.metas_from_json(metas_json))})
+    queue.put(
+        {
+            name: tensor.cpu().clone()
+            for name, tensor in transport.receive_tensors(group, transport.metas_from_json(metas_json))
+        }
+    )
+
+
+def open_and_answer(buffer_json: str, queue: Any) -> None:
+    """Another process on the same GPU (a multiprocessing target): open the trainer's shared CUDA buffer as vLLM's
+    worker does, put the sum of its first PROBE_BYTES bytes on `queue`, and write 255 into its last byte."""
+    buffer = transport.open_buffer(buffer_json, torch.device("cuda", torch.cuda.current_device()))
+    checksum = int(buffer[: transport.PROBE_BYTES].to(torch.int64).sum())
+    buffer[-1] = 255
+    torch.cuda.synchronize()
+    queue.put(checksum)
 
 
 class LoadableModel(torch.nn.Module):
@@ -57,7 +82,8 @@ class LoadableModel(torch.nn.Module):
 
 
 class StandInWorker(WeightSyncWorkerExtension):
-    """What vLLM's worker offers the extension: `rank`, `device`, `model_runner.model`, `reload_weights(weights_iterator=)`."""
+    """What vLLM's worker offers the extension: `rank`, `device`, `model_runner.model`,
+    `reload_weights(weights_iterator=)`."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.rank = 0
@@ -69,32 +95,61 @@ class StandInWorker(WeightSyncWorkerExtension):
             self.model_runner.model.load_weights(weights=[(name, tensor)])
 
 
-def build_app(worker: StandInWorker) -> FastAPI:
-    app = FastAPI()
+class HostBuffers:
+    """cuda_ipc's buffer in POSIX shared memory (the trainer's side: `allocate` and `share` of CudaIpcWeightSync), so
+    the shared-buffer path runs between CPU processes; `open_host_buffer` is the worker's side."""
 
-    def call(method: str, **kwargs: Any) -> list[Any]:
-        try:
-            return [getattr(worker, method)(**kwargs)]
+    def __init__(self) -> None:
+        self.segments: dict[int, shared_memory.SharedMemory] = {}
+
+    def allocate(self, num_bytes: int, device: Any) -> torch.Tensor:
+        segment = shared_memory.SharedMemory(create=True, size=num_bytes)
+        buffer = torch.frombuffer(segment.buf, dtype=torch.uint8, count=num_bytes)
+        self.segments[buffer.data_ptr()] = segment
+        return buffer
+
+    def share(self, buffer: torch.Tensor) -> str:
+        return json.dumps({"kind": "shm", "name": self.segments[buffer.data_ptr()].name, "num_bytes": buffer.numel()})
+
+    def unlink(self) -> None:
+        for segment in self.segments.values():
+            segment.unlink()  # the memory goes when the last process lets go of it
+
+
+_OPENED: list[shared_memory.SharedMemory] = []  # attached segments stay open as long as this process
+
+
+def open_host_buffer(handle: dict[str, Any], device: torch.device) -> torch.Tensor:
+    segment = shared_memory.SharedMemory(name=handle["name"])
+    resource_tracker.unregister(
+        segment._name, "shared_memory"
+    )  # the trainer owns it (Python < 3.13 would unlink it at our exit)
+    _OPENED.append(segment)
+    return torch.frombuffer(segment.buf, dtype=torch.uint8, count=handle["num_bytes"])
+
+
+transport.BUFFER_OPENERS["shm"] = open_host_buffer
+
+
+def build_app(worker: StandInWorker) -> FastAPI:
+    from nemo_gym.model_servers.weight_sync_routes import add_weight_sync_routes
+
+    app = FastAPI()
+    resets = []
+
+    async def rpc(method: str, kwargs: dict[str, Any]) -> list[Any]:
+        try:  # in a thread: a worker method blocks until the trainer's broadcasts arrive
+            return [await asyncio.to_thread(getattr(worker, method), **kwargs)]
         except Exception as exc:  # vLLM's /collective_rpc answers 500 with the worker's error
             raise HTTPException(500, f"{type(exc).__name__}: {exc}") from exc
 
-    @app.post("/weight_sync/workers")
-    def workers() -> dict[str, Any]:
-        return {"workers": call("nemo_gym_weight_sync_info")}
+    async def reload(model_dir: Path) -> float:
+        raise HTTPException(501, "the stand-in has no filesystem reload")
 
-    @app.post("/weight_sync/init")
-    def init(body: dict[str, Any]) -> dict[str, Any]:
-        return {"workers": call("nemo_gym_weight_sync_init", **body)}
+    async def reset_cache() -> None:
+        resets.append(1)
 
-    @app.post("/weight_sync/update")
-    def update(body: dict[str, Any]) -> dict[str, Any]:
-        result = call("nemo_gym_weight_sync_receive", metas_json=body["tensors_json"])[0]
-        return {"version": body.get("version", 0), **result}
-
-    @app.post("/weight_sync/close")
-    def close() -> dict[str, Any]:
-        call("nemo_gym_weight_sync_close")
-        return {}
+    add_weight_sync_routes(app, reload=reload, rpc=rpc, reset_cache=reset_cache)
 
     @app.post("/dump")
     def dump(body: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +157,7 @@ def build_app(worker: StandInWorker) -> FastAPI:
 
         state = {k: v.detach().clone().contiguous() for k, v in worker.model_runner.model.inner.state_dict().items()}
         save_file(state, body["path"])
-        return {"tensors": len(state)}
+        return {"tensors": len(state), "resets": len(resets)}
 
     return app
 

@@ -14,8 +14,8 @@ without writing a server.
         return art.Trajectory(messages_and_choices=[*messages, choice], reward=score(choice, task))
 
     for batch in art.iterate_dataset(tasks, groups_per_step=4, num_epochs=1, initial_step=await model.get_step()):
-        groups = await art.gather_trajectory_groups(art.TrajectoryGroup(rollout(t) for _ in range(8)) for t in batch.items)
-        await model.train(groups, learning_rate=5e-6)
+        groups = await art.gather_trajectory_groups(art.TrajectoryGroup(rollout(t) for _ in range(8)) for t in
+        batch.items) await model.train(groups, learning_rate=5e-6)
 
 Modules: `trajectories` (Trajectory, TrajectoryGroup), `gather`, `utils` (iterate_dataset, retry), `model`
 (Model, TrainableModel, TrainConfig), `backend` (LocalBackend: vllm_model + the GRPO engine), `tokens`

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import uvicorn
 
-from nemo_gym.auth import take_run_token_from_env
 from nemo_gym.errors import ConfigError
-from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.serve import bind_socket, load_server_class
+from nemo_gym.serving.auth import take_run_token_from_env
+from nemo_gym.serving.entrypoint import bind_socket, load_server_class
+from nemo_gym.serving.limits import UVICORN_LIMITS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     os.replace(url_file.with_suffix(".tmp"), url_file)
     print(f"server {args.name} listening on {url}", flush=True)
     config = uvicorn.Config(
-        server.build_app(run_token=run_token), log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), access_log=False, timeout_keep_alive=60, **UVICORN_LIMITS
+        server.build_app(run_token=run_token),
+        log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"),
+        access_log=False,
+        timeout_keep_alive=60,
+        **UVICORN_LIMITS,
     )
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -35,8 +35,8 @@ from nemo_gym.art.model import TrainableModel, TrainConfig
 from nemo_gym.art.server_process import ServerProcess
 from nemo_gym.art.tokens import GroupsBatch, groups_to_batch, mean_metrics
 from nemo_gym.art.trajectories import TrajectoryGroup
-from nemo_gym.config import REPO_ROOT
 from nemo_gym.jsonl import replace_atomically
+from nemo_gym.layout import REPO_ROOT
 from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
 
@@ -86,7 +86,15 @@ class LocalBackend:
         keep_checkpoints: DeepSpeed checkpoints kept per model (the newest).
     """
 
-    def __init__(self, path: str | Path = ".art", *, start_server: bool = True, server: dict[str, Any] | None = None, startup_timeout_s: float = 1800.0, keep_checkpoints: int = 1):
+    def __init__(
+        self,
+        path: str | Path = ".art",
+        *,
+        start_server: bool = True,
+        server: dict[str, Any] | None = None,
+        startup_timeout_s: float = 1800.0,
+        keep_checkpoints: int = 1,
+    ):
         self.path = Path(path).expanduser().resolve()
         self.start_server = start_server
         self.server_fields = dict(server or {})
@@ -120,7 +128,11 @@ class LocalBackend:
             run = self._runs[key]
             run.model = model
             if run.server is not None and run.server.url:
-                model.inference_base_url, model.inference_api_key, model.inference_model_name = f"{run.server.url}/v1", run.server.token, model.name
+                model.inference_base_url, model.inference_api_key, model.inference_model_name = (
+                    f"{run.server.url}/v1",
+                    run.server.token,
+                    model.name,
+                )
             return
         folder = self.model_folder(model)
         folder.mkdir(parents=True, exist_ok=True)
@@ -128,10 +140,20 @@ class LocalBackend:
         if self.start_server:
             weights = folder / "weights" / run.state.weights if run.state.weights else None
             served = str(weights) if weights is not None and weights.is_dir() else model.base_model
-            fields = {"model": served, "served_model_name": model.name, "return_token_id_information": True, "log_path": str(folder / "logs" / "vllm.log"), **self.server_fields}
+            fields = {
+                "model": served,
+                "served_model_name": model.name,
+                "return_token_id_information": True,
+                "log_path": str(folder / "logs" / "vllm.log"),
+                **self.server_fields,
+            }
             run.server = ServerProcess(VLLM_MODEL_APP, fields, name=model.name, state_dir=folder / "logs")
             url = await run.server.start(self.startup_timeout_s)
-            model.inference_base_url, model.inference_api_key, model.inference_model_name = f"{url}/v1", run.server.token, model.name
+            model.inference_base_url, model.inference_api_key, model.inference_model_name = (
+                f"{url}/v1",
+                run.server.token,
+                model.name,
+            )
         self._runs[key] = run
 
     def _run(self, model: TrainableModel) -> _Run:
@@ -159,7 +181,11 @@ class LocalBackend:
             run.engine = PolicyEngine(run.model.engine_config, run.model.loss)
             if run.state.checkpoint:
                 run.engine.load_checkpoint(run.folder / "checkpoints", run.state.checkpoint)
-            reload = http_reloader(run.server.url, run_token=run.server.token) if run.server is not None and run.server.url else None
+            reload = (
+                http_reloader(run.server.url, run_token=run.server.token)
+                if run.server is not None and run.server.url
+                else None
+            )
             run.sync = FilesystemWeightSync(run.folder / "weights", reload, keep_last=2)
         return run.engine
 
@@ -171,10 +197,12 @@ class LocalBackend:
         metrics: dict[str, Any] = {"step": step, "split": "train", **_group_metrics(grouped)}
         if grouped.batch is None:
             print(
-                f"nemo_gym.art: step {step}: no group to learn from ({grouped.groups_zero_variance} with equal rewards, "
-                f"{grouped.groups_too_small} with fewer than 2 trajectories, of {grouped.num_groups}); no optimizer step",
-                file=sys.stderr, flush=True,
-            )  # fmt: skip
+                f"nemo_gym.art: step {step}: no group to learn from ({grouped.groups_zero_variance} with equal rewards,"
+                f" {grouped.groups_too_small} with fewer than 2 trajectories, of {grouped.num_groups}); no optimizer"
+                " step",
+                file=sys.stderr,
+                flush=True,
+            )
             metrics["trained"] = False
         else:
             _set_learning_rate(run.engine, learning_rate)
@@ -203,7 +231,14 @@ class LocalBackend:
         """Means of the groups' rewards and metrics at the current step, in `history.jsonl`; returns them."""
         run = self._run(model)
         rewards = [t.reward for g in groups for t in g]
-        grouped = GroupsBatch(None, rewards, torch.zeros(0), num_groups=len(groups), num_exceptions=sum(len(g.exceptions) for g in groups), metrics=mean_metrics(groups))
+        grouped = GroupsBatch(
+            None,
+            rewards,
+            torch.zeros(0),
+            num_groups=len(groups),
+            num_exceptions=sum(len(g.exceptions) for g in groups),
+            metrics=mean_metrics(groups),
+        )
         metrics = {"step": run.state.step, "split": split, **_group_metrics(grouped)}
         self._write_trajectories(run, split, run.state.step, groups)
         _append_history(run.folder, metrics)

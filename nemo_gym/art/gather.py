@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from nemo_gym.art.trajectories import GATHER_PROGRESS, GatherProgress, PendingGroup, TrajectoryGroup
 
-__all__ = ["PendingGroup", "gather_trajectory_groups"]
+__all__ = ["gather_trajectory_groups"]
 
 
 async def gather_trajectory_groups(
@@ -30,8 +30,7 @@ async def gather_trajectory_groups(
     Args:
         groups: awaitables of `TrajectoryGroup`, usually `TrajectoryGroup(rollout(...) for _ in range(n))`.
         pbar_desc: the bar's label; None: no bar.
-        max_exceptions: failed rollouts (or groups) tolerated: a count, or a share of all trajectories when
-            in (0, 1).
+        max_exceptions: failed rollouts (or groups) tolerated: a count, or a share of all trajectories when in (0, 1).
         after_each: awaited on each finished group (e.g. a judge scoring it); its result replaces the group,
             None drops it.
 
@@ -43,7 +42,9 @@ async def gather_trajectory_groups(
         ValueError: a trajectory with a metric that is not a number or a bool.
     """
     groups = list(groups)
-    progress = GatherProgress(total=sum(getattr(g, "num_trajectories", 1) for g in groups), max_exceptions=max_exceptions)
+    progress = GatherProgress(
+        total=sum(getattr(g, "num_trajectories", 1) for g in groups), max_exceptions=max_exceptions
+    )
     if pbar_desc is not None:
         progress.pbar = tqdm(desc=pbar_desc, total=progress.total)
 

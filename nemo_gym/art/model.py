@@ -1,11 +1,11 @@
 """Models in ART's style: `Model` (any OpenAI-compatible endpoint, e.g. a judge) and `TrainableModel`.
 
-    model = TrainableModel(name="agent-001", project="arithmetic", base_model="embedded:smollm2")
-    await model.register(LocalBackend())        # starts vllm_model for inference; resumes from the last step
-    client = model.openai_client()              # openai.AsyncOpenAI pointed at it
-    ... rollouts with client.chat.completions.create(model=model.inference_model_name, ...) ...
-    await model.train(groups, config=TrainConfig(learning_rate=5e-6))   # one GRPO step, then the server
-                                                                         # serves the new weights
+model = TrainableModel(name="agent-001", project="arithmetic", base_model="embedded:smollm2")
+await model.register(LocalBackend())        # starts vllm_model for inference; resumes from the last step
+client = model.openai_client()              # openai.AsyncOpenAI pointed at it
+... rollouts with client.chat.completions.create(model=model.inference_model_name, ...) ...
+await model.train(groups, config=TrainConfig(learning_rate=5e-6))   # one GRPO step, then the server
+                                                                     # serves the new weights
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ class Backend(Protocol):
 
     async def get_step(self, model: TrainableModel) -> int: ...
 
-    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, Any]: ...
+    async def train(
+        self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
+    ) -> dict[str, Any]: ...
 
     async def log(self, model: TrainableModel, groups: list[TrajectoryGroup], split: str) -> dict[str, Any]: ...
 
@@ -64,7 +66,15 @@ class Model:
 
     trainable = False
 
-    def __init__(self, name: str, project: str = "default", *, inference_model_name: str | None = None, inference_base_url: str | None = None, inference_api_key: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        project: str = "default",
+        *,
+        inference_model_name: str | None = None,
+        inference_base_url: str | None = None,
+        inference_api_key: str | None = None,
+    ):
         self.name = _checked_name(name, "model name")
         self.project = _checked_name(project, "project")
         self.inference_model_name = inference_model_name or name
@@ -75,7 +85,12 @@ class Model:
     def openai_client(self, *, timeout_s: float = 600.0, max_retries: int = 2) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` for this model's endpoint (made once, then the same one is returned)."""
         if self._client is None:
-            self._client = AsyncOpenAI(base_url=self.inference_base_url, api_key=self.inference_api_key, timeout=timeout_s, max_retries=max_retries)
+            self._client = AsyncOpenAI(
+                base_url=self.inference_base_url,
+                api_key=self.inference_api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+            )
         return self._client
 
     def __repr__(self) -> str:
@@ -115,7 +130,9 @@ class TrainableModel(Model):
         self.engine_config = EngineConfig(model_path=base_model, **(engine or {}))
         self.loss = loss if isinstance(loss, LossOptions) else LossOptions.model_validate(loss or {})
         if advantage_estimator not in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
-            raise ValueError(f"unknown advantage_estimator {advantage_estimator!r}; expected grpo, dr_grpo, rloo or reinforce_pp")
+            raise ValueError(
+                f"unknown advantage_estimator {advantage_estimator!r}; expected grpo, dr_grpo, rloo or reinforce_pp"
+            )
         self.advantage_estimator = advantage_estimator
         self.backend: Backend | None = None
 
@@ -144,7 +161,13 @@ class TrainableModel(Model):
         """Optimizer steps (train calls) done so far, across restarts."""
         return await self._registered().get_step(self)
 
-    async def train(self, trajectory_groups: Iterable[TrajectoryGroup], config: TrainConfig | None = None, *, learning_rate: float | None = None) -> dict[str, float]:
+    async def train(
+        self,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        learning_rate: float | None = None,
+    ) -> dict[str, float]:
         """One GRPO step on the groups, then the inference server serves the new weights; the step is saved.
 
         Args:

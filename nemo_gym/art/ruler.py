@@ -21,8 +21,8 @@ from openai import AsyncOpenAI
 
 from nemo_gym.art.model import Model
 from nemo_gym.art.trajectories import Trajectory, TrajectoryGroup
-from nemo_gym.config import REPO_ROOT
-from nemo_gym.module_loading import import_file
+from nemo_gym.layout import REPO_ROOT
+from nemo_gym.serving.module_loading import import_file
 
 __all__ = ["RulerError", "judge_messages", "ruler_score_group"]
 
@@ -61,7 +61,12 @@ def judge_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
             reduced.append({"role": role, "content": text})
         for call in calls:
             function = call.get("function") or {}
-            reduced.append({"role": "assistant", "tool_call": {"name": function.get("name"), "arguments": function.get("arguments")}})
+            reduced.append(
+                {
+                    "role": "assistant",
+                    "tool_call": {"name": function.get("name"), "arguments": function.get("arguments")},
+                }
+            )
     return reduced
 
 
@@ -108,7 +113,9 @@ async def ruler_score_group(
         return group
     judge = group_judge()
     try:
-        scores = await _scores(judge, group, judge_model, judge_client, rubric, reference, constrain_output, max_attempts, create_params)
+        scores = await _scores(
+            judge, group, judge_model, judge_client, rubric, reference, constrain_output, max_attempts, create_params
+        )
     except Exception:
         if swallow_exceptions:
             return None
@@ -121,9 +128,16 @@ async def ruler_score_group(
 
 
 async def _scores(
-    judge: ModuleType, group: TrajectoryGroup, judge_model: str | Model, judge_client: AsyncOpenAI | None, rubric: str | None,
-    reference: str | None, constrain_output: bool, max_attempts: int, create_params: dict[str, Any] | None,
-) -> list[float]:  # fmt: skip
+    judge: ModuleType,
+    group: TrajectoryGroup,
+    judge_model: str | Model,
+    judge_client: AsyncOpenAI | None,
+    rubric: str | None,
+    reference: str | None,
+    constrain_output: bool,
+    max_attempts: int,
+    create_params: dict[str, Any] | None,
+) -> list[float]:
     """One score per trajectory, in order (identical trajectories are judged once)."""
     conversations = [judge_messages(t) for t in group]
     length = judge.shared_prefix_length(conversations)

@@ -2,8 +2,9 @@
 
 The child (`python -m nemo_gym.art._serve`) runs in a session of its own (a Ctrl-C in the terminal reaches
 only this process, which then stops it in order), `stop` reaches everything it started (vLLM and its engine
-processes), and it gets SIGTERM if this process dies (Linux parent-death signal). A fresh random token guards every route but `/health`; an OpenAI client sends it as
-its API key (`Authorization: Bearer`), which the server accepts (`nemo_gym.auth`).
+processes), and it gets SIGTERM if this process dies (Linux parent-death signal). A fresh random token guards every
+route but `/health`; an OpenAI client sends it as
+its API key (`Authorization: Bearer`), which the server accepts (`nemo_gym.serving.auth`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any
 import httpx
 import psutil
 
-from nemo_gym.auth import RUN_TOKEN_ENV, new_run_token
 from nemo_gym.errors import ServerStartError
-from nemo_gym.run_processes import tail
+from nemo_gym.orchestration.server_processes import tail
 from nemo_gym.processes import die_with_parent  # the same parent-death signal vLLM's process gets
+from nemo_gym.serving.auth import RUN_TOKEN_ENV, new_run_token
 
 __all__ = ["ServerProcess"]
 
@@ -60,10 +61,30 @@ class ServerProcess:
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold an API key
         with os.fdopen(fd, "w") as handle:
             json.dump(self.config, handle)
-        command = [sys.executable, "-m", "nemo_gym.art._serve", "--app", str(self.app_path), "--name", self.name, "--config", str(config_path), "--url-file", str(url_file)]
+        command = [
+            sys.executable,
+            "-m",
+            "nemo_gym.art._serve",
+            "--app",
+            str(self.app_path),
+            "--name",
+            self.name,
+            "--config",
+            str(config_path),
+            "--url-file",
+            str(url_file),
+        ]
         env = {**os.environ, RUN_TOKEN_ENV: self.token}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent)
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         try:
             await self._wait_healthy(url_file, timeout_s)
         except BaseException:
@@ -76,7 +97,10 @@ class ServerProcess:
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
-                    raise ServerStartError(f"server {self.name!r} exited with code {self.process.returncode} during start; last lines of {self.log_path}:\n{tail(self.log_path, 40)}")
+                    raise ServerStartError(
+                        f"server {self.name!r} exited with code {self.process.returncode} during start; last lines of"
+                        f" {self.log_path}:\n{tail(self.log_path, 40)}"
+                    )
                 if self.url is None and url_file.is_file():
                     self.url = url_file.read_text().strip()
                 if self.url is not None:
@@ -84,7 +108,10 @@ class ServerProcess:
                         if (await client.get(f"{self.url}/health")).status_code == 200:
                             return
                 await asyncio.sleep(0.25)
-        raise ServerStartError(f"server {self.name!r} was not healthy after {timeout_s:.0f} s; last lines of {self.log_path}:\n{tail(self.log_path, 40)}")
+        raise ServerStartError(
+            f"server {self.name!r} was not healthy after {timeout_s:.0f} s; last lines of"
+            f" {self.log_path}:\n{tail(self.log_path, 40)}"
+        )
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the child (it stops what it started, e.g. vLLM), then SIGKILL whatever of its tree is left

@@ -1,13 +1,13 @@
 """Trajectory groups → a `TrainingBatch`: the policy's own token ids, a loss mask, its log-probs, GRPO advantages.
 
 Only `Choice`s are trained. vllm_model puts the token information of a call on the choice's message
-(`prompt_token_ids`, `generation_token_ids`, `generation_log_probs`, ARCHITECTURE §2); the openai client keeps
-these extra fields. A trajectory whose calls chain exactly (each call's prompt starts with the previous
-call's prompt + generation: what vllm_model does when the previous assistant turn is passed back with its
-token ids, as `Trajectory.messages()` does) is one sequence with every generated token masked in
-(`nemo_gym.train.batch.rollout_to_sequence`). When they do not chain (the rollout rebuilt the messages
-without the token ids, so later prompts re-tokenized earlier turns), each call becomes its own sequence, all
-with the trajectory's advantage: the same tokens are trained, each in the context it was sampled in.
+(`prompt_token_ids`, `generation_token_ids`, `generation_log_probs`: docs/architecture.md, Processes and the wire
+protocol); the openai client keeps these extra fields. A trajectory whose calls chain exactly (each call's prompt
+starts with the previous call's prompt + generation: what vllm_model does when the previous assistant turn is passed
+back with its token ids, as `Trajectory.messages()` does) is one sequence with every generated token masked in
+(`nemo_gym.train.batch.rollout_to_sequence`). When they do not chain (the rollout rebuilt the messages without the
+token ids, so later prompts re-tokenized earlier turns), each call becomes its own sequence, all with the
+trajectory's advantage: the same tokens are trained, each in the context it was sampled in.
 
 Groups: advantages are computed per group (`nemo_gym.rl.compute_advantages`); groups of fewer than two
 trajectories and groups whose rewards do not vary carry no signal and are dropped (and counted).
@@ -60,8 +60,9 @@ def trajectory_sequences(trajectory: Trajectory) -> list[TrainingSequence]:
         info = choice_token_info(choice)
         if info is None:
             raise DataError(
-                f"choice {index} of the trajectory carries no token ids: sample with `model.openai_client()` of a registered "
-                "TrainableModel (vllm_model returns prompt_token_ids, generation_token_ids, generation_log_probs)"
+                f"choice {index} of the trajectory carries no token ids: sample with `model.openai_client()` of a"
+                " registered TrainableModel (vllm_model returns prompt_token_ids, generation_token_ids,"
+                " generation_log_probs)"
             )
         calls.append(info)
     if not calls:
@@ -98,7 +99,9 @@ def _group_advantages(rewards: list[list[float]], estimator: str) -> list[list[f
         return compute_advantages(torch.tensor(rewards, dtype=torch.float64), estimator=estimator).tolist()  # type: ignore[arg-type]
     if estimator == "reinforce_pp":
         raise ValueError("reinforce_pp normalises over the batch: give groups of equal size")
-    return [compute_advantages(torch.tensor([r], dtype=torch.float64), estimator=estimator)[0].tolist() for r in rewards]  # type: ignore[arg-type]
+    return [
+        compute_advantages(torch.tensor([r], dtype=torch.float64), estimator=estimator)[0].tolist() for r in rewards
+    ]  # type: ignore[arg-type]
 
 
 def mean_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
@@ -115,7 +118,9 @@ def mean_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
     return {f"metric_{name}": sum(values) / len(values) for name, values in sums.items()}
 
 
-def groups_to_batch(groups: Iterable[TrajectoryGroup], *, estimator: str = "grpo", pad_token_id: int = 0) -> GroupsBatch:
+def groups_to_batch(
+    groups: Iterable[TrajectoryGroup], *, estimator: str = "grpo", pad_token_id: int = 0
+) -> GroupsBatch:
     """Advantages per group, sequences per trajectory, one padded `TrainingBatch` (see the module docstring).
 
     Raises:
@@ -124,7 +129,14 @@ def groups_to_batch(groups: Iterable[TrajectoryGroup], *, estimator: str = "grpo
     """
     groups = list(groups)
     rewards = [t.reward for g in groups for t in g]
-    result = GroupsBatch(None, rewards, torch.zeros(0), num_groups=len(groups), num_exceptions=sum(len(g.exceptions) for g in groups), metrics=mean_metrics(groups))
+    result = GroupsBatch(
+        None,
+        rewards,
+        torch.zeros(0),
+        num_groups=len(groups),
+        num_exceptions=sum(len(g.exceptions) for g in groups),
+        metrics=mean_metrics(groups),
+    )
     sized = [g for g in groups if len(g) >= 2]
     result.groups_too_small = len(groups) - len(sized)
     zero_variance = [bool(zero_variance_groups(torch.tensor([g.rewards], dtype=torch.float64))[0]) for g in sized]

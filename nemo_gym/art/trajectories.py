@@ -24,17 +24,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from openai.types.chat.chat_completion import Choice
-from tqdm.auto import tqdm
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
-__all__ = ["MetricValue", "MetadataValue", "MessageOrChoice", "RolloutError", "Trajectory", "TrajectoryGroup", "PendingGroup", "GatherProgress"]
+__all__ = [
+    "MetricValue",
+    "MetadataValue",
+    "MessageOrChoice",
+    "RolloutError",
+    "Trajectory",
+    "TrajectoryGroup",
+    "PendingGroup",
+    "GatherProgress",
+]
 
-MetricValue = Union[StrictFloat, StrictInt, StrictBool]
+MetricValue = StrictFloat | StrictInt | StrictBool
 """A metric: a number or a bool (strings are rejected, so every metric can be averaged)."""
-MetadataValue = Union[StrictFloat, StrictInt, StrictBool, StrictStr, None]
+MetadataValue = StrictFloat | StrictInt | StrictBool | StrictStr | None
 MessageOrChoice = Union["ChatCompletionMessageParam", Choice]
 """An OpenAI chat message dict (context, not trained) or a `Choice` of the policy server (trained)."""
 
@@ -63,7 +72,9 @@ class Trajectory(BaseModel):
 
     model_config = ConfigDict(validate_assignment=True, extra="forbid")
 
-    messages_and_choices: list[Choice | dict[str, Any]] = Field(default_factory=list, description="chat messages (context) and Choices (trained)")
+    messages_and_choices: list[Choice | dict[str, Any]] = Field(
+        default_factory=list, description="chat messages (context) and Choices (trained)"
+    )
     reward: float = Field(allow_inf_nan=False, description="the trajectory's reward (finite)")
     metrics: dict[str, MetricValue] = Field(default_factory=dict, description="numeric or bool metrics")
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, description="scalar metadata")
@@ -82,7 +93,10 @@ class Trajectory(BaseModel):
     def _roles(cls, value: list[Choice | dict[str, Any]]) -> list[Choice | dict[str, Any]]:
         for index, item in enumerate(value):
             if isinstance(item, dict) and item.get("role") not in MESSAGE_ROLES:
-                raise ValueError(f"messages_and_choices[{index}] is neither a Choice nor a message with a role in {sorted(MESSAGE_ROLES)}: {str(item)[:200]}")
+                raise ValueError(
+                    f"messages_and_choices[{index}] is neither a Choice nor a message with a role in"
+                    f" {sorted(MESSAGE_ROLES)}: {str(item)[:200]}"
+                )
         return value
 
     def check_metrics(self) -> None:
@@ -107,7 +121,10 @@ class Trajectory(BaseModel):
         A `Choice` becomes its assistant message, token ids included, so that vllm_model continues the
         conversation from exactly the tokens it generated (no re-tokenization of earlier turns).
         """
-        return [item.message.model_dump(mode="json", exclude_none=True) if isinstance(item, Choice) else item for item in self.messages_and_choices]
+        return [
+            item.message.model_dump(mode="json", exclude_none=True) if isinstance(item, Choice) else item
+            for item in self.messages_and_choices
+        ]
 
     def __str__(self) -> str:
         return f"Trajectory(reward={self.reward}, metrics={self.metrics}, metadata={self.metadata})"
@@ -122,7 +139,11 @@ class RolloutError(BaseModel):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> RolloutError:
-        return cls(type=type(exc).__qualname__, message=str(exc), traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return cls(
+            type=type(exc).__qualname__,
+            message=str(exc),
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
 
 
 # `TrajectoryGroup(generator)`: __new__ must look inside the iterable (to tell awaitables from trajectories),
@@ -220,7 +241,9 @@ class GatherProgress:
         self.pbar.set_postfix(postfix, refresh=False)
 
 
-GATHER_PROGRESS: contextvars.ContextVar[GatherProgress | None] = contextvars.ContextVar("nemo_gym_art_gather", default=None)
+GATHER_PROGRESS: contextvars.ContextVar[GatherProgress | None] = contextvars.ContextVar(
+    "nemo_gym_art_gather", default=None
+)
 
 
 class PendingGroup:

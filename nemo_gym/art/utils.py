@@ -56,7 +56,10 @@ def iterate_dataset(
         ValueError: `groups_per_step` or `num_epochs` below 1, or `initial_step` negative.
     """
     if groups_per_step < 1 or num_epochs < 1 or initial_step < 0:
-        raise ValueError(f"need groups_per_step >= 1, num_epochs >= 1, initial_step >= 0 (got {groups_per_step}, {num_epochs}, {initial_step})")
+        raise ValueError(
+            f"need groups_per_step >= 1, num_epochs >= 1, initial_step >= 0 (got {groups_per_step}, {num_epochs},"
+            f" {initial_step})"
+        )
     steps_per_epoch = math.ceil(len(items) / groups_per_step)
     total_steps = steps_per_epoch * num_epochs
     bar = tqdm(desc="steps", total=total_steps, initial=min(initial_step, total_steps)) if use_tqdm else None

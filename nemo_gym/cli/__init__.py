@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from nemo_gym.commands import COMMANDS, dispatch, main, unknown_command
 
@@ -23,7 +23,8 @@ def _entry(name: str) -> Callable[[], None]:
     def entry() -> None:
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             # Started as a background job of a non-interactive shell (`ng_... &` in a script, a CI harness), which
-            # ignores SIGINT: every ng_ command documents Ctrl-C / SIGINT as its stop, so it gets KeyboardInterrupt back.
+            # ignores SIGINT: every ng_ command documents Ctrl-C / SIGINT as its stop, so it gets KeyboardInterrupt
+            # back.
             signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.exit(main(name))
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from nemo_gym.config import load_config
+from nemo_gym.orchestration.run import run_main
 from nemo_gym.rnow.project import expand_rnow_args
-from nemo_gym.run import run_main
 
 __all__ = ["main"]
 

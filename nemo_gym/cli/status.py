@@ -1,11 +1,12 @@
-"""`ng_status`'s main: the servers of every live `ng_run` (`nemo_gym.status`), then the background training runs
+"""`ng_status`'s main: the servers of every live `ng_run` (`nemo_gym.orchestration.status`), then the background
+training runs
 (`ng_runs list`) and the run server this user is logged in to."""
 
 from __future__ import annotations
 
-from nemo_gym.runs import print_training_runs
-from nemo_gym.status import StatusOptions, status_main
-from nemo_gym.team.client import print_team_status
+from nemo_gym.orchestration.status import StatusOptions, status_main
+from nemo_gym.runs.command import print_training_runs
+from nemo_gym.team.remote_runs import print_team_status
 
 __all__ = ["main"]
 

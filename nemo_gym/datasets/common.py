@@ -15,8 +15,9 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 import yaml
@@ -84,7 +85,9 @@ def _logins() -> dict[str, dict[str, str]]:
     return data if isinstance(data, dict) else {}
 
 
-def setting(key: str, env_vars: tuple[str, ...] = (), explicit: Any = None, *, login: tuple[str, str] | None = None) -> Any:
+def setting(
+    key: str, env_vars: tuple[str, ...] = (), explicit: Any = None, *, login: tuple[str, str] | None = None
+) -> Any:
     """The value of a setting: `explicit`, else `env.yaml[key]`, else the first set environment variable,
     else `login=(service, field)` from the `ng_login` file; None when none has it."""
     if explicit not in (None, ""):
@@ -114,7 +117,8 @@ def load_login(service: str) -> dict[str, str]:
 
 
 def save_login(service: str, token: str, url: str | None = None, **extra: str) -> Path:
-    """Store `token` (and `url`, and `extra` fields) of `service` in the login file, written atomically with mode 0600."""
+    """Store `token` (and `url`, and `extra` fields) of `service` in the login file, written atomically with mode
+    0600."""
     path = credentials_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     logins = _logins()
@@ -217,6 +221,8 @@ def confirm(question: str, yes: bool) -> bool:
     if yes:
         return True
     if not sys.stdin or not sys.stdin.isatty():
-        raise RegistryError(f"{question} needs a confirmation, but there is no terminal to ask on; pass +yes=true to confirm")
+        raise RegistryError(
+            f"{question} needs a confirmation, but there is no terminal to ask on; pass +yes=true to confirm"
+        )
     answer = input(f"{question} [y/N]: ").strip().lower()
     return answer in ("y", "yes")

@@ -12,9 +12,10 @@ Settings: `gitlab_url` (env.yaml, `GITLAB_URL`, or `ng_login +service=gitlab +ur
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import gitlab
 import requests
@@ -82,9 +83,20 @@ class GitlabRegistry:
         self.url = setting("gitlab_url", ("GITLAB_URL",), url, login=("gitlab", "url"))
         self.token = token_for("gitlab", token)
         self.project_id = setting("gitlab_project_id", ("GITLAB_PROJECT_ID",), project_id)
-        missing = [name for name, value in (("gitlab_url", self.url), ("gitlab_project_id", self.project_id), ("gitlab_token", self.token)) if not value]
+        missing = [
+            name
+            for name, value in (
+                ("gitlab_url", self.url),
+                ("gitlab_project_id", self.project_id),
+                ("gitlab_token", self.token),
+            )
+            if not value
+        ]
         if missing:
-            raise RegistryError(f"GitLab settings missing: {', '.join(missing)}; set them in env.yaml, as GITLAB_URL / GITLAB_PROJECT_ID / GITLAB_TOKEN, or with ng_login +service=gitlab")
+            raise RegistryError(
+                f"GitLab settings missing: {', '.join(missing)}; set them in env.yaml, as GITLAB_URL /"
+                " GITLAB_PROJECT_ID / GITLAB_TOKEN, or with ng_login +service=gitlab"
+            )
         self.host = host_of(str(self.url))
         self.client = gitlab.Gitlab(url=str(self.url), private_token=self.token, timeout=60)
         self.project = self.client.projects.get(self.project_id, lazy=True)
@@ -98,13 +110,21 @@ class GitlabRegistry:
         try:
             yield
         except requests.RequestException as exc:  # refused, timed out, or the connection broke mid-transfer
-            raise RegistryError(f"cannot reach {self.where} while {action}: {self._clean(exc)}. Check {CHECK_SETTINGS} and the network connection") from None
+            raise RegistryError(
+                f"cannot reach {self.where} while {action}: {self._clean(exc)}. Check {CHECK_SETTINGS} and the network"
+                " connection"
+            ) from None
         except gitlab.GitlabError as exc:
             code = getattr(exc, "response_code", None)
             if code in (401, 403):
-                raise RegistryError(f"{self.where} refused the token (HTTP {code}) while {action}; check {CHECK_TOKEN}") from None
+                raise RegistryError(
+                    f"{self.where} refused the token (HTTP {code}) while {action}; check {CHECK_TOKEN}"
+                ) from None
             if code == 404:
-                raise RegistryError(f"{self.where}: not found (HTTP 404) while {action}; check gitlab_project_id and the dataset name and version") from None
+                raise RegistryError(
+                    f"{self.where}: not found (HTTP 404) while {action}; check gitlab_project_id and the dataset name"
+                    " and version"
+                ) from None
             raise RegistryError(f"{self.where} failed while {action}: HTTP {code}: {self._clean(exc)}") from None
 
     def _clean(self, exc: BaseException) -> str:
@@ -136,22 +156,34 @@ class GitlabRegistry:
         existing = self._package(dataset_name, version)
         if existing is not None:
             if not overwrite:
-                raise RegistryError(f"dataset {dataset_name!r} version {version} already exists in {self.where}; pass +overwrite=true to replace it, or choose another version")
+                raise RegistryError(
+                    f"dataset {dataset_name!r} version {version} already exists in {self.where}; pass +overwrite=true"
+                    " to replace it, or choose another version"
+                )
             with self._errors(f"deleting {dataset_name!r} {version} to overwrite it"):
                 self.project.packages.delete(existing.id)
         digest = sha256_file(path)
         with self._errors(f"uploading {path.name} as {dataset_name!r} {version}"):
             with path.open("rb") as fh:
-                stored = self.project.generic_packages.upload(dataset_name, version, path.name, data=fh, select="package_file")
-            self.project.generic_packages.upload(dataset_name, version, f"{path.name}.sha256", data=f"{digest}  {path.name}\n".encode())
+                stored = self.project.generic_packages.upload(
+                    dataset_name, version, path.name, data=fh, select="package_file"
+                )
+            self.project.generic_packages.upload(
+                dataset_name, version, f"{path.name}.sha256", data=f"{digest}  {path.name}\n".encode()
+            )
         remote = getattr(stored, "file_sha256", None)
         if remote and remote != digest:
-            raise RegistryError(f"{self.where} stored {path.name} with sha256 {remote}, but the file has {digest}: the upload was corrupted; upload again with +overwrite=true")
+            raise RegistryError(
+                f"{self.where} stored {path.name} with sha256 {remote}, but the file has {digest}: the upload was"
+                " corrupted; upload again with +overwrite=true"
+            )
         return digest
 
     def _files(self, package: Any) -> list[Any]:
         with self._errors(f"listing the files of {package.name!r} {package.version}"):
-            return sorted(self.project.packages.get(package.id, lazy=True).package_files.list(get_all=True), key=lambda f: f.id)
+            return sorted(
+                self.project.packages.get(package.id, lazy=True).package_files.list(get_all=True), key=lambda f: f.id
+            )
 
     def resolve_file(self, dataset_name: str, version: str, artifact_fpath: str | None = None) -> tuple[str, str]:
         """The file of a version to download (`artifact_fpath`, else its only data file) and its sha256.
@@ -162,18 +194,34 @@ class GitlabRegistry:
         package = self._package(dataset_name, version)
         if package is None:
             versions = ", ".join(p.version for p in self.packages(dataset_name)) or "none"
-            raise RegistryError(f"dataset {dataset_name!r} has no version {version} in {self.where} (versions: {versions})")
+            raise RegistryError(
+                f"dataset {dataset_name!r} has no version {version} in {self.where} (versions: {versions})"
+            )
         files = self._files(package)
         names = sorted({f.file_name for f in files if not f.file_name.endswith(".sha256")})
         if artifact_fpath is None and len(names) != 1:
-            raise RegistryError(f"dataset {dataset_name!r} {version} has files {names}; choose one with +artifact_fpath=...")
+            raise RegistryError(
+                f"dataset {dataset_name!r} {version} has files {names}; choose one with +artifact_fpath=..."
+            )
         name = artifact_fpath or names[0]
         matching = [f for f in files if f.file_name == name]
         if not matching:
-            raise RegistryError(f"dataset {dataset_name!r} {version} in {self.where} has no file {name!r} (files: {names})")
-        return name, getattr(matching[-1], "file_sha256", None) or self._sidecar_sha256(dataset_name, version, name, files)
+            raise RegistryError(
+                f"dataset {dataset_name!r} {version} in {self.where} has no file {name!r} (files: {names})"
+            )
+        return name, getattr(matching[-1], "file_sha256", None) or self._sidecar_sha256(
+            dataset_name, version, name, files
+        )
 
-    def download(self, dataset_name: str, version: str, output: Path, artifact_fpath: str | None = None, *, overwrite: bool = False) -> Path:
+    def download(
+        self,
+        dataset_name: str,
+        version: str,
+        output: Path,
+        artifact_fpath: str | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> Path:
         """Download a version's file to `output` (checked against its sha256, moved into place atomically).
 
         Raises:
@@ -183,21 +231,31 @@ class GitlabRegistry:
         name, expected = self.resolve_file(dataset_name, version, artifact_fpath)
 
         def fetch(tmp_dir: Path) -> Path:
-            target = resolve_inside(tmp_dir, Path(name).name, what=f"file name {name!r} from {self.where}")  # the registry's name: no '..'
+            target = resolve_inside(
+                tmp_dir, Path(name).name, what=f"file name {name!r} from {self.where}"
+            )  # the registry's name: no '..'
             with target.open("wb") as fh, self._errors(f"downloading {name} of {dataset_name!r} {version}"):
-                self.project.generic_packages.download(dataset_name, version, name, streamed=True, action=fh.write, chunk_size=1 << 20)
+                self.project.generic_packages.download(
+                    dataset_name, version, name, streamed=True, action=fh.write, chunk_size=1 << 20
+                )
             return target
 
         def verify(path: Path) -> None:
             actual = sha256_file(path)
             if actual != expected:
-                raise RegistryError(f"checksum mismatch for {name} of {dataset_name!r} {version} from {self.where}: expected sha256 {expected}, got {actual}; nothing was written to {output}")
+                raise RegistryError(
+                    f"checksum mismatch for {name} of {dataset_name!r} {version} from {self.where}: expected sha256"
+                    f" {expected}, got {actual}; nothing was written to {output}"
+                )
 
         return atomic_download(output, fetch, verify)
 
     def _sidecar_sha256(self, dataset_name: str, version: str, name: str, files: list[Any]) -> str:
         if not any(f.file_name == f"{name}.sha256" for f in files):
-            raise RegistryError(f"{self.where} reports no sha256 for {name} of {dataset_name!r} {version} and it has no {name}.sha256 file; cannot verify the download")
+            raise RegistryError(
+                f"{self.where} reports no sha256 for {name} of {dataset_name!r} {version} and it has no {name}.sha256"
+                " file; cannot verify the download"
+            )
         with self._errors(f"downloading {name}.sha256"):
             text = self.project.generic_packages.download(dataset_name, version, f"{name}.sha256")
         return bytes(text).decode().split()[0]
@@ -227,14 +285,26 @@ def upload_main(options: UploadToGitlabOptions) -> int:
     registry = GitlabRegistry()
     path = Path(options.input_jsonl_fpath)
     digest = registry.upload(options.dataset_name, options.version, path, overwrite=options.overwrite)
-    print(f"uploaded {path.name} as dataset {options.dataset_name!r} version {options.version} to {registry.where} (sha256 {digest})")
+    print(
+        f"uploaded {path.name} as dataset {options.dataset_name!r} version {options.version} to {registry.where}"
+        f" (sha256 {digest})"
+    )
     return 0
 
 
 def download_main(options: DownloadFromGitlabOptions) -> int:
     registry = GitlabRegistry()
-    output = registry.download(options.dataset_name, options.version, Path(options.output_fpath), options.artifact_fpath, overwrite=options.overwrite)
-    print(f"downloaded dataset {options.dataset_name!r} version {options.version} from {registry.where} to {output} (sha256 verified)")
+    output = registry.download(
+        options.dataset_name,
+        options.version,
+        Path(options.output_fpath),
+        options.artifact_fpath,
+        overwrite=options.overwrite,
+    )
+    print(
+        f"downloaded dataset {options.dataset_name!r} version {options.version} from {registry.where} to {output}"
+        " (sha256 verified)"
+    )
     return 0
 
 
@@ -261,7 +331,9 @@ def delete_main(options: DeleteFromGitlabOptions) -> int:
     return 0
 
 
-def download_to_dir(registry: GitlabRegistry, dataset_name: str, version: str | None, artifact_fpath: str | None, directory: Path) -> Path:
+def download_to_dir(
+    registry: GitlabRegistry, dataset_name: str, version: str | None, artifact_fpath: str | None, directory: Path
+) -> Path:
     """Download a version (default: the latest) into `directory`, keeping the registry's file name."""
     version = version or registry.latest_version(dataset_name)
     name, _ = registry.resolve_file(dataset_name, version, artifact_fpath)

@@ -15,17 +15,22 @@ default https://huggingface.co).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx2
 import yaml
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RemoteEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub.errors import (
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.config import SERVER_TYPES
 from nemo_gym.datasets.common import (
     RegistryError,
     atomic_download,
@@ -39,6 +44,7 @@ from nemo_gym.datasets.common import (
     token_for,
 )
 from nemo_gym.datasets.gitlab import GitlabRegistry, download_to_dir
+from nemo_gym.layout import SERVER_TYPES
 from nemo_gym.paths import resolve_inside
 
 __all__ = [
@@ -58,24 +64,41 @@ CHECK_TOKEN = "hf_token (parameter, env.yaml, HF_TOKEN or ng_login +service=hf)"
 
 class _HfTarget(BaseModel):
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
-    hf_token: str | None = Field(None, description="Hub token with write access (default: env.yaml hf_token, HF_TOKEN, ng_login)")
-    hf_organization: str | None = Field(None, description="organization (or user) owning the repository (default: env.yaml)")
-    hf_collection_name: str | None = Field(None, description="collection to add the dataset to (default: env.yaml; none: no collection)")
-    hf_collection_slug: str | None = Field(None, description="id at the end of the collection's URL (default: env.yaml; none: create the collection by name)")
+    hf_token: str | None = Field(
+        None, description="Hub token with write access (default: env.yaml hf_token, HF_TOKEN, ng_login)"
+    )
+    hf_organization: str | None = Field(
+        None, description="organization (or user) owning the repository (default: env.yaml)"
+    )
+    hf_collection_name: str | None = Field(
+        None, description="collection to add the dataset to (default: env.yaml; none: no collection)"
+    )
+    hf_collection_slug: str | None = Field(
+        None,
+        description="id at the end of the collection's URL (default: env.yaml; none: create the collection by name)",
+    )
     dataset_name: str = Field(description="your dataset name (last part of the repository name)")
-    resource_config_path: str = Field(description="resources server config whose domain and server name go into the repository name")
+    resource_config_path: str = Field(
+        description="resources server config whose domain and server name go into the repository name"
+    )
     hf_dataset_prefix: str = Field("NeMo-Gym", description="first part of the repository name")
     overwrite: bool = Field(False, description="replace the file if the repository already has it")
-    yes: bool = Field(False, description="delete from GitLab without asking for confirmation (needed without a terminal)")
+    yes: bool = Field(
+        False, description="delete from GitLab without asking for confirmation (needed without a terminal)"
+    )
 
 
 class UploadToHfOptions(_HfTarget):
     input_jsonl_fpath: str = Field(description="JSONL file to upload; its file name is kept in the repository")
-    delete_from_gitlab: bool = Field(False, description="after the upload, delete the dataset (all versions) from GitLab")
+    delete_from_gitlab: bool = Field(
+        False, description="after the upload, delete the dataset (all versions) from GitLab"
+    )
 
 
 class GitlabToHfOptions(_HfTarget):
-    input_jsonl_fpath: str | None = Field(None, description="JSONL file to upload (default: download it from GitLab first)")
+    input_jsonl_fpath: str | None = Field(
+        None, description="JSONL file to upload (default: download it from GitLab first)"
+    )
     version: str | None = Field(None, description="GitLab version to migrate when downloading (default: the latest)")
 
 
@@ -84,7 +107,9 @@ class DownloadFromHfOptions(BaseModel):
     repo_id: str = Field(description="dataset repository, <organization>/<name>")
     artifact_fpath: str = Field(description="file of the repository to download (e.g. train.jsonl)")
     output_fpath: str = Field(description="where to write the file")
-    hf_token: str | None = Field(None, description="Hub token (default: env.yaml hf_token, HF_TOKEN, ng_login); needed for private repositories")
+    hf_token: str | None = Field(
+        None, description="Hub token (default: env.yaml hf_token, HF_TOKEN, ng_login); needed for private repositories"
+    )
     overwrite: bool = Field(False, description="replace output_fpath if it exists")
 
 
@@ -102,7 +127,9 @@ def resources_server_of(config_path: Path) -> tuple[str, str]:
             for name, fields in value[SERVER_TYPES[0]].items():
                 domain = (fields or {}).get("domain")
                 if not domain:
-                    raise RegistryError(f"{config_path}: resources server {name!r} has no `domain:`; add one (e.g. domain: math)")
+                    raise RegistryError(
+                        f"{config_path}: resources server {name!r} has no `domain:`; add one (e.g. domain: math)"
+                    )
                 return str(domain), str(name)
     raise RegistryError(f"{config_path}: no resources server instance (`<name>: resources_servers: <folder>: ...`)")
 
@@ -131,17 +158,25 @@ class HubDatasets:
         try:
             yield
         except RepositoryNotFoundError:
-            raise RegistryError(f"{where}: repository not found while {action}, or the token cannot see it (private); check the repo_id and {CHECK_TOKEN}") from None
+            raise RegistryError(
+                f"{where}: repository not found while {action}, or the token cannot see it (private); check the repo_id"
+                f" and {CHECK_TOKEN}"
+            ) from None
         except RemoteEntryNotFoundError:
             raise RegistryError(f"{where}: file not found while {action}; check artifact_fpath") from None
         except HfHubHTTPError as exc:
             code = exc.response.status_code if exc.response is not None else None
             if code in (401, 403):
-                raise RegistryError(f"{where} refused the token (HTTP {code}) while {action}; check {CHECK_TOKEN} and its write access") from None
-            raise RegistryError(f"{where} failed while {action}: HTTP {code}: {redact(str(exc), [self.token])}") from None
+                raise RegistryError(
+                    f"{where} refused the token (HTTP {code}) while {action}; check {CHECK_TOKEN} and its write access"
+                ) from None
+            raise RegistryError(
+                f"{where} failed while {action}: HTTP {code}: {redact(str(exc), [self.token])}"
+            ) from None
         except (httpx2.TransportError, LocalEntryNotFoundError) as exc:  # refused, timed out, broken mid-transfer
             raise RegistryError(
-                f"cannot reach {where} while {action}: {redact(str(exc), [self.token])}. Check HF_ENDPOINT (or hf_endpoint in env.yaml) and the network connection"
+                f"cannot reach {where} while {action}: {redact(str(exc), [self.token])}. Check HF_ENDPOINT (or"
+                " hf_endpoint in env.yaml) and the network connection"
             ) from None
 
     def file_info(self, repo_id: str, path: str) -> Any | None:
@@ -150,7 +185,15 @@ class HubDatasets:
             found = self.api.get_paths_info(repo_id, [path], repo_type="dataset")
         return next((f for f in found if getattr(f, "blob_id", None) and f.path == path), None)
 
-    def upload(self, repo_id: str, path: Path, *, collection_slug: str | None = None, collection_title: str | None = None, overwrite: bool = False) -> str:
+    def upload(
+        self,
+        repo_id: str,
+        path: Path,
+        *,
+        collection_slug: str | None = None,
+        collection_title: str | None = None,
+        overwrite: bool = False,
+    ) -> str:
         """Create the private dataset repository (if needed), add it to the collection, upload `path` under its name.
 
         Returns the repository URL.
@@ -166,7 +209,13 @@ class HubDatasets:
             raise RegistryError(f"{repo_id} at {self.host} already has {path.name}; pass +overwrite=true to replace it")
         self._add_to_collection(repo_id, collection_slug, collection_title)
         with self._errors(f"uploading {path.name} to {repo_id}"):
-            self.api.upload_file(path_or_fileobj=str(path), path_in_repo=path.name, repo_id=repo_id, repo_type="dataset", commit_message=f"Upload {path.name}")
+            self.api.upload_file(
+                path_or_fileobj=str(path),
+                path_in_repo=path.name,
+                repo_id=repo_id,
+                repo_type="dataset",
+                commit_message=f"Upload {path.name}",
+            )
         info = self.file_info(repo_id, path.name)
         if info is None:
             raise RegistryError(f"{repo_id} at {self.host} does not list {path.name} after the upload; upload again")
@@ -178,7 +227,9 @@ class HubDatasets:
             return
         with self._errors(f"adding {repo_id} to its collection"):
             if not slug:
-                slug = self.api.create_collection(title=str(title), namespace=repo_id.split("/")[0], private=True, exists_ok=True).slug
+                slug = self.api.create_collection(
+                    title=str(title), namespace=repo_id.split("/")[0], private=True, exists_ok=True
+                ).slug
             self.api.add_collection_item(slug, item_id=repo_id, item_type="dataset", exists_ok=True)
 
     def download(self, repo_id: str, artifact_fpath: str, output: Path, *, overwrite: bool = False) -> Path:
@@ -193,17 +244,32 @@ class HubDatasets:
             raise RegistryError(f"{repo_id} at {self.host} has no file {artifact_fpath!r}; check artifact_fpath")
 
         def fetch(tmp_dir: Path) -> Path:
-            resolve_inside(tmp_dir, artifact_fpath, what="artifact_fpath")  # the file lands at tmp_dir/artifact_fpath: no '..'
+            resolve_inside(
+                tmp_dir, artifact_fpath, what="artifact_fpath"
+            )  # the file lands at tmp_dir/artifact_fpath: no '..'
             with self._errors(f"downloading {artifact_fpath} of {repo_id}"):
-                return Path(hf_hub_download(repo_id, artifact_fpath, repo_type="dataset", local_dir=tmp_dir, token=self.token or False, endpoint=self.endpoint))
+                return Path(
+                    hf_hub_download(
+                        repo_id,
+                        artifact_fpath,
+                        repo_type="dataset",
+                        local_dir=tmp_dir,
+                        token=self.token or False,
+                        endpoint=self.endpoint,
+                    )
+                )
 
-        return atomic_download(output, fetch, lambda path: _verify(path, info, f"{artifact_fpath} of {repo_id} from {self.host}", output))
+        return atomic_download(
+            output, fetch, lambda path: _verify(path, info, f"{artifact_fpath} of {repo_id} from {self.host}", output)
+        )
 
 
 def _verify(path: Path, info: Any, what: str, output: Path | None = None) -> None:
     """Compare a local file with the Hub's checksum: the LFS sha256 if any, else the git blob id."""
     lfs = getattr(info, "lfs", None)
-    expected, actual, kind = (lfs.sha256, sha256_file(path), "sha256") if lfs else (info.blob_id, git_blob_sha1(path), "git blob sha1")
+    expected, actual, kind = (
+        (lfs.sha256, sha256_file(path), "sha256") if lfs else (info.blob_id, git_blob_sha1(path), "git blob sha1")
+    )
     if actual != expected:
         written = f"; nothing was written to {output}" if output else ""
         raise RegistryError(f"checksum mismatch for {what}: expected {kind} {expected}, got {actual}{written}")
@@ -226,7 +292,10 @@ def _upload(options: _HfTarget, path: Path) -> str:
     slug, title = _collection(options, str(organization))
     hub = HubDatasets(options.hf_token)
     url = hub.upload(repo_id, path, collection_slug=slug, collection_title=title, overwrite=options.overwrite)
-    print(f"uploaded {path.name} to {repo_id} ({url}); download it with: ng_download_dataset_from_hf +repo_id={repo_id} +artifact_fpath={path.name} +output_fpath=...")
+    print(
+        f"uploaded {path.name} to {repo_id} ({url}); download it with: ng_download_dataset_from_hf +repo_id={repo_id}"
+        f" +artifact_fpath={path.name} +output_fpath=..."
+    )
     return repo_id
 
 
@@ -239,7 +308,10 @@ def _confirm_move(registry: GitlabRegistry, dataset_name: str, yes: bool) -> boo
     versions = [p.version for p in registry.packages(dataset_name)]
     if not versions:
         raise RegistryError(f"dataset {dataset_name!r} not found in {registry.where}")
-    return confirm(f"Upload {dataset_name!r} to the Hub, then delete it (versions {', '.join(versions)}) from {registry.where}?", yes)
+    return confirm(
+        f"Upload {dataset_name!r} to the Hub, then delete it (versions {', '.join(versions)}) from {registry.where}?",
+        yes,
+    )
 
 
 def _delete_from_gitlab(registry: GitlabRegistry, dataset_name: str) -> None:
@@ -264,7 +336,11 @@ def gitlab_to_hf_main(options: GitlabToHfOptions) -> int:
         print("nothing uploaded or deleted")
         return 1
     with tempfile.TemporaryDirectory(prefix="ng_gitlab_to_hf_") as tmp:
-        path = Path(options.input_jsonl_fpath) if options.input_jsonl_fpath else download_to_dir(registry, options.dataset_name, options.version, None, Path(tmp))
+        path = (
+            Path(options.input_jsonl_fpath)
+            if options.input_jsonl_fpath
+            else download_to_dir(registry, options.dataset_name, options.version, None, Path(tmp))
+        )
         _upload(options, path)
     _delete_from_gitlab(registry, options.dataset_name)
     return 0
@@ -272,6 +348,8 @@ def gitlab_to_hf_main(options: GitlabToHfOptions) -> int:
 
 def download_main(options: DownloadFromHfOptions) -> int:
     hub = HubDatasets(options.hf_token)
-    output = hub.download(options.repo_id, options.artifact_fpath, Path(options.output_fpath), overwrite=options.overwrite)
+    output = hub.download(
+        options.repo_id, options.artifact_fpath, Path(options.output_fpath), overwrite=options.overwrite
+    )
     print(f"downloaded {options.artifact_fpath} of {options.repo_id} from {hub.host} to {output} (checksum verified)")
     return 0

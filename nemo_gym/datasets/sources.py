@@ -41,7 +41,10 @@ def dataset_source(entry: dict[str, Any], where: str = "datasets entry") -> Hugg
     Raises:
         ConfigError: a malformed `huggingface:` / `gitlab:` mapping, naming `where`.
     """
-    for keys, model in ((("huggingface", "huggingface_identifier"), HuggingFaceSource), (("gitlab", "gitlab_identifier"), GitlabSource)):
+    for keys, model in (
+        (("huggingface", "huggingface_identifier"), HuggingFaceSource),
+        (("gitlab", "gitlab_identifier"), GitlabSource),
+    ):
         for key in keys:
             value = entry.get(key)
             if isinstance(value, dict):

@@ -73,7 +73,8 @@ def zero_variance_groups(rewards_G: torch.Tensor, *, atol: float = 1e-8) -> torc
     """Which groups carry no learning signal because all their rollouts got (nearly) the same reward.
 
     Such groups have advantage 0 under every estimator here (up to `atol`), so they only dilute the batch;
-    DAPO's dynamic sampling (Yu et al. 2025, §3.2) drops them. The trainer drops them and counts them in its logs.
+    DAPO's dynamic sampling (Yu et al. 2025, §3.2) drops them. The trainer drops them and counts them in its logs;
+    with `trainer.dynamic_sampling` it also refills the step from further tasks (`nemo_gym.train.grpo.fill_step`).
 
     Args:
         rewards_G: [num_groups, group_size] float rewards.

@@ -38,8 +38,7 @@ Deviations from the papers and reference implementations:
     - The KL term is the plain k3 of DeepSeekMath Eq. 4 (TRL `use_bias_correction_kl=False`); TRL's default
       multiplies it by the ratio r (DeepSeek-V3.2's unbiased reverse-KL gradient), which we do not.
     - The TIS weight multiplies the policy term only, not the KL term (as in TRL); it uses the old trainer
-      log-probs vs vLLM's (Yao et al. 2025), TRL `vllm_importance_sampling_mode="token_truncate"` with no lower
-      clip.
+      log-probs vs vLLM's (Yao et al. 2025), TRL `vllm_importance_sampling_mode="token_truncate"` with no lower clip.
     - The entropy bonus is normalised like the policy term (token or sequence, with the same global counts), so
       micro-batches still sum to the big batch; TRL always uses a per-micro-batch token mean.
 """
@@ -331,7 +330,10 @@ def _check_inputs(
         if tensor is not None and tensor.shape != logprobs.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, logprobs {tuple(logprobs.shape)}")
     if advantages.shape != logprobs.shape[:1] and advantages.shape != logprobs.shape:
-        raise ValueError(f"advantages must be [batch] = [{logprobs.shape[0]}] or [batch, seq] = {list(logprobs.shape)}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be [batch] = [{logprobs.shape[0]}] or [batch, seq] = {list(logprobs.shape)}, got"
+            f" {tuple(advantages.shape)}"
+        )
     if config.kl_coef != 0.0 and ref_logprobs is None:
         raise ValueError("kl_coef != 0 needs ref_logprobs")
     if config.entropy_coef != 0.0 and entropy is None:

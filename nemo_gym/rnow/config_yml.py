@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.errors import ConfigError
-from nemo_gym.train.prime_toml import _check_keys
+from nemo_gym.prime.config import check_known_keys
 
 __all__ = ["RnowConfig", "parse_config", "is_rnow_key", "set_override"]
 
@@ -107,23 +107,37 @@ def parse_config(values: dict[str, Any], source: str = "config.yml") -> RnowConf
     if isinstance(values.get("algorithm"), str):  # `+algorithm=sft`: the command line's choice of the training mode
         choice = values.pop("algorithm")
         if choice != "sft":
-            raise ConfigError(f"{source}: key 'algorithm': +algorithm={choice} is not a training mode; use +algorithm=sft, or set algorithm.adv_estimator for RL")
+            raise ConfigError(
+                f"{source}: key 'algorithm': +algorithm={choice} is not a training mode; use +algorithm=sft, or set"
+                " algorithm.adv_estimator for RL"
+            )
         values["dataset_type"] = "sft"
-    _check_keys(values, RnowConfig, "", source)
+    check_known_keys(values, RnowConfig, "", source)
     try:
         config = RnowConfig.model_validate(values)
     except ValidationError as exc:
-        problems = [f"key '{'.'.join(map(str, e['loc']))}': {e['msg']}" + ("" if e["type"] == "missing" else f" (got {e.get('input')!r})") for e in exc.errors()]
+        problems = [
+            f"key '{'.'.join(map(str, e['loc']))}': {e['msg']}"
+            + ("" if e["type"] == "missing" else f" (got {e.get('input')!r})")
+            for e in exc.errors()
+        ]
         raise ConfigError(f"{source}: {'; '.join(problems)}") from exc
     if config.dataset_type not in ("rl", "sft"):
         raise ConfigError(
-            f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported in rnow projects: use rl or sft (for distillation and "
-            "continued pre-training write an ng_train config with trainer.algorithm on_distill or pretrain)"
+            f"{source}: key 'dataset_type': {config.dataset_type!r} is not supported in rnow projects: use rl or sft"
+            " (for distillation and continued pre-training write an ng_train config with trainer.algorithm on_distill"
+            " or pretrain)"
         )
     if config.teacher is not None:
         raise ConfigError(f"{source}: key 'teacher': distillation is not supported yet; remove the section")
     if config.rollout.mcp_url:
-        raise ConfigError(f"{source}: key 'rollout.mcp_url': MCP tool servers are not supported in rnow projects yet; define the tools in tools.py")
+        raise ConfigError(
+            f"{source}: key 'rollout.mcp_url': MCP tool servers are not supported in rnow projects yet; define the"
+            " tools in tools.py"
+        )
     if config.algorithm.adv_estimator == "gae":
-        raise ConfigError(f"{source}: key 'algorithm.adv_estimator': 'gae' is not supported: it needs a value model (critic), which this trainer has not; use grpo or reinforce")
+        raise ConfigError(
+            f"{source}: key 'algorithm.adv_estimator': 'gae' is not supported: it needs a value model (critic), which"
+            " this trainer has not; use grpo or reinforce"
+        )
     return config

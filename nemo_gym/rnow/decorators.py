@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, get_type_hints
+from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -77,7 +78,9 @@ class ToolSpec:
     takes_args: bool = False  # a parameter named `args` receives ToolArgs
 
 
-def reward(fn: Callable | None = None, *, precondition: bool = False, sandbox: bool = False, timeout: float | None = None) -> Callable:
+def reward(
+    fn: Callable | None = None, *, precondition: bool = False, sandbox: bool = False, timeout: float | None = None
+) -> Callable:
     """Mark `fn(args: RewardArgs, messages: list) -> float` as a reward (`@reward` or `@reward(...)`).
 
     Args:
@@ -92,10 +95,19 @@ def reward(fn: Callable | None = None, *, precondition: bool = False, sandbox: b
         raise TypeError(f"@reward(timeout={timeout!r}): the timeout must be a positive number of seconds")
 
     def mark(func: Callable) -> Callable:
-        params = [p for p in inspect.signature(func).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(func).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         if len(params) != 2 or len(inspect.signature(func).parameters) != 2:
-            raise TypeError(f"reward {func.__name__!r} must take exactly two parameters: (args: RewardArgs, messages: list) -> float")
-        func.__rnow_reward__ = RewardSpec(func.__name__, func, precondition, sandbox, None if timeout is None else float(timeout))
+            raise TypeError(
+                f"reward {func.__name__!r} must take exactly two parameters: (args: RewardArgs, messages: list) ->"
+                " float"
+            )
+        func.__rnow_reward__ = RewardSpec(
+            func.__name__, func, precondition, sandbox, None if timeout is None else float(timeout)
+        )
         return func
 
     return mark(fn) if fn is not None else mark
@@ -114,7 +126,9 @@ def tool(fn: Callable | None = None, *, sandbox: bool = False, timeout: float | 
 
     def mark(func: Callable) -> Callable:
         schema, takes_args = tool_schema(func)
-        func.__rnow_tool__ = ToolSpec(func.__name__, func, schema, sandbox, None if timeout is None else float(timeout), takes_args)
+        func.__rnow_tool__ = ToolSpec(
+            func.__name__, func, schema, sandbox, None if timeout is None else float(timeout), takes_args
+        )
         return func
 
     return mark(fn) if fn is not None else mark
@@ -130,11 +144,15 @@ def tool_parameters(func: Callable) -> tuple[list[inspect.Parameter], dict[str, 
     params = []
     for param in inspect.signature(func).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise TypeError(f"tool {func.__name__!r}: *args and **kwargs are not allowed; declare each argument with its type")
+            raise TypeError(
+                f"tool {func.__name__!r}: *args and **kwargs are not allowed; declare each argument with its type"
+            )
         if param.name == "args":
             continue
         if param.name not in hints:
-            raise TypeError(f"tool {func.__name__!r}: parameter {param.name!r} has no type hint (the schema is built from them)")
+            raise TypeError(
+                f"tool {func.__name__!r}: parameter {param.name!r} has no type hint (the schema is built from them)"
+            )
         params.append(param)
     return params, hints
 
@@ -147,10 +165,15 @@ def tool_schema(func: Callable) -> tuple[dict[str, Any], bool]:
     params, hints = tool_parameters(func)
     described = docstring_arguments(doc)
     fields = {
-        p.name: (hints[p.name], Field(... if p.default is inspect.Parameter.empty else p.default, description=described.get(p.name)))
+        p.name: (
+            hints[p.name],
+            Field(... if p.default is inspect.Parameter.empty else p.default, description=described.get(p.name)),
+        )
         for p in params
     }
-    parameters = create_model(f"{func.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields).model_json_schema()
+    parameters = create_model(
+        f"{func.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    ).model_json_schema()
     parameters.pop("title", None)
     for prop in parameters.get("properties", {}).values():
         prop.pop("title", None)
@@ -159,7 +182,13 @@ def tool_schema(func: Callable) -> tuple[dict[str, Any], bool]:
     parameters["additionalProperties"] = False
     takes_args = "args" in inspect.signature(func).parameters
     # strict: false, since arguments with defaults are optional (OpenAI's strict mode requires all of them)
-    return {"type": "function", "name": func.__name__, "description": docstring_summary(doc), "parameters": parameters, "strict": False}, takes_args
+    return {
+        "type": "function",
+        "name": func.__name__,
+        "description": docstring_summary(doc),
+        "parameters": parameters,
+        "strict": False,
+    }, takes_args
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
@@ -206,6 +235,10 @@ def get_response(messages: list[dict[str, Any]]) -> str:
         if message.get("role") == "assistant":
             content = message.get("content") or ""
             if isinstance(content, list):
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") in ("text", "output_text"))
+                return "".join(
+                    part.get("text", "")
+                    for part in content
+                    if isinstance(part, dict) and part.get("type") in ("text", "output_text")
+                )
             return str(content)
     return ""

@@ -81,19 +81,28 @@ def _message_problems(messages: Any, sft: bool = False) -> list[str]:
         return ["messages: at least one user message is required"]
     first = 1 if roles[0] == "system" else 0
     if roles[first] != "user":
-        problems.append(f"messages[{first}]: the first message after the optional system message must be a user message, got {roles[first]}")
+        problems.append(
+            f"messages[{first}]: the first message after the optional system message must be a user message, got"
+            f" {roles[first]}"
+        )
     if sft:
         if roles[-1] != "assistant":
-            problems.append(f"messages: an SFT entry ends with the assistant turn to learn, but the last message is a {roles[-1]} message")
+            problems.append(
+                f"messages: an SFT entry ends with the assistant turn to learn, but the last message is a {roles[-1]}"
+                " message"
+            )
         problems += _tool_call_problems(messages)
     elif roles[-1] == "assistant":
-        problems.append("messages: the last message is an assistant turn: an RL entry ends with a user (or tool) message that the policy answers "
-                        "(entries that end with the answer are SFT data: train them with +algorithm=sft)")
+        problems.append(
+            "messages: the last message is an assistant turn: an RL entry ends with a user (or tool) message that the"
+            " policy answers (entries that end with the answer are SFT data: train them with +algorithm=sft)"
+        )
     return problems
 
 
 def _tool_call_problems(messages: list[dict[str, Any]]) -> list[str]:
-    """Assistant `tool_calls` of SFT entries: `{"type": "function", "function": {"name", "arguments": "<JSON object>"}}`."""
+    """Assistant `tool_calls` of SFT entries: `{"type": "function", "function": {"name", "arguments": "<JSON
+    object>"}}`."""
     problems = []
     for index, message in enumerate(messages):
         calls = message.get("tool_calls")
@@ -119,16 +128,22 @@ def _tool_call_problems(messages: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-def _names_problems(entry: dict[str, Any], key: str, known: dict[str, Any], source_file: str, required: bool) -> list[str]:
+def _names_problems(
+    entry: dict[str, Any], key: str, known: dict[str, Any], source_file: str, required: bool
+) -> list[str]:
     names = entry.get(key)
     if names is None:
-        return [f"'{key}' is required: the names of the {source_file} functions that score this entry"] if required else []
+        return (
+            [f"'{key}' is required: the names of the {source_file} functions that score this entry"] if required else []
+        )
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or (required and not names):
         return [f"'{key}' must be a {'non-empty ' if required else ''}list of names"]
     return [
-        f"unknown {key[:-1]} {name!r}{did_you_mean(name, known)}; {source_file} defines: {', '.join(sorted(known)) or 'none'}"
-        for name in names if name not in known
-    ]  # fmt: skip
+        f"unknown {key[:-1]} {name!r}{did_you_mean(name, known)}; {source_file} defines:"
+        f" {', '.join(sorted(known)) or 'none'}"
+        for name in names
+        if name not in known
+    ]
 
 
 def entry_problems(entry: dict[str, Any], functions: ProjectFunctions, sft: bool = False) -> list[str]:
@@ -147,12 +162,21 @@ def entry_problems(entry: dict[str, Any], functions: ProjectFunctions, sft: bool
     if entry.get("docker_env") and not entry.get("docker"):
         problems.append("'docker_env' needs a 'docker' field")
     if not entry.get("docker"):
-        rewards = [n for n in entry.get("rewards") or [] if isinstance(n, str) and n in functions.rewards and functions.rewards[n].sandbox]
+        rewards = [
+            n
+            for n in entry.get("rewards") or []
+            if isinstance(n, str) and n in functions.rewards and functions.rewards[n].sandbox
+        ]
         for name in rewards:
-            problems.append(f"reward {name!r} has sandbox=True, which needs a 'docker' field on the entry (e.g. \"docker\": \"python:3.11-slim\")")
+            problems.append(
+                f"reward {name!r} has sandbox=True, which needs a 'docker' field on the entry (e.g. \"docker\":"
+                ' "python:3.11-slim")'
+            )
     for name in [n for n in _tool_names(entry, functions) if functions.tools[n].sandbox]:
-        problems.append(f"tool {name!r} has sandbox=True: sandbox tools are not supported yet (no Docker container keeping state between calls); "
-                        "drop sandbox=True or leave the tool out of this entry's 'tools'")
+        problems.append(
+            f"tool {name!r} has sandbox=True: sandbox tools are not supported yet (no Docker container keeping state"
+            " between calls); drop sandbox=True or leave the tool out of this entry's 'tools'"
+        )
     return problems
 
 

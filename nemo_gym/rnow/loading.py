@@ -19,12 +19,12 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nemo_gym.config import REPO_ROOT
 from nemo_gym.errors import ConfigError
-from nemo_gym.module_loading import import_file
+from nemo_gym.layout import REPO_ROOT
+from nemo_gym.orchestration.venvs import VenvBuildError, ensure_venv
 from nemo_gym.rnow import decorators
 from nemo_gym.rnow.decorators import RewardSpec, ToolSpec
-from nemo_gym.venvs import VenvBuildError, ensure_venv
+from nemo_gym.serving.module_loading import import_file
 
 __all__ = ["ProjectFunctions", "load_functions", "install_rnow_aliases"]
 
@@ -107,23 +107,50 @@ def _load_in_project_environment(project: Path, require_rewards: bool, missing: 
     import json
     import subprocess
 
-    print(f"{missing.args[0].split(':')[0]} imports a package of the project's requirements.txt: reading its rewards and tools "
-          "in the project's environment (built once, then reused)...", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"{missing.args[0].split(':')[0]} imports a package of the project's requirements.txt: reading its rewards and"
+        " tools in the project's environment (built once, then reused)...",
+        file=sys.stderr,
+        flush=True,
+    )
     requirements, extra = project_environment_requirements(project)
     try:
         python = asyncio.run(ensure_venv(requirements, extra_requirements=extra))
     except VenvBuildError as exc:
         raise ConfigError(f"{project / 'requirements.txt'}: the project's requirements do not install: {exc}") from None
-    done = subprocess.run([str(python), "-m", "nemo_gym.rnow.loading", str(project), "--rewards-optional" if not require_rewards else "--"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "nemo_gym.rnow.loading",
+            str(project),
+            "--rewards-optional" if not require_rewards else "--",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
-        raise ConfigError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"{project}: reading its functions failed (exit {done.returncode})")
+        raise ConfigError(
+            done.stderr.strip().splitlines()[-1]
+            if done.stderr.strip()
+            else f"{project}: reading its functions failed (exit {done.returncode})"
+        )
     described = json.loads(done.stdout)
     functions = ProjectFunctions()
     for item in described["rewards"]:
-        functions.rewards[item["name"]] = RewardSpec(item["name"], _runs_in_server(item["name"]), item["precondition"], item["sandbox"], item["timeout_s"])
+        functions.rewards[item["name"]] = RewardSpec(
+            item["name"], _runs_in_server(item["name"]), item["precondition"], item["sandbox"], item["timeout_s"]
+        )
     for item in described["tools"]:
-        functions.tools[item["name"]] = ToolSpec(item["name"], _runs_in_server(item["name"]), item["schema"], item["sandbox"], item["timeout_s"], item["takes_args"])
+        functions.tools[item["name"]] = ToolSpec(
+            item["name"],
+            _runs_in_server(item["name"]),
+            item["schema"],
+            item["sandbox"],
+            item["timeout_s"],
+            item["takes_args"],
+        )
     return functions
 
 
@@ -131,7 +158,10 @@ def _runs_in_server(name: str):
     """The `fn` of a function described from the project's environment: its code runs in the project's server only."""
 
     def run_elsewhere(*args, **kwargs):
-        raise RuntimeError(f"{name!r} imports packages of the project's requirements.txt: it runs in the project's server, not in this process")
+        raise RuntimeError(
+            f"{name!r} imports packages of the project's requirements.txt: it runs in the project's server, not in this"
+            " process"
+        )
 
     return run_elsewhere
 
@@ -140,8 +170,20 @@ def describe(project_dir: Path, require_rewards: bool = True) -> dict:
     """The project's functions as JSON-able descriptions (names, options, tool schemas)."""
     functions = load_functions(project_dir, require_rewards=require_rewards)
     return {
-        "rewards": [{"name": s.name, "precondition": s.precondition, "sandbox": s.sandbox, "timeout_s": s.timeout_s} for s in functions.rewards.values()],
-        "tools": [{"name": s.name, "schema": s.schema, "sandbox": s.sandbox, "timeout_s": s.timeout_s, "takes_args": s.takes_args} for s in functions.tools.values()],
+        "rewards": [
+            {"name": s.name, "precondition": s.precondition, "sandbox": s.sandbox, "timeout_s": s.timeout_s}
+            for s in functions.rewards.values()
+        ],
+        "tools": [
+            {
+                "name": s.name,
+                "schema": s.schema,
+                "sandbox": s.sandbox,
+                "timeout_s": s.timeout_s,
+                "takes_args": s.takes_args,
+            }
+            for s in functions.tools.values()
+        ],
     }
 
 
@@ -156,7 +198,10 @@ def _import(path: Path) -> types.ModuleType:
     try:
         return import_file(path)
     except ModuleNotFoundError as exc:
-        raise _MissingPackage(f"{path}: cannot import {exc.name!r}: list it in the project's requirements.txt (ng_run installs that file into the project's server environment) ({exc})") from exc
+        raise _MissingPackage(
+            f"{path}: cannot import {exc.name!r}: list it in the project's requirements.txt (ng_run installs that file"
+            f" into the project's server environment) ({exc})"
+        ) from exc
     except Exception as exc:
         raise ConfigError(f"{path}: importing it failed: {type(exc).__name__}: {exc}") from exc
 

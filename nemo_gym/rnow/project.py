@@ -33,7 +33,8 @@ entry, `$variables` substituted), `trainer.num_epochs` → `trainer.supervised.n
 ng_run has nothing to serve for an SFT project and says so.
 
 Not supported (clear errors): `dataset_type` `distill` and `midtrain` (use ng_train's `on_distill` and
-`pretrain` algorithms with an ordinary config), `teacher`, `rollout.mcp_url`. Ignored with a warning: `evals`, `trainer.max_billing`, `data.val_split`.
+`pretrain` algorithms with an ordinary config), `teacher`, `rollout.mcp_url`. Ignored with a warning: `evals`,
+`trainer.max_billing`, `data.val_split`.
 """
 
 from __future__ import annotations
@@ -52,24 +53,35 @@ from pydantic import ValidationError
 from nemo_gym.config import load_config, parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
-from nemo_gym.models import context_limit
-from nemo_gym.openai_convert import messages_to_input_items
-from nemo_gym.rnow.config_yml import RnowConfig, is_rnow_key, set_override, parse_config
+from nemo_gym.model_servers.embedded import context_limit
+from nemo_gym.prime.config import resolve_model
+from nemo_gym.rnow.config_yml import RnowConfig, is_rnow_key, parse_config, set_override
 from nemo_gym.rnow.entries import Entry, entry_problems, entry_tool_names, read_entries, substituted_messages
 from nemo_gym.rnow.loading import ProjectFunctions, load_functions
 from nemo_gym.rnow.tokens import PromptCounter
+from nemo_gym.serving.openai_convert import messages_to_input_items
 from nemo_gym.train.config import TrainerConfig
-from nemo_gym.train.prime_toml import resolve_model
 
-__all__ = ["RnowConfig", "Project", "RNOW_FLAG", "load_project", "is_sft", "split_rnow_args", "translate", "write_translation", "expand_rnow_args"]
+__all__ = [
+    "Project",
+    "RNOW_FLAG",
+    "load_project",
+    "is_sft",
+    "split_rnow_args",
+    "translate",
+    "write_translation",
+    "expand_rnow_args",
+]
 
 RNOW_FLAG = "rnow_project"
 VLLM_MODEL_YAML = "responses_api_models/vllm_model/configs/vllm_model.yaml"
 SERVER_NAME, AGENT_NAME = "rnow_project", "rnow_project_agent"
 MAX_PROBLEMS_SHOWN = 30
 MODEL_KEY_PREFIX = "key 'model': "  # how resolve_model's errors start
-RNOW_MODEL_FIX = ("run the project on the embedded SmolLM2-135M-Instruct with +model=embedded:smollm2 (or write model.path: embedded:smollm2 in "
-                  "config.yml), or on a downloaded model with +model=<its folder>")  # fmt: skip
+RNOW_MODEL_FIX = (
+    "run the project on the embedded SmolLM2-135M-Instruct with +model=embedded:smollm2 (or write model.path:"
+    " embedded:smollm2 in config.yml), or on a downloaded model with +model=<its folder>"
+)
 
 
 # -- the project --------------------------------------------------------------------------------------------
@@ -84,10 +96,13 @@ class Project:
     models: list[str]  # resolved: embedded:<name> or a local folder
     context_window_set: bool = False  # rollout.max_context_window given in config.yml or an override
     warnings: list[str] = field(default_factory=list)
-    context_windows: dict[str, int] = field(default_factory=dict)  # per model: max_context_window, at most the model's limit
+    context_windows: dict[str, int] = field(
+        default_factory=dict
+    )  # per model: max_context_window, at most the model's limit
 
     def context_window(self, model: str) -> int:
-        """Tokens of `model`'s context: rollout.max_context_window, lowered to the model's limit (see `clamp_context_windows`)."""
+        """Tokens of `model`'s context: rollout.max_context_window, lowered to the model's limit (see
+        `clamp_context_windows`)."""
         return self.context_windows.get(model, self.config.rollout.max_context_window)
 
     @property
@@ -137,15 +152,18 @@ def _resolve_models(config: RnowConfig, root: Path) -> list[str]:
 
 def clamp_context_windows(project: Project) -> None:
     """`project.context_windows`: rollout.max_context_window per model, lowered to the model's context limit
-    (`nemo_gym.models.context_limit`) with a warning when it was set above it (vLLM refuses a max_model_len over
+    (`nemo_gym.model_servers.embedded.context_limit`) with a warning when it was set above it (vLLM refuses a
+    max_model_len over
     the model's limit, after loading it)."""
     window = project.config.rollout.max_context_window
     for model in project.models:
         limit = context_limit(model)
         project.context_windows[model] = window if limit is None else min(window, limit.tokens)
         if limit is not None and window > limit.tokens and project.context_window_set:
-            project.warnings.append(f"config.yml: key 'rollout.max_context_window': {window} tokens is more than {model} takes ({limit.source}: "
-                                    f"{limit.tokens}); using {limit.tokens}")  # fmt: skip
+            project.warnings.append(
+                f"config.yml: key 'rollout.max_context_window': {window} tokens is more than {model} takes"
+                f" ({limit.source}: {limit.tokens}); using {limit.tokens}"
+            )
 
 
 def _entry_problems(project: Project) -> list[str]:
@@ -155,12 +173,20 @@ def _entry_problems(project: Project) -> list[str]:
     for line, entry in project.entries:
         found = entry_problems(entry, project.functions, sft=project.sft)
         if not found:
-            messages, tools = substituted_messages(entry), [project.functions.tools[n].schema for n in entry_tool_names(entry, project.functions)]
+            messages, tools = (
+                substituted_messages(entry),
+                [project.functions.tools[n].schema for n in entry_tool_names(entry, project.functions)],
+            )
             for model, counter in counters.items():
                 tokens, window = counter.count(messages, tools), project.context_window(model)
                 if tokens > window:
-                    limit = "" if window == project.config.rollout.max_context_window else f" (lowered to {model}'s limit)"
-                    found.append(f"the {'conversation' if project.sft else 'prompt'} is {tokens} tokens ({counter.describe()}), longer than rollout.max_context_window = {window}{limit}")
+                    limit = (
+                        "" if window == project.config.rollout.max_context_window else f" (lowered to {model}'s limit)"
+                    )
+                    found.append(
+                        f"the {'conversation' if project.sft else 'prompt'} is {tokens} tokens ({counter.describe()}),"
+                        f" longer than rollout.max_context_window = {window}{limit}"
+                    )
         problems += [f"{train_file}:{line}: {problem}" for problem in found]
     return problems
 
@@ -201,9 +227,15 @@ def load_project(root: str | Path, overrides: list[tuple[str, Any]] | None = Non
     if config.data.group_size < 2 and not project.sft:
         problems.insert(0, "config.yml: key 'data.group_size': GRPO compares the rollouts of an entry: use at least 2")
     if problems:
-        shown = problems[:MAX_PROBLEMS_SHOWN] + ([f"... and {len(problems) - MAX_PROBLEMS_SHOWN} more"] if len(problems) > MAX_PROBLEMS_SHOWN else [])
+        shown = problems[:MAX_PROBLEMS_SHOWN] + (
+            [f"... and {len(problems) - MAX_PROBLEMS_SHOWN} more"] if len(problems) > MAX_PROBLEMS_SHOWN else []
+        )
         raise ConfigError(f"rnow project {root} has {len(problems)} problem(s):\n  " + "\n  ".join(shown))
-    for key, ignored in (("evals", config.evals), ("trainer.max_billing", config.trainer.max_billing), ("data.val_split", config.data.val_split)):
+    for key, ignored in (
+        ("evals", config.evals),
+        ("trainer.max_billing", config.trainer.max_billing),
+        ("data.val_split", config.data.val_split),
+    ):
         if ignored:
             project.warnings.append(f"config.yml: key '{key}' is ignored here")
     return project
@@ -230,8 +262,15 @@ def task_rows(project: Project) -> list[dict[str, Any]]:
             params["tools"] = [project.functions.tools[name].schema for name in tools]
         if reasoning and reasoning != "disabled":
             params["reasoning"] = {"effort": reasoning}
-        row = {"responses_create_params": params, "rewards": entry["rewards"], "metadata": entry.get("metadata") or {},
-               "variables": entry.get("variables") or {}, "tools": tools, "rnow_line": line, "agent_ref": {"name": AGENT_NAME}}  # fmt: skip
+        row = {
+            "responses_create_params": params,
+            "rewards": entry["rewards"],
+            "metadata": entry.get("metadata") or {},
+            "variables": entry.get("variables") or {},
+            "tools": tools,
+            "rnow_line": line,
+            "agent_ref": {"name": AGENT_NAME},
+        }
         if entry.get("docker"):
             row["docker"] = entry["docker"]
         rows.append(row)
@@ -265,7 +304,12 @@ def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) ->
         "batch_size": config.data.batch_size,
         "group_size": config.data.group_size,
         "advantage_estimator": {"grpo": "grpo", "reinforce": "rloo"}[config.algorithm.adv_estimator],
-        "engine": {"model_path": model, "dtype": "float32", "learning_rate": config.trainer.learning_rate, "lora": lora},
+        "engine": {
+            "model_path": model,
+            "dtype": "float32",
+            "learning_rate": config.trainer.learning_rate,
+            "lora": lora,
+        },
         "loss": loss,
         "checkpoint_interval": max(config.trainer.save_step, 0),
     }
@@ -274,7 +318,10 @@ def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) ->
     if project.sft:  # no rollouts: the entries are the data
         for key in ("agent_name", "group_size", "advantage_estimator", "loss", "request_timeout_s"):
             trainer.pop(key, None)
-        trainer.update(algorithm="sft", supervised={"num_epochs": config.trainer.num_epochs, "max_seq_len": project.context_window(model)})
+        trainer.update(
+            algorithm="sft",
+            supervised={"num_epochs": config.trainer.num_epochs, "max_seq_len": project.context_window(model)},
+        )
     try:
         TrainerConfig.model_validate(trainer)
     except ValidationError as exc:
@@ -282,21 +329,39 @@ def _trainer(project: Project, model: str, output_dir: str, tasks_path: Path) ->
     return trainer
 
 
-def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str | None = None, own_policy: bool = False,
-              max_context_window_set: bool = False) -> Translation:  # fmt: skip
+def translate(
+    project: Project,
+    model: str,
+    *,
+    tasks_path: Path,
+    output_dir: str | None = None,
+    own_policy: bool = False,
+    max_context_window_set: bool = False,
+) -> Translation:
     """Our config for `project` with policy `model`; with `output_dir`, a `trainer:` section too (ng_train).
     `own_policy`: the user's config_paths define policy_model (no vllm_model is added)."""
     rollout = project.config.rollout
-    server: dict[str, Any] = {"entrypoint": "app.py", "domain": "other", "description": f"rnow project {project.root.name}",
-                              "project_dir": str(project.root), "max_tool_response_chars": rollout.max_tool_response}  # fmt: skip
+    server: dict[str, Any] = {
+        "entrypoint": "app.py",
+        "domain": "other",
+        "description": f"rnow project {project.root.name}",
+        "project_dir": str(project.root),
+        "max_tool_response_chars": rollout.max_tool_response,
+    }
     if (project.root / "requirements.txt").is_file():  # the project's own packages go into its server's environment
         server["extra_requirements"] = [str(project.root / "requirements.txt")]
-    agent = {"entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": SERVER_NAME},
-             "model_server": {"type": "responses_api_models", "name": "policy_model"}, "max_steps": rollout.max_turns,
-             "tool_timeout_s": float(rollout.tool_timeout)}  # fmt: skip
-    config: dict[str, Any] = {"config_paths": [] if own_policy else [VLLM_MODEL_YAML],
-                              SERVER_NAME: {"resources_servers": {"rnow_project": server}},
-                              AGENT_NAME: {"responses_api_agents": {"simple_agent": agent}}}  # fmt: skip
+    agent = {
+        "entrypoint": "app.py",
+        "resources_server": {"type": "resources_servers", "name": SERVER_NAME},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        "max_steps": rollout.max_turns,
+        "tool_timeout_s": float(rollout.tool_timeout),
+    }
+    config: dict[str, Any] = {
+        "config_paths": [] if own_policy else [VLLM_MODEL_YAML],
+        SERVER_NAME: {"resources_servers": {"rnow_project": server}},
+        AGENT_NAME: {"responses_api_agents": {"simple_agent": agent}},
+    }
     if not own_policy:
         policy: dict[str, Any] = {"model": model, "dtype": "float32"}
         if max_context_window_set:
@@ -307,13 +372,18 @@ def translate(project: Project, model: str, *, tasks_path: Path, output_dir: str
     return Translation(model, config, sft_rows(project) if project.sft else task_rows(project))
 
 
-def write_translation(translation: Translation, out_dir: Path, project: Project, command: str, rows_name: str = "train_tasks.jsonl") -> Path:
-    """Write `config.yaml` and the rows (`train_tasks.jsonl`, or `train_sft.jsonl` for SFT) into `out_dir`; returns the config's path."""
+def write_translation(
+    translation: Translation, out_dir: Path, project: Project, command: str, rows_name: str = "train_tasks.jsonl"
+) -> Path:
+    """Write `config.yaml` and the rows (`train_tasks.jsonl`, or `train_sft.jsonl` for SFT) into `out_dir`; returns the
+    config's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(out_dir / rows_name, translation.rows)
     path = out_dir / "config.yaml"
-    header = (f'# {command} "+config_paths=[{path}]"\n'
-              f"# Written from the rnow project {project.root} (model {translation.model}); rewritten on each run: edit the project.\n")  # fmt: skip
+    header = (
+        f'# {command} "+config_paths=[{path}]"\n# Written from the rnow project {project.root} (model'
+        f" {translation.model}); rewritten on each run: edit the project.\n"
+    )
     path.write_text(header + yaml.safe_dump(translation.config, sort_keys=False))
     return path
 
@@ -329,7 +399,9 @@ def split_rnow_args(argv: list[str]) -> tuple[str | None, list[tuple[str, Any]],
             project = str(value)
         elif key == "config_paths":
             config_paths += [str(p) for p in (value if isinstance(value, list) else [value])]
-        elif key == "model" and isinstance(value, (str, list)):  # `+model=X`: ng_try's spelling, the same as +model.path=X
+        elif key == "model" and isinstance(
+            value, (str, list)
+        ):  # `+model=X`: ng_try's spelling, the same as +model.path=X
             rnow.append(("model.path", value))
         elif key is not None and is_rnow_key(key):
             rnow.append((key, value))
@@ -343,6 +415,36 @@ def _defines_policy(config_paths: list[str]) -> bool:
         return False
     loaded = load_config([f"+config_paths=[{','.join(config_paths)}]"], resolve=False)
     return "policy_model" in loaded.values
+
+
+def _model_output_dirs(
+    project: Project, index: int, model: str, *, mode: Literal["run", "train"], trainer_dir: str | None
+) -> tuple[str, str | None, Path]:
+    """Where the run of the project's model number `index` writes: `(suffix, output_dir, translation folder)`.
+    `suffix` tells the runs of several models apart (`-<index>-<model name>`; "" for one model); `output_dir` is the
+    trainer's (`trainer_dir`, the user's `trainer.output_dir`, with the suffix as a subfolder; None for ng_run); the
+    translation goes to `<output_dir>/rnow_project` (ng_train) or `results/rnow/<project>` (ng_run)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", model.split("/")[-1].removeprefix("embedded:"))
+    suffix = "" if len(project.models) == 1 else f"-{index}-{name}"  # the index: two entries may name one model
+    if mode == "run":
+        return suffix, None, Path(f"results/rnow/{project.output_name}").resolve()
+    output_dir = (
+        str(Path(trainer_dir) / suffix.lstrip("-"))
+        if trainer_dir and suffix
+        else (trainer_dir or f"results/train/{project.output_name}{suffix}")
+    )
+    return suffix, output_dir, (Path(output_dir) / "rnow_project").resolve()
+
+
+def _translation_note(project: Project, config_path: Path, num_rows: int, tasks_path: Path) -> str:
+    """The line that tells what the project became: the translated config, and the SFT conversations or the tasks
+    (with the command that collects rollouts of them)."""
+    if project.sft:
+        return f"rnow project {project.root} -> {config_path} ({num_rows} SFT conversations in {tasks_path})"
+    return (
+        f"rnow project {project.root} -> {config_path} ({num_rows} tasks; collect with: ng_collect_rollouts"
+        f" +agent_name={AGENT_NAME} +input_jsonl_fpath={tasks_path} +output_jsonl_fpath=rollouts.jsonl)"
+    )
 
 
 def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"], caller: str | None = None) -> list[list[str]]:
@@ -361,29 +463,34 @@ def expand_rnow_args(argv: list[str], *, mode: Literal["run", "train"], caller: 
     command = "ng_run" if mode == "run" else "ng_train"
     speaker = caller or command  # who prints the notes and warnings (ng_try translates as ng_run does)
     if mode == "run" and project.sft:
-        raise ConfigError(f"rnow project {project.root} is SFT data (dataset_type sft / +algorithm=sft): there is nothing to serve; train it with ng_train +{RNOW_FLAG}={project_dir} +algorithm=sft")
+        raise ConfigError(
+            f"rnow project {project.root} is SFT data (dataset_type sft / +algorithm=sft): there is nothing to serve;"
+            f" train it with ng_train +{RNOW_FLAG}={project_dir} +algorithm=sft"
+        )
     if mode == "run" and len(project.models) > 1:
-        raise ConfigError(f"config.yml: key 'model.path' lists {len(project.models)} models: ng_run serves one policy; pick one with +model.path=<model>")
+        raise ConfigError(
+            f"config.yml: key 'model.path' lists {len(project.models)} models: ng_run serves one policy; pick one with"
+            " +model.path=<model>"
+        )
     own_policy = _defines_policy(user_paths)
     trainer_dir = dict(parse_overrides([a for a in rest if "=" in a])).get("trainer.output_dir")
     runs = []
     for index, model in enumerate(project.models):
-        name = re.sub(r"[^A-Za-z0-9._-]+", "-", model.split("/")[-1].removeprefix("embedded:"))
-        suffix = "" if len(project.models) == 1 else f"-{index}-{name}"  # the index: two entries may name one model
-        if mode == "train":
-            output_dir = str(Path(trainer_dir) / suffix.lstrip("-")) if trainer_dir and suffix else (trainer_dir or f"results/train/{project.output_name}{suffix}")
-            out_dir = (Path(output_dir) / "rnow_project").resolve()
-        else:
-            output_dir, out_dir = None, Path(f"results/rnow/{project.output_name}").resolve()
+        suffix, output_dir, out_dir = _model_output_dirs(project, index, model, mode=mode, trainer_dir=trainer_dir)
         tasks_path = out_dir / ("train_sft.jsonl" if project.sft else "train_tasks.jsonl")
-        translation = translate(project, model, tasks_path=tasks_path, output_dir=output_dir, own_policy=own_policy, max_context_window_set=project.context_window_set)
+        translation = translate(
+            project,
+            model,
+            tasks_path=tasks_path,
+            output_dir=output_dir,
+            own_policy=own_policy,
+            max_context_window_set=project.context_window_set,
+        )
         path = write_translation(translation, out_dir, project, command, tasks_path.name)
-        if project.sft:
-            print(f"{speaker}: rnow project {project.root} -> {path} ({len(translation.rows)} SFT conversations in {tasks_path})", flush=True)
-        else:
-            print(f"{speaker}: rnow project {project.root} -> {path} ({len(translation.rows)} tasks; collect with: "
-                  f"ng_collect_rollouts +agent_name={AGENT_NAME} +input_jsonl_fpath={tasks_path} +output_jsonl_fpath=rollouts.jsonl)", flush=True)  # fmt: skip
-        extra = [a for a in rest if not (mode == "train" and suffix and a.lstrip("+").startswith("trainer.output_dir="))]
+        print(f"{speaker}: {_translation_note(project, path, len(translation.rows), tasks_path)}", flush=True)
+        extra = [
+            a for a in rest if not (mode == "train" and suffix and a.lstrip("+").startswith("trainer.output_dir="))
+        ]
         runs.append([f"+config_paths=[{','.join([str(path), *user_paths])}]", *extra])
     for warning in project.warnings:
         print(f"{speaker}: warning: {warning}", file=sys.stderr)

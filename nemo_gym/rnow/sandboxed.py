@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.config import REPO_ROOT
-from nemo_gym.module_loading import import_file
+from nemo_gym.layout import REPO_ROOT
 from nemo_gym.rnow.decorators import RewardArgs, RewardSpec
 from nemo_gym.rnow.scoring import RewardError
+from nemo_gym.serving.module_loading import import_file
 
 __all__ = ["SandboxedRewards"]
 
@@ -41,7 +41,7 @@ def get_response(messages):
     return ""
 '''
 
-_RUNNER = '''\
+_RUNNER = """\
 import json, sys, types
 sys.path.insert(0, "/work")
 import _rnow_stand_in as stand_in
@@ -56,7 +56,7 @@ if hasattr(value, "__await__"):
         return await v
     value = asyncio.run(_wait(value))
 print("\\n" + json.dumps({"value": value}))
-'''
+"""
 
 
 class SandboxedRewards:
@@ -71,17 +71,29 @@ class SandboxedRewards:
         """Raises SandboxUnavailableError when the sandbox cannot run here."""
         self.sandbox_module.Sandbox().check()
 
-    async def __call__(self, spec: RewardSpec, args: RewardArgs, messages: list[dict[str, Any]], timeout_s: float) -> Any:
+    async def __call__(
+        self, spec: RewardSpec, args: RewardArgs, messages: list[dict[str, Any]], timeout_s: float
+    ) -> Any:
         call = {"name": spec.name, "metadata": args.metadata, "variables": args.variables, "messages": messages}
-        files = {"rewards.py": self.rewards_source, "_rnow_stand_in.py": _STAND_IN, "_rnow_runner.py": _RUNNER, "_rnow_call.json": json.dumps(call)}
-        limits = self.sandbox_module.SandboxLimits(wall_time_s=timeout_s, cpu_time_s=max(1, int(timeout_s)), memory_mb=self.memory_mb)
+        files = {
+            "rewards.py": self.rewards_source,
+            "_rnow_stand_in.py": _STAND_IN,
+            "_rnow_runner.py": _RUNNER,
+            "_rnow_call.json": json.dumps(call),
+        }
+        limits = self.sandbox_module.SandboxLimits(
+            wall_time_s=timeout_s, cpu_time_s=max(1, int(timeout_s)), memory_mb=self.memory_mb
+        )
         sandbox = self.sandbox_module.Sandbox(limits, max_concurrent=1)
         result = await asyncio.to_thread(sandbox.run_python, "_rnow_runner.py", files)
         if result.timed_out:
-            raise asyncio.TimeoutError
+            raise TimeoutError
         last = result.stdout.strip().splitlines()[-1:] if result.stdout.strip() else []
         if not result.ok or not last:
-            raise RewardError(f"sandboxed reward {spec.name!r} failed (exit {result.exit_code}, {result.killed_by or result.signal}): {result.stderr[-1500:]}")
+            raise RewardError(
+                f"sandboxed reward {spec.name!r} failed (exit {result.exit_code}, {result.killed_by or result.signal}):"
+                f" {result.stderr[-1500:]}"
+            )
         try:
             return json.loads(last[0])["value"]
         except (ValueError, KeyError, TypeError) as exc:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from nemo_gym.errors import ServerError
 from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, RewardSpec
@@ -57,13 +58,21 @@ def total_reward(values: dict[str, float], preconditions: set[str]) -> float:
 
 def _checked(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RewardError(f"reward {name!r} returned {type(value).__name__} {value!r:.100}; it must return a float in [0, 1]")
+        raise RewardError(
+            f"reward {name!r} returned {type(value).__name__} {value!r:.100}; it must return a float in [0, 1]"
+        )
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise RewardError(f"reward {name!r} returned {value!r}; it must return a float in [0, 1]")
     return float(value)
 
 
-async def run_reward(spec: RewardSpec, args: RewardArgs, messages: list[dict[str, Any]], timeout_s: float, sandbox: SandboxRunner | None = None) -> float:
+async def run_reward(
+    spec: RewardSpec,
+    args: RewardArgs,
+    messages: list[dict[str, Any]],
+    timeout_s: float,
+    sandbox: SandboxRunner | None = None,
+) -> float:
     """The value of one reward, in [0, 1].
 
     Raises:
@@ -81,8 +90,10 @@ async def run_reward(spec: RewardSpec, args: RewardArgs, messages: list[dict[str
         call = asyncio.to_thread(spec.fn, args, messages)
     try:
         value = await asyncio.wait_for(call, timeout_s)
-    except asyncio.TimeoutError as exc:
-        raise RewardTimeoutError(f"reward {spec.name!r} took longer than {timeout_s:g} s (set @reward(timeout=...) to allow more)") from exc
+    except TimeoutError as exc:
+        raise RewardTimeoutError(
+            f"reward {spec.name!r} took longer than {timeout_s:g} s (set @reward(timeout=...) to allow more)"
+        ) from exc
     except ServerError:
         raise
     except Exception as exc:
@@ -103,6 +114,8 @@ async def score(
     Raises:
         RewardError, RewardTimeoutError: the first reward that failed (see `run_reward`).
     """
-    values = await asyncio.gather(*(run_reward(s, args, messages, s.timeout_s or default_timeout_s, sandbox) for s in specs))
+    values = await asyncio.gather(
+        *(run_reward(s, args, messages, s.timeout_s or default_timeout_s, sandbox) for s in specs)
+    )
     components = {spec.name: value for spec, value in zip(specs, values)}
     return RewardOutcome(total_reward(components, {s.name for s in specs if s.precondition}), components)

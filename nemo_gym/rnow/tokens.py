@@ -16,7 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.models import EMBEDDED_PREFIX, embedded_model, nemo_gym_home
+from nemo_gym.layout import nemo_gym_home
+from nemo_gym.model_servers.embedded import EMBEDDED_PREFIX, embedded_model
 
 __all__ = ["PromptCounter", "tokenizer_file", "render_prompt"]
 
@@ -66,7 +67,11 @@ class PromptCounter:
         return self.tokenizer is not None
 
     def describe(self) -> str:
-        return f"tokens of {self.source}" if self.exact else f"approximate tokens (1 per {CHARS_PER_TOKEN} characters: no tokenizer.json of the model found)"
+        return (
+            f"tokens of {self.source}"
+            if self.exact
+            else f"approximate tokens (1 per {CHARS_PER_TOKEN} characters: no tokenizer.json of the model found)"
+        )
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         text = render_prompt(messages, tools)

@@ -39,11 +39,17 @@ from nemo_gym.team import job as job_module
 
 __all__ = ["RunState", "RayBackend", "ray_status_to_run_status"]
 
-log = logging.getLogger("nemo_gym.serve")
+log = logging.getLogger("nemo_gym.serving.entrypoint")
 
 RunState = str  # pending | running | stopped | finished | failed | unknown
 TERMINAL = frozenset({"stopped", "finished", "failed"})
-_STATUS = {"PENDING": "pending", "RUNNING": "running", "STOPPED": "stopped", "SUCCEEDED": "finished", "FAILED": "failed"}
+_STATUS = {
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "STOPPED": "stopped",
+    "SUCCEEDED": "finished",
+    "FAILED": "failed",
+}
 
 
 def ray_status_to_run_status(status: Any) -> RunState:
@@ -65,8 +71,17 @@ class RayBackend:
         stop_wait_s: seconds between the stop's SIGTERM and Ray's SIGKILL.
     """
 
-    def __init__(self, data_dir: Path, *, ray_address: str | None, dashboard_port: int = 0, num_cpus: int | None = None,
-                 python: str = sys.executable, entrypoint_num_cpus: float = 1.0, stop_wait_s: int = 600):  # fmt: skip
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        ray_address: str | None,
+        dashboard_port: int = 0,
+        num_cpus: int | None = None,
+        python: str = sys.executable,
+        entrypoint_num_cpus: float = 1.0,
+        stop_wait_s: int = 600,
+    ):
         self.data_dir = data_dir
         self.ray_address = ray_address
         self.dashboard_port = dashboard_port
@@ -92,20 +107,33 @@ class RayBackend:
             import ray
             from ray.job_submission import JobSubmissionClient
         except ImportError as exc:
-            raise ConfigError("ng_serve needs Ray with its job API: pip install 'nemo-gym[ray]' (ray[default])") from exc
-        where = f"the Ray cluster at {self.ray_address}" if self.ray_address else f"the local Ray head (log: {self.data_dir / 'ray_head.log'})"
+            raise ConfigError(
+                "ng_serve needs Ray with its job API: pip install 'nemo-gym[ray]' (ray[default])"
+            ) from exc
+        where = (
+            f"the Ray cluster at {self.ray_address}"
+            if self.ray_address
+            else f"the local Ray head (log: {self.data_dir / 'ray_head.log'})"
+        )
         for attempt in range(1 if self.ray_address else HEAD_START_ATTEMPTS):
             address = self.ray_address or self._start_local_head()
 
-            def init() -> Any:
+            def init(address: str = address) -> Any:
                 if self._head is not None and self._head.poll() is not None:
-                    raise _HeadExited(f"ng_serve: the local Ray head exited with {self._head.returncode}; see {self.data_dir / 'ray_head.log'}")
-                return ray.init(address=address, namespace="nemo_gym_serve", logging_level=logging.ERROR, log_to_driver=False)
+                    raise _HeadExited(
+                        f"ng_serve: the local Ray head exited with {self._head.returncode}; see"
+                        f" {self.data_dir / 'ray_head.log'}"
+                    )
+                return ray.init(
+                    address=address, namespace="nemo_gym_serve", logging_level=logging.ERROR, log_to_driver=False
+                )
 
             try:
                 context = _retry(init, what=where, timeout_s=180.0 if self.ray_address is None else 30.0)
                 break
-            except _HeadExited:  # Ray 2.60's raylet gives up when its dashboard agent starts slower than 15 s (a loaded machine)
+            except (
+                _HeadExited
+            ):  # Ray 2.60's raylet gives up when its dashboard agent starts slower than 15 s (a loaded machine)
                 assert self._head is not None
                 signal_group(self._head.pid, signal.SIGKILL)  # what the failed `ray start` left (GCS, dashboard)
                 if attempt == HEAD_START_ATTEMPTS - 1:
@@ -115,8 +143,13 @@ class RayBackend:
         elif context.dashboard_url:
             self.dashboard_url = f"http://{context.dashboard_url}"
         else:
-            raise ConfigError("ng_serve: the Ray cluster has no dashboard, which serves the Ray Jobs API; start its head with the dashboard (ray[default])")
-        self.client = _retry(lambda: JobSubmissionClient(self.dashboard_url), what=f"the Ray Jobs API at {self.dashboard_url}")
+            raise ConfigError(
+                "ng_serve: the Ray cluster has no dashboard, which serves the Ray Jobs API; start its head with the"
+                " dashboard (ray[default])"
+            )
+        self.client = _retry(
+            lambda: JobSubmissionClient(self.dashboard_url), what=f"the Ray Jobs API at {self.dashboard_url}"
+        )
         if self.ray_address is not None:
             self._warn_if_dashboard_open()
 
@@ -125,14 +158,38 @@ class RayBackend:
         as the dashboard agent's 52365, clash with other Ray instances on the machine); the dashboard on 127.0.0.1.
         Returns the GCS address."""
         self._dashboard_port = self.dashboard_port or _free_port()
-        ports = {name: _free_port() for name in ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
-        command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=true",
-                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self._dashboard_port}", *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip
+        ports = {
+            name: _free_port()
+            for name in (
+                "port",
+                "dashboard-agent-listen-port",
+                "dashboard-agent-grpc-port",
+                "metrics-export-port",
+                "runtime-env-agent-port",
+            )
+        }
+        command = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self._dashboard_port}",
+            *(f"--{k}={v}" for k, v in ports.items()),
+        ]
         if self.num_cpus is not None:
             command.append(f"--num-cpus={self.num_cpus}")
         with open(self.data_dir / "ray_head.log", "ab") as log:
-            self._head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})  # fmt: skip
+            self._head = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+            )
         return f"127.0.0.1:{ports['port']}"
 
     def _enable_local_token_auth(self) -> None:
@@ -146,7 +203,9 @@ class RayBackend:
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_file)
         os.environ.pop("RAY_AUTH_TOKEN", None)  # the file is the one source
-        if "ray._raylet" in sys.modules:  # imported already (an embedding process): refresh its config, as ray.init does
+        if (
+            "ray._raylet" in sys.modules
+        ):  # imported already (an embedding process): refresh its config, as ray.init does
             from ray._raylet import Config
 
             Config.initialize("")
@@ -157,9 +216,13 @@ class RayBackend:
         except httpx.HTTPError:
             return
         if answer.status_code == 200:
-            print(f"ng_serve: WARNING: the Ray Jobs API at {self.dashboard_url} answers without a token: anyone who reaches it can run code "
-                  "on the cluster. Start the cluster with RAY_AUTH_MODE=token (https://docs.ray.io/en/latest/ray-security/token-auth.html).",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"ng_serve: WARNING: the Ray Jobs API at {self.dashboard_url} answers without a token: anyone who"
+                " reaches it can run code on the cluster. Start the cluster with RAY_AUTH_MODE=token"
+                " (https://docs.ray.io/en/latest/ray-security/token-auth.html).",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def shutdown(self) -> None:
         """Disconnect; stop the local head this server started (SIGTERM to its process group, SIGKILL after 30 s)."""
@@ -181,7 +244,10 @@ class RayBackend:
         self.client.submit_job(
             entrypoint=job_module.entrypoint(self.python, kind, run_id, argv),
             submission_id=submission_id,
-            runtime_env={"working_dir": str(working_dir), "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s), "PYTHONUNBUFFERED": "1"}},
+            runtime_env={
+                "working_dir": str(working_dir),
+                "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s), "PYTHONUNBUFFERED": "1"},
+            },
             metadata=metadata,
             entrypoint_num_cpus=self.entrypoint_num_cpus,
         )
@@ -237,7 +303,9 @@ class RayBackend:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        task = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))(function)
+        task = ray.remote(
+            num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        )(function)
         try:
             return ray.get(task.remote(*args), timeout=timeout_s)
         except Exception as exc:  # the node is gone (TaskUnschedulableError), the task failed or timed out

@@ -1,15 +1,11 @@
-"""The client of `ng_serve`: logging in, organizations, and the run commands when they talk to a server.
+"""The client of `ng_serve`: logging in, organizations, and the HTTP client the run commands use when they talk to a
+server (those commands: `nemo_gym.team.remote_runs`).
 
   ng_login +server=URL [+token=...]     token from +token, $NEMO_GYM_SERVER_TOKEN or the terminal (not echoed);
                                         checked with the server (GET /v1/me), then kept in the ng_login file
                                         ($NEMO_GYM_HOME/credentials.json, mode 0600, entry "ng_serve")
   ng_logout +server=URL                 forget it
   ng_orgs / ng_orgs <ORG>               list the organizations / switch the active one
-  ng_runs list|logs|stop|delete|download ...   with the server when logged in (or +remote=true); +local=true: this machine
-  ng_train +remote=true ...             submit the current folder (the project) as a training run
-
-Which runs `ng_runs` shows: the server's when logged in, unless `+local=true`; `+remote=true` insists on the server
-(an error when not logged in). `ng_train` trains locally unless `+remote=true`.
 
 The token goes only into the `Authorization` header of requests to the server it was given for; no message prints it.
 """
@@ -24,7 +20,6 @@ import shutil
 import sys
 import tarfile
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +27,6 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.config import parse_overrides
 from nemo_gym.datasets.common import load_login, remove_login, save_login
 from nemo_gym.errors import ConfigError, NemoGymError
 
@@ -47,16 +41,14 @@ __all__ = [
     "login_server",
     "logout_server",
     "orgs_main",
-    "wants_remote",
-    "remote_runs_main",
-    "submit_remote",
-    "list_server_models",
-    "print_team_status",
+    "require_login",
 ]
 
 LOGIN_ENTRY = "ng_serve"  # the entry of the ng_login file
 TOKEN_ENV = "NEMO_GYM_SERVER_TOKEN"
-PROJECT_EXCLUDES = frozenset({".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", "env.yaml"})
+PROJECT_EXCLUDES = frozenset(
+    {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", "env.yaml"}
+)
 TERMINAL = frozenset({"stopped", "finished", "failed"})
 
 
@@ -86,7 +78,9 @@ def current_login() -> ServerLogin | None:
     entry = load_login(LOGIN_ENTRY)
     if not entry.get("url") or not entry.get("token"):
         return None
-    return ServerLogin(url=entry["url"], token=entry["token"], user=entry.get("user", "?"), org=entry.get("org") or None)
+    return ServerLogin(
+        url=entry["url"], token=entry["token"], user=entry.get("user", "?"), org=entry.get("org") or None
+    )
 
 
 def _save(login: ServerLogin) -> Path:
@@ -121,7 +115,10 @@ def login_server(server: str, token: str | None = None) -> int:
     login = ServerLogin(url=url, token=token, user=me["user"], org=keep or (me["orgs"][0] if me["orgs"] else None))
     path = _save(login)
     orgs = ", ".join(me["orgs"]) or "none"
-    print(f"logged in to {url} as {login.user}; active organization: {login.org or '-'} (yours: {orgs}); token kept in {path} (readable by you only)")
+    print(
+        f"logged in to {url} as {login.user}; active organization: {login.org or '-'} (yours: {orgs}); token kept in"
+        f" {path} (readable by you only)"
+    )
     return 0
 
 
@@ -136,22 +133,26 @@ def logout_server(server: str | None) -> int:
     return 0
 
 
-def _require_login() -> ServerLogin:
+def require_login() -> ServerLogin:
     login = current_login()
     if login is None:
-        raise ConfigError("not logged in to a run server: ng_login +server=URL (or use +local=true for this machine's runs)")
+        raise ConfigError(
+            "not logged in to a run server: ng_login +server=URL (or use +local=true for this machine's runs)"
+        )
     return login
 
 
 def _require_org(login: ServerLogin) -> str:
     if not login.org:
-        raise ConfigError(f"you belong to no organization on {login.url}: ask the server's admin (ng_serve +admin=add_member ...)")
+        raise ConfigError(
+            f"you belong to no organization on {login.url}: ask the server's admin (ng_serve +admin=add_member ...)"
+        )
     return login.org
 
 
 def orgs_main(options: OrgsOptions) -> int:
     """`ng_orgs`: list the user's organizations (`*` marks the active one); `ng_orgs <ORG>` switches."""
-    login = _require_login()
+    login = require_login()
     me = TeamClient(login).me()
     if options.org is None:
         if options.json_output:
@@ -163,7 +164,10 @@ def orgs_main(options: OrgsOptions) -> int:
                 print(f"{'*' if org == login.org else ' '} {org}")
         return 0
     if options.org not in me["orgs"]:
-        raise ConfigError(f"you are not a member of an organization {options.org!r} on {login.url}; yours: {', '.join(me['orgs']) or 'none'}")
+        raise ConfigError(
+            f"you are not a member of an organization {options.org!r} on {login.url}; yours:"
+            f" {', '.join(me['orgs']) or 'none'}"
+        )
     _save(dataclasses.replace(login, org=options.org))
     print(f"active organization: {options.org}")
     return 0
@@ -181,16 +185,26 @@ class TeamClient:
     def __init__(self, login: ServerLogin, timeout_s: float = 60.0):
         self.login = login
         loopback = httpx.URL(login.url).host in ("127.0.0.1", "localhost", "::1")
-        self.http = httpx.Client(base_url=login.url, headers={"Authorization": f"Bearer {login.token}"}, timeout=timeout_s, trust_env=not loopback)
+        self.http = httpx.Client(
+            base_url=login.url,
+            headers={"Authorization": f"Bearer {login.token}"},
+            timeout=timeout_s,
+            trust_env=not loopback,
+        )
 
     def _org_path(self, suffix: str = "") -> str:
         return f"/v1/orgs/{_require_org(self.login)}{suffix}"
 
     def _check(self, answer: httpx.Response, what: str) -> httpx.Response:
         if answer.status_code == 401:
-            raise TeamServerError(f"{self.login.url} refused the token (wrong, expired or revoked): ng_login +server={self.login.url} with a new one")
+            raise TeamServerError(
+                f"{self.login.url} refused the token (wrong, expired or revoked): ng_login +server={self.login.url}"
+                " with a new one"
+            )
         if answer.status_code == 404:
-            raise TeamServerError(f"{what}: not found in organization {self.login.org} on {self.login.url} (ng_runs list shows its runs)")
+            raise TeamServerError(
+                f"{what}: not found in organization {self.login.org} on {self.login.url} (ng_runs list shows its runs)"
+            )
         if answer.is_error:
             try:
                 detail = answer.json().get("detail", answer.text)
@@ -203,7 +217,9 @@ class TeamClient:
         try:
             answer = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise TeamServerError(f"{what}: cannot reach {self.login.url} ({type(exc).__name__}); is ng_serve running there?") from exc
+            raise TeamServerError(
+                f"{what}: cannot reach {self.login.url} ({type(exc).__name__}); is ng_serve running there?"
+            ) from exc
         return self._check(answer, what)
 
     def me(self) -> dict[str, Any]:
@@ -221,7 +237,13 @@ class TeamClient:
     def submit(self, kind: str, args: list[str], project_dir: Path) -> dict[str, Any]:
         """Upload `project_dir` (a .tar.gz, PROJECT_EXCLUDES left out) and start a run in it."""
         archive = pack_project(project_dir)
-        upload = self._request("POST", self._org_path("/uploads"), "upload the project", content=archive, headers={"Content-Type": "application/gzip"})
+        upload = self._request(
+            "POST",
+            self._org_path("/uploads"),
+            "upload the project",
+            content=archive,
+            headers={"Content-Type": "application/gzip"},
+        )
         body = {"kind": kind, "args": args, "upload_id": upload.json()["upload_id"]}
         return self._request("POST", self._org_path("/runs"), f"submit the {kind} run", json=body).json()
 
@@ -229,19 +251,31 @@ class TeamClient:
         """The run's log; with `follow`, chunks as they come until the run ends."""
         path = self._org_path(f"/runs/{run_id}/logs")
         try:
-            with self.http.stream("GET", path, params={"follow": str(follow).lower()}, timeout=httpx.Timeout(60.0, read=None)) as answer:
+            with self.http.stream(
+                "GET", path, params={"follow": str(follow).lower()}, timeout=httpx.Timeout(60.0, read=None)
+            ) as answer:
                 if answer.is_error:
                     answer.read()
                     self._check(answer, f"logs of run {run_id}")
                 yield from answer.iter_bytes()
         except httpx.HTTPError as exc:
-            raise TeamServerError(f"logs of run {run_id}: connection to {self.login.url} lost ({type(exc).__name__})") from exc
+            raise TeamServerError(
+                f"logs of run {run_id}: connection to {self.login.url} lost ({type(exc).__name__})"
+            ) from exc
 
     def stop(self, run_id: str, save_model: bool) -> dict[str, Any]:
-        return self._request("POST", self._org_path(f"/runs/{run_id}/stop"), f"stop run {run_id}", json={"save_model": save_model}).json()
+        return self._request(
+            "POST", self._org_path(f"/runs/{run_id}/stop"), f"stop run {run_id}", json={"save_model": save_model}
+        ).json()
 
     def delete(self, run_id: str, force: bool) -> None:
-        self._request("DELETE", self._org_path(f"/runs/{run_id}"), f"delete run {run_id}", params={"force": str(force).lower()}, timeout=120.0)
+        self._request(
+            "DELETE",
+            self._org_path(f"/runs/{run_id}"),
+            f"delete run {run_id}",
+            params={"force": str(force).lower()},
+            timeout=120.0,
+        )
 
     def download_model(self, run_id: str, output: Path) -> Path:
         """The run's final/ folder unpacked as `output` (which must not exist or be empty). Returns `output`.
@@ -256,7 +290,9 @@ class TeamClient:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".ng_download_") as tmp:
             archive = Path(tmp) / "model.tar"
             try:
-                with self.http.stream("GET", self._org_path(f"/runs/{run_id}/model"), timeout=httpx.Timeout(60.0, read=600.0)) as answer:
+                with self.http.stream(
+                    "GET", self._org_path(f"/runs/{run_id}/model"), timeout=httpx.Timeout(60.0, read=600.0)
+                ) as answer:
                     if answer.is_error:
                         answer.read()
                         self._check(answer, f"model of run {run_id}")
@@ -264,7 +300,9 @@ class TeamClient:
                         for chunk in answer.iter_bytes():
                             handle.write(chunk)
             except httpx.HTTPError as exc:
-                raise TeamServerError(f"model of run {run_id}: download from {self.login.url} broke off ({type(exc).__name__}); try again") from exc
+                raise TeamServerError(
+                    f"model of run {run_id}: download from {self.login.url} broke off ({type(exc).__name__}); try again"
+                ) from exc
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
             if output.exists():
@@ -285,151 +323,3 @@ def pack_project(folder: Path) -> bytes:
         for child in sorted(folder.iterdir()):
             tar.add(child, arcname=child.name, filter=keep)
     return buffer.getvalue()
-
-
-# -- ng_runs / ng_train / ng_status with the server -------------------------------------------------------------
-def wants_remote(remote: bool | None, local: bool) -> bool:
-    """Whether `ng_runs` talks to the run server: +remote=true yes, +local=true no, else when logged in.
-
-    Raises:
-        ConfigError: both flags, or +remote=true while not logged in.
-    """
-    if remote and local:
-        raise ConfigError("+remote=true and +local=true contradict each other; give one")
-    if local or remote is False:
-        return False
-    if remote:
-        _require_login()
-        return True
-    return current_login() is not None
-
-
-def _print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
-    print(f"{indent}{'id':<32} {'user':<12} {'status':<9} {'started':<20} model")
-    for run in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started_at") or run["created"]))
-        model = "stored" if run.get("model_stored") else ("saving" if run.get("save_model") and run["status"] not in TERMINAL else "-")
-        print(f"{indent}{run['id']:<32} {run['user']:<12} {run['status']:<9} {started:<20} {model}")
-
-
-def remote_runs_main(options: Any) -> int:
-    """`ng_runs <verb>` against the run server (options: nemo_gym.runs.RunsOptions).
-
-    Raises:
-        ConfigError: a verb without its run id or +output. TeamServerError: the server refused or failed.
-    """
-    login = _require_login()
-    client = TeamClient(login)
-    if options.verb == "list":
-        runs = client.runs()
-        if options.json_output:
-            import json
-
-            print(json.dumps(runs, indent=2))
-        elif not runs:
-            print(f"No runs in organization {login.org} on {login.url} (submit one: ng_train +remote=true ...).")
-        else:
-            print(f"Runs of organization {login.org} on {login.url}:")
-            _print_runs(runs)
-        return 0
-    if not options.id:
-        raise ConfigError(f"ng_runs {options.verb} needs a run id: ng_runs {options.verb} <id> (ng_runs list shows them)")
-    if options.verb == "logs":
-        for chunk in client.logs(options.id, options.follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-        if options.follow:
-            print(f"ng_runs: run {options.id} {client.run(options.id)['status']}", file=sys.stderr)
-        return 0
-    if options.verb == "stop":
-        return _remote_stop(client, options)
-    if options.verb == "delete":
-        client.delete(options.id, options.force)
-        print(f"ng_runs: deleted run {options.id} on {login.url}")
-        return 0
-    if not options.output:
-        raise ConfigError(f"ng_runs download needs +output=DIR: ng_runs download {options.id} +output=DIR")
-    path = client.download_model(options.id, Path(options.output))
-    print(f"ng_runs: model of run {options.id} in {path}")
-    return 0
-
-
-def _remote_stop(client: TeamClient, options: Any) -> int:
-    run = client.stop(options.id, options.save_model)
-    if run["status"] in TERMINAL and not run["stop_requested"]:  # it had ended before: nothing was stopped
-        print(f"ng_runs: run {options.id} is not running ({run['status']})")
-        return 0
-    print(f"ng_runs: stop sent to run {options.id}{' (saving its model first)' if options.save_model else ''}; waiting up to {options.timeout_s:g} s", file=sys.stderr)
-    deadline = time.monotonic() + options.timeout_s
-    while run["status"] not in TERMINAL:
-        if time.monotonic() > deadline:
-            print(f"ng_runs: run {options.id} is still stopping (ng_runs list shows when it has ended)", file=sys.stderr)
-            return 1
-        time.sleep(1.0)
-        run = client.run(options.id)
-    hint = f"; download its model: ng_runs download {options.id} +output=DIR" if options.save_model else ""
-    print(f"ng_runs: run {options.id} {run['status']}{hint}")
-    return 0
-
-
-def submit_remote(kind: str, argv: list[str], project_dir: Path | None = None) -> int:
-    """`ng_train +remote=true ...`: submit the current folder with these arguments; prints the run id.
-
-    Config paths in `argv` must lie inside the folder (the run starts in its uploaded copy).
-
-    Raises:
-        ConfigError: not logged in, or a config path outside the folder. TeamServerError: the server refused.
-    """
-    login = _require_login()
-    project_dir = (project_dir or Path.cwd()).resolve()
-    for path in _config_paths(argv):
-        resolved = (project_dir / path).resolve()
-        if not resolved.is_relative_to(project_dir) or not resolved.is_file():
-            raise ConfigError(f"+config_paths entry {path!r} must be a file inside the project folder {project_dir} (it is uploaded as the run's working directory)")
-    run = TeamClient(login).submit(kind, argv, project_dir)
-    print(run["id"])
-    print(f"ng_{'train' if kind == 'train' else 'collect_rollouts'}: run {run['id']} submitted to {login.url} (organization {login.org}); status {run['status']}", file=sys.stderr)
-    print(f"  follow: ng_runs logs {run['id']} +follow=true    stop: ng_runs stop {run['id']} [+save_model=true]", file=sys.stderr)
-    return 0
-
-
-def _config_paths(argv: list[str]) -> list[str]:
-    paths: list[str] = []
-    for key, value in parse_overrides(argv):
-        if key == "config_paths":
-            paths += [str(v) for v in (value if isinstance(value, list) else [value])]
-    return paths
-
-
-def list_server_models(login: ServerLogin | None = None) -> list[dict[str, Any]]:
-    """The models stored on the run server for the active organization (each a run's final/ folder): `[{name,
-    run_id, size_bytes (the tar), modified (unix s), server, org, note}]`; [] when not logged in.
-
-    Raises:
-        TeamServerError: the server is unreachable or refused the token.
-    """
-    login = login or current_login()
-    if login is None or not login.org:
-        return []
-    return [
-        {"name": m["run_id"], "run_id": m["run_id"], "size_bytes": m["size_bytes"], "modified": m["stored_at"], "server": login.url,
-         "org": login.org, "note": f"ng_runs download {m['run_id']} +output=DIR"}
-        for m in TeamClient(login, timeout_s=10.0).models()
-    ]  # fmt: skip
-
-
-def print_team_status() -> None:
-    """The `ng_status` section: who is logged in where, the active organization and its active runs."""
-    login = current_login()
-    if login is None:
-        return
-    print(f"Run server {login.url}: logged in as {login.user}, organization {login.org or '-'}")
-    try:
-        runs = TeamClient(login, timeout_s=10.0).runs() if login.org else []
-    except TeamServerError as exc:
-        print(f"  {exc}")
-        return
-    active = [r for r in runs if r["status"] not in TERMINAL]
-    print(f"  runs: {len(active)} active, {len(runs) - len(active)} ended (ng_runs list shows all)")
-    if active:
-        _print_runs(active, indent="  ")

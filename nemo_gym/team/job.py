@@ -28,14 +28,23 @@ import tarfile
 from pathlib import Path
 
 from nemo_gym import commands
-from nemo_gym.background import write_stop_request
-from nemo_gym.models import nemo_gym_home
+from nemo_gym.layout import nemo_gym_home
+from nemo_gym.runs.background import write_stop_request
 from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV
 
-__all__ = ["KIND_COMMANDS", "RUN_ID_PATTERN", "job_run_dir", "entrypoint", "write_stop_request_on_node", "pack_final_on_node", "remove_run_dir_on_node", "main"]
+__all__ = [
+    "KIND_COMMANDS",
+    "RUN_ID_PATTERN",
+    "job_run_dir",
+    "entrypoint",
+    "write_stop_request_on_node",
+    "pack_final_on_node",
+    "remove_run_dir_on_node",
+    "main",
+]
 
 KIND_COMMANDS = {"train": "train", "collect": "collect_rollouts"}
-RUN_ID_PATTERN = re.compile(r"^[a-z_]+-\d{8}-\d{6}-[0-9a-f]{4}$")  # nemo_gym.background.new_run_id
+RUN_ID_PATTERN = re.compile(r"^[a-z_]+-\d{8}-\d{6}-[0-9a-f]{4}$")  # nemo_gym.runs.background.new_run_id
 
 
 def job_run_dir(run_id: str) -> Path:
@@ -80,7 +89,10 @@ def remove_run_dir_on_node(run_id: str) -> None:
 def main(argv: list[str]) -> int:
     """`python -m nemo_gym.team.job <kind> <run id> <argv...>`: run the command; returns its exit status."""
     if len(argv) < 2 or argv[0] not in KIND_COMMANDS:
-        print(f"usage: python -m nemo_gym.team.job {{{'|'.join(KIND_COMMANDS)}}} <run id> [ng_* arguments]", file=sys.stderr)
+        print(
+            f"usage: python -m nemo_gym.team.job {{{'|'.join(KIND_COMMANDS)}}} <run id> [ng_* arguments]",
+            file=sys.stderr,
+        )
         return 2
     kind, run_id, rest = argv[0], argv[1], list(argv[2:])
 
@@ -88,7 +100,9 @@ def main(argv: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.environ[BACKGROUND_RUN_DIR_ENV] = str(run_dir)
     output = run_dir / "output"
-    rest.append(f"++trainer.output_dir={output}" if kind == "train" else f"++output_jsonl_fpath={output / 'rollouts.jsonl'}")
+    rest.append(
+        f"++trainer.output_dir={output}" if kind == "train" else f"++output_jsonl_fpath={output / 'rollouts.jsonl'}"
+    )
     command = KIND_COMMANDS[kind]
     print(f"nemo_gym run {run_id}: ng_{command} {shlex.join(rest)} (in {os.getcwd()})", flush=True)
     return commands.main(command, rest)

@@ -1,9 +1,5 @@
-"""`ng_serve`: a team's run server. An HTTP API (FastAPI) in front of a Ray cluster's job submission.
-
-  ng_serve [+ray_address=HOST:PORT] [+host=127.0.0.1] [+port=8280] [+data_dir=...]   serve (until Ctrl-C)
-  ng_serve +admin=create_org +org=ORG            ng_serve +admin=create_user +user=NAME +org=ORG
-  ng_serve +admin=add_member +user=NAME +org=ORG ng_serve +admin=create_token +user=NAME [+expires_in_days=30]
-  ng_serve +admin=revoke_token +token_id=ID      ng_serve +admin=list
+"""A team's run server (`ng_serve`, `nemo_gym.team.command`): an HTTP API (FastAPI) in front of a Ray cluster's job
+submission.
 
 API (every route but `GET /health` needs `Authorization: Bearer <token>`; a missing, unknown, expired or revoked
 token gets 401 `{"detail": "unauthorized"}`, the same body whatever the reason):
@@ -39,7 +35,6 @@ import logging
 import os
 import secrets
 import shutil
-import sys
 import tarfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -52,51 +47,26 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.background import new_run_id
 from nemo_gym.config import MASK, is_secret_key
-from nemo_gym.errors import ConfigError, NemoGymError
-from nemo_gym.limits import UVICORN_LIMITS
-from nemo_gym.models import nemo_gym_home
-from nemo_gym.serve import bind_socket
+from nemo_gym.errors import NemoGymError
+from nemo_gym.runs.background import new_run_id
 from nemo_gym.team.backend import TERMINAL, RayBackend, ray_status_to_run_status
 from nemo_gym.team.job import RUN_ID_PATTERN
 from nemo_gym.team.store import Run, Store, User
 
-__all__ = ["ServeOptions", "SubmitRequest", "StopRequest", "build_app", "serve_main", "admin_main"]
+__all__ = ["SubmitRequest", "StopRequest", "build_app", "mask_secret_args", "private_dir"]
 
-log = logging.getLogger("nemo_gym.serve")
-DEFAULT_PORT = 8280
+log = logging.getLogger("nemo_gym.serving.entrypoint")
 UPLOAD_ID_BYTES = 12
-
-
-class ServeOptions(BaseModel):
-    """Parameters of `ng_serve` (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=False)
-    admin: Literal["create_org", "create_user", "add_member", "create_token", "revoke_token", "list"] | None = Field(
-        None, description="an admin action on the server's database instead of serving (the server may be running)")
-    org: str | None = Field(None, description="admin: the organization")
-    user: str | None = Field(None, description="admin: the user")
-    expires_in_days: float | None = Field(None, gt=0, description="create_token: lifetime in days (default: no expiry)")
-    token_id: str | None = Field(None, description="revoke_token: the token's id (from +admin=list)")
-    data_dir: str | None = Field(None, description="database, Ray token and storage (default: $NEMO_GYM_HOME/serve)")
-    host: str = Field("127.0.0.1", description="address to bind; anything but loopback exposes the API (use a TLS proxy)")
-    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="port to bind (0: a free one, printed at start)")
-    ray_address: str | None = Field(None, description="an existing Ray cluster's GCS address HOST:PORT (default: start a local head, its job API on 127.0.0.1)")
-    dashboard_port: int = Field(0, ge=0, le=65535, description="local head: port of Ray's dashboard / job API on 127.0.0.1 (0: a free one)")
-    num_cpus: int | None = Field(None, ge=0, description="local head: CPUs offered to runs (default: all)")
-    python: str = Field(sys.executable, description="the Python that runs a run's entrypoint on the nodes (nemo_gym installed there)")
-    entrypoint_num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each run")
-    stop_wait_s: int = Field(600, gt=0, description="seconds a stopped run gets to save its model before Ray kills it")
-    harvest_interval_s: float = Field(10.0, ge=0, description="how often ended training runs' final/ models are copied into storage (0: only on download)")
-    max_upload_mb: float = Field(500.0, gt=0, description="largest project upload, compressed and unpacked (Ray's working_dir limit is 500 MiB)")
 
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["train", "collect"] = Field(description="train: ng_train; collect: ng_collect_rollouts")
     args: list[str] = Field(default_factory=list, max_length=500, description="the command's +key=value arguments")
-    upload_id: str = Field(description="the project folder uploaded with POST /v1/orgs/{org}/uploads (the job's working directory)")
+    upload_id: str = Field(
+        description="the project folder uploaded with POST /v1/orgs/{org}/uploads (the job's working directory)"
+    )
 
 
 class StopRequest(BaseModel):
@@ -108,14 +78,7 @@ def _not_found() -> HTTPException:
     return HTTPException(status_code=404, detail="not found")
 
 
-def data_dir_of(options: ServeOptions) -> Path:
-    path = Path(options.data_dir).expanduser() if options.data_dir else nemo_gym_home() / "serve"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    return path
-
-
-def _private_dir(path: Path) -> Path:
+def private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 
@@ -139,7 +102,7 @@ class _ModelStorage:
         if not path.is_file() and run.id not in self.fetched:
             data = self.backend.fetch_final(run.id, getattr(job, "driver_node_id", None))
             if data is not None:
-                _write_private_file(_private_dir(path.parent), path, data)
+                _write_private_file(private_dir(path.parent), path, data)
             self.fetched.add(run.id)
         return path.is_file()
 
@@ -157,20 +120,36 @@ class _ModelStorage:
     def describe(self, run: Run, job: Any | None) -> dict[str, Any]:
         """A run as the API answers it (secret arguments masked)."""
         return {
-            "id": run.id, "org": run.org_id, "user": run.user_id, "kind": run.kind, "args": mask_secret_args(run.args),
+            "id": run.id,
+            "org": run.org_id,
+            "user": run.user_id,
+            "kind": run.kind,
+            "args": mask_secret_args(run.args),
             "status": ray_status_to_run_status(job.status) if job is not None else "unknown",
-            "message": getattr(job, "message", None), "created": run.created_at,
-            "started_at": _seconds(getattr(job, "start_time", None)), "ended_at": _seconds(getattr(job, "end_time", None)),
-            "returncode": getattr(job, "driver_exit_code", None), "stop_requested": run.stop_requested,
-            "save_model": run.save_model, "model_stored": self.path(run).is_file(),
-        }  # fmt: skip
+            "message": getattr(job, "message", None),
+            "created": run.created_at,
+            "started_at": _seconds(getattr(job, "start_time", None)),
+            "ended_at": _seconds(getattr(job, "end_time", None)),
+            "returncode": getattr(job, "driver_exit_code", None),
+            "stop_requested": run.stop_requested,
+            "save_model": run.save_model,
+            "model_stored": self.path(run).is_file(),
+        }
 
 
-def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_upload_bytes: int, harvest_interval_s: float = 10.0) -> FastAPI:
+def build_app(
+    store: Store, backend: RayBackend, storage_dir: Path, *, max_upload_bytes: int, harvest_interval_s: float = 10.0
+) -> FastAPI:
     """The run server's app. `backend` is a started RayBackend (tests pass a fake with the same methods);
     `harvest_interval_s` (0: never) is how often ended training runs' models are copied into storage."""
     models = _ModelStorage(store, backend, storage_dir)
-    app = FastAPI(title="nemo_gym run server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_harvesting(models, harvest_interval_s))
+    app = FastAPI(
+        title="nemo_gym run server",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=_harvesting(models, harvest_interval_s),
+    )
 
     @app.exception_handler(NemoGymError)
     async def _nemo_gym_error(request: Request, exc: NemoGymError) -> JSONResponse:
@@ -193,7 +172,9 @@ def build_app(store: Store, backend: RayBackend, storage_dir: Path, *, max_uploa
     return app
 
 
-def _harvesting(models: _ModelStorage, interval_s: float) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+def _harvesting(
+    models: _ModelStorage, interval_s: float
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     """The app's lifespan: `models.harvest()` every `interval_s` seconds (never when 0)."""
 
     @contextlib.asynccontextmanager
@@ -241,11 +222,13 @@ def _run_of(store: Store, org_user: tuple[str, User], run_id: str) -> Run:
     return run
 
 
-def _add_upload_route(app: FastAPI, member: Callable[..., tuple[str, User]], storage_dir: Path, max_upload_bytes: int) -> None:
+def _add_upload_route(
+    app: FastAPI, member: Callable[..., tuple[str, User]], storage_dir: Path, max_upload_bytes: int
+) -> None:
     @app.post("/v1/orgs/{org}/uploads", status_code=201)
     async def upload(request: Request, org_user: tuple[str, User] = Depends(member)) -> dict[str, str]:
         upload_id = secrets.token_hex(UPLOAD_ID_BYTES)
-        uploads = _private_dir(storage_dir / org_user[0] / "uploads")
+        uploads = private_dir(storage_dir / org_user[0] / "uploads")
         archive = uploads / f"{upload_id}.tar.gz"
         received = 0
         with archive.open("wb") as handle:
@@ -254,7 +237,10 @@ def _add_upload_route(app: FastAPI, member: Callable[..., tuple[str, User]], sto
                 if received > max_upload_bytes:
                     handle.close()
                     archive.unlink(missing_ok=True)
-                    raise HTTPException(status_code=413, detail=f"upload larger than {max_upload_bytes / 2**20:.0f} MiB (ng_serve +max_upload_mb)")
+                    raise HTTPException(
+                        status_code=413,
+                        detail=f"upload larger than {max_upload_bytes / 2**20:.0f} MiB (ng_serve +max_upload_mb)",
+                    )
                 handle.write(chunk)
         try:
             await run_in_threadpool(_unpack, archive, uploads / upload_id, max_upload_bytes)
@@ -278,7 +264,9 @@ def _add_run_routes(app: FastAPI, member: Callable[..., tuple[str, User]], model
             raise _not_found()
         run_id = new_run_id(body.kind)
         try:
-            submission_id = backend.submit(run_id, body.kind, body.args, working_dir, {"org": org, "user": user.id, "run": run_id})
+            submission_id = backend.submit(
+                run_id, body.kind, body.args, working_dir, {"org": org, "user": user.id, "run": run_id}
+            )
         finally:
             shutil.rmtree(working_dir, ignore_errors=True)  # Ray has packed and uploaded it
         run = store.add_run(run_id, org, user.id, body.kind, body.args, submission_id)
@@ -298,7 +286,9 @@ def _add_run_routes(app: FastAPI, member: Callable[..., tuple[str, User]], model
     async def logs(run_id: str, follow: bool = False, org_user: tuple[str, User] = Depends(member)) -> Response:
         run = await run_in_threadpool(_run_of, store, org_user, run_id)
         if not follow:
-            return Response(await run_in_threadpool(backend.logs, run.submission_id), media_type="text/plain; charset=utf-8")
+            return Response(
+                await run_in_threadpool(backend.logs, run.submission_id), media_type="text/plain; charset=utf-8"
+            )
 
         async def chunks():
             async for chunk in backend.tail(run.submission_id):
@@ -327,7 +317,9 @@ def _add_run_control_routes(app: FastAPI, member: Callable[..., tuple[str, User]
         job = backend.job(run.submission_id)
         if job is not None and ray_status_to_run_status(job.status) not in TERMINAL:
             if not force:
-                raise HTTPException(status_code=409, detail=f"run {run.id} is running; stop it first or delete with force=true")
+                raise HTTPException(
+                    status_code=409, detail=f"run {run.id} is running; stop it first or delete with force=true"
+                )
             backend.request_stop(run.id, run.submission_id, getattr(job, "driver_node_id", None), False)
             job = _wait_terminal(backend, run.submission_id, timeout_s=60.0) or job
         backend.delete(run.id, run.submission_id, getattr(job, "driver_node_id", None) if job is not None else None)
@@ -347,9 +339,15 @@ def _add_model_routes(app: FastAPI, member: Callable[..., tuple[str, User]], mod
             job = models.backend.job(run.submission_id)
             status = ray_status_to_run_status(job.status) if job is not None else "unknown"
             if status not in TERMINAL:
-                raise HTTPException(status_code=409, detail=f"run {run.id} is {status}: its model is ready once it ends (stop it with save_model=true)")
+                raise HTTPException(
+                    status_code=409,
+                    detail=f"run {run.id} is {status}: its model is ready once it ends (stop it with save_model=true)",
+                )
             if not models.fetch(run, job):
-                raise HTTPException(status_code=404, detail=f"run {run.id} left no final model (stopped without save_model, or not a training run)")
+                raise HTTPException(
+                    status_code=404,
+                    detail=f"run {run.id} left no final model (stopped without save_model, or not a training run)",
+                )
         return FileResponse(stored, media_type="application/x-tar", filename=f"{run.id}.tar")
 
     @app.get("/v1/orgs/{org}/models")
@@ -404,74 +402,3 @@ def _write_private_file(folder: Path, path: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     os.replace(tmp, path)
-
-
-# -- ng_serve --------------------------------------------------------------------------------------------------
-def admin_main(options: ServeOptions) -> int:
-    """`ng_serve +admin=...`: change or show the database; a new token is printed once, here.
-
-    Raises:
-        ConfigError: a missing parameter, a bad name, an unknown user, organization or token id.
-    """
-    store = Store(data_dir_of(options) / "serve.db")
-
-    def need(name: str) -> str:
-        value = getattr(options, name)
-        if not value:
-            raise ConfigError(f"ng_serve +admin={options.admin} needs +{name}=...")
-        return value
-
-    if options.admin == "create_org":
-        store.create_org(need("org"))
-        print(f"organization {options.org} created")
-    elif options.admin == "create_user":
-        store.create_user(need("user"), [need("org")])
-        print(f"user {options.user} created, member of {options.org}; give them a token: ng_serve +admin=create_token +user={options.user}")
-    elif options.admin == "add_member":
-        store.add_member(need("user"), need("org"))
-        print(f"user {options.user} is a member of {options.org}")
-    elif options.admin == "create_token":
-        lifetime_s = options.expires_in_days * 86400.0 if options.expires_in_days else None
-        token, facts = store.create_token(need("user"), lifetime_s)
-        expiry = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(facts.expires_at)) if facts.expires_at else "never"
-        print(f"token {facts.id} for {facts.user_id} (expires: {expiry}); shown this once, it is stored hashed:", file=sys.stderr)
-        print(token)
-    elif options.admin == "revoke_token":
-        store.revoke_token(need("token_id"))
-        print(f"token {options.token_id} revoked")
-    else:
-        import json
-
-        print(json.dumps(store.describe(), indent=2))
-    return 0
-
-
-def serve_main(options: ServeOptions) -> int:
-    """`ng_serve`: start (or connect to) Ray, then serve the API until Ctrl-C or SIGTERM. Returns the exit status.
-
-    Raises:
-        ConfigError: the port is taken, Ray cannot be started or reached.
-    """
-    if options.admin:
-        return admin_main(options)
-    import uvicorn
-
-    data_dir = data_dir_of(options)
-    store = Store(data_dir / "serve.db")
-    sock = bind_socket(options.host, options.port, "ng_serve")
-    backend = RayBackend(data_dir, ray_address=options.ray_address, dashboard_port=options.dashboard_port, num_cpus=options.num_cpus,
-                         python=options.python, entrypoint_num_cpus=options.entrypoint_num_cpus, stop_wait_s=options.stop_wait_s)  # fmt: skip
-    try:
-        backend.start()
-        app = build_app(store, backend, _private_dir(data_dir / "orgs"), max_upload_bytes=int(options.max_upload_mb * 2**20),
-                        harvest_interval_s=options.harvest_interval_s)
-        host, port = sock.getsockname()[:2]
-        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-        print(f"ng_serve: listening on {url} (Ray Jobs at {backend.dashboard_url}, token auth {os.environ.get('RAY_AUTH_MODE', 'as the cluster has it')}; data in {data_dir})", flush=True)
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            print(f"ng_serve: WARNING: {host} is reachable from other machines and this server speaks plain HTTP: put a TLS proxy in front so tokens do not cross the network in clear", file=sys.stderr, flush=True)
-        config = uvicorn.Config(app, log_level=os.environ.get("NEMO_GYM_LOG_LEVEL", "warning"), timeout_keep_alive=60, **UVICORN_LIMITS)
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        backend.shutdown()
-    return 0

@@ -100,7 +100,10 @@ def check_name(kind: str, name: str) -> str:
         ConfigError: the name does not match, naming what it is for.
     """
     if not NAME_PATTERN.match(name or ""):
-        raise ConfigError(f"{kind} name {name!r} is not valid: use 1 to 63 lower-case letters, digits, '-' or '_' (starting with a letter or digit)")
+        raise ConfigError(
+            f"{kind} name {name!r} is not valid: use 1 to 63 lower-case letters, digits, '-' or '_' (starting with a"
+            " letter or digit)"
+        )
     return name
 
 
@@ -156,7 +159,9 @@ class Store:
         """Raises: ConfigError: no such user or organization."""
         with self._connect() as db:
             if not db.execute("SELECT 1 FROM users WHERE id = ?", (user_id,)).fetchone():
-                raise ConfigError(f"no user {user_id!r} (create it with ng_serve +admin=create_user +user={user_id} +org=...)")
+                raise ConfigError(
+                    f"no user {user_id!r} (create it with ng_serve +admin=create_user +user={user_id} +org=...)"
+                )
             self._add_member(db, user_id, org_id)
 
     @staticmethod
@@ -175,10 +180,18 @@ class Store:
             raise ConfigError(f"token lifetime must be positive, got {expires_in_s} s")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = time.time()
-        facts = Token(id=secrets.token_hex(6), user_id=user_id, created_at=now, expires_at=now + expires_in_s if expires_in_s else None, revoked=False)
+        facts = Token(
+            id=secrets.token_hex(6),
+            user_id=user_id,
+            created_at=now,
+            expires_at=now + expires_in_s if expires_in_s else None,
+            revoked=False,
+        )
         with self._connect() as db:
             if not db.execute("SELECT 1 FROM users WHERE id = ?", (user_id,)).fetchone():
-                raise ConfigError(f"no user {user_id!r} (create it with ng_serve +admin=create_user +user={user_id} +org=...)")
+                raise ConfigError(
+                    f"no user {user_id!r} (create it with ng_serve +admin=create_user +user={user_id} +org=...)"
+                )
             db.execute(
                 "INSERT INTO tokens (id, user_id, token_sha256, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
                 (facts.id, user_id, hash_token(token), facts.created_at, facts.expires_at),
@@ -197,7 +210,12 @@ class Store:
             orgs = {r["id"]: [] for r in db.execute("SELECT id FROM orgs ORDER BY id")}
             for row in db.execute("SELECT user_id, org_id FROM memberships ORDER BY user_id"):
                 orgs[row["org_id"]].append(row["user_id"])
-            tokens = [dict(r) | {"revoked": bool(r["revoked"])} for r in db.execute("SELECT id, user_id, created_at, expires_at, revoked FROM tokens ORDER BY created_at")]
+            tokens = [
+                dict(r) | {"revoked": bool(r["revoked"])}
+                for r in db.execute(
+                    "SELECT id, user_id, created_at, expires_at, revoked FROM tokens ORDER BY created_at"
+                )
+            ]
         return {"orgs": orgs, "tokens": tokens}
 
     # -- authentication ------------------------------------------------------------------------------------------
@@ -208,19 +226,29 @@ class Store:
             return None
         digest = hash_token(token)
         with self._connect() as db:
-            row = db.execute("SELECT user_id, token_sha256, expires_at, revoked FROM tokens WHERE token_sha256 = ?", (digest,)).fetchone()
+            row = db.execute(
+                "SELECT user_id, token_sha256, expires_at, revoked FROM tokens WHERE token_sha256 = ?", (digest,)
+            ).fetchone()
             if row is None or not hmac.compare_digest(row["token_sha256"], digest):
                 return None
-            if row["revoked"] or (row["expires_at"] is not None and row["expires_at"] <= (now if now is not None else time.time())):
+            if row["revoked"] or (
+                row["expires_at"] is not None and row["expires_at"] <= (now if now is not None else time.time())
+            ):
                 return None
-            orgs = tuple(r["org_id"] for r in db.execute("SELECT org_id FROM memberships WHERE user_id = ? ORDER BY org_id", (row["user_id"],)))
+            orgs = tuple(
+                r["org_id"]
+                for r in db.execute(
+                    "SELECT org_id FROM memberships WHERE user_id = ? ORDER BY org_id", (row["user_id"],)
+                )
+            )
         return User(id=row["user_id"], orgs=orgs)
 
     # -- runs ----------------------------------------------------------------------------------------------------
     def add_run(self, run_id: str, org_id: str, user_id: str, kind: str, args: list[str], submission_id: str) -> Run:
         with self._connect() as db:
             db.execute(
-                "INSERT INTO runs (id, org_id, user_id, kind, args, submission_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, org_id, user_id, kind, args, submission_id, created_at) VALUES (?, ?, ?, ?, ?,"
+                " ?, ?)",
                 (run_id, org_id, user_id, kind, json.dumps(args), submission_id, time.time()),
             )
         run = self.get_run(org_id, run_id)
@@ -246,7 +274,10 @@ class Store:
 
     def mark_stop(self, org_id: str, run_id: str, save_model: bool) -> None:
         with self._connect() as db:
-            db.execute("UPDATE runs SET stop_requested = 1, save_model = ? WHERE id = ? AND org_id = ?", (int(save_model), run_id, org_id))
+            db.execute(
+                "UPDATE runs SET stop_requested = 1, save_model = ? WHERE id = ? AND org_id = ?",
+                (int(save_model), run_id, org_id),
+            )
 
     def delete_run(self, org_id: str, run_id: str) -> None:
         with self._connect() as db:
@@ -255,7 +286,13 @@ class Store:
 
 def _run(row: sqlite3.Row) -> Run:
     return Run(
-        id=row["id"], org_id=row["org_id"], user_id=row["user_id"], kind=row["kind"], args=json.loads(row["args"]),
-        submission_id=row["submission_id"], created_at=row["created_at"], stop_requested=bool(row["stop_requested"]),
+        id=row["id"],
+        org_id=row["org_id"],
+        user_id=row["user_id"],
+        kind=row["kind"],
+        args=json.loads(row["args"]),
+        submission_id=row["submission_id"],
+        created_at=row["created_at"],
+        stop_requested=bool(row["stop_requested"]),
         save_model=bool(row["save_model"]),
-    )  # fmt: skip
+    )

@@ -1,11 +1,11 @@
 """Rollouts → training sequences: token ids, a loss mask over the generated tokens, and vLLM's log-probs.
 
 A rollout's `response.output` holds the whole trajectory. The last output item of each model call carries the
-training token information (ARCHITECTURE §2): `prompt_token_ids`, `generation_token_ids`,
-`generation_log_probs`. Each call's prompt extends the previous call's prompt + generation exactly (the model
-server splices, never re-tokenizes), so the final call's prompt + generation is the whole trajectory and the
-tokens generated in turn k sit at offset `len(prompt_k)`. Everything else (the first prompt, tool outputs,
-the chat template's tokens between turns) is context: mask 0.
+training token information (docs/architecture.md, Processes and the wire protocol): `prompt_token_ids`,
+`generation_token_ids`, `generation_log_probs`. Each call's prompt extends the previous call's prompt + generation
+exactly (the model server splices, never re-tokenizes), so the final call's prompt + generation is the whole
+trajectory and the tokens generated in turn k sit at offset `len(prompt_k)`. Everything else (the first prompt, tool
+outputs, the chat template's tokens between turns) is context: mask 0.
 
 Alignment (shape suffixes: `B` sequences, `T` padded length): `input_ids [B, T]` is what the model reads;
 `loss_mask`, `rollout_logprobs` are `[B, T - 1]` and refer to the *targets* `input_ids[:, 1:]`, i.e. entry
@@ -81,9 +81,14 @@ class TrainingBatch:
         return int(self.loss_mask.sum().item())
 
     def to(self, device: torch.device | str) -> TrainingBatch:
-        """The same batch with every tensor on `device` (the engine's: a CUDA device on GPU; no copy when already there)."""
-        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # a subclass's fields too
-        return type(self)(**{name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()})
+        """The same batch with every tensor on `device` (the engine's: a CUDA device on GPU; no copy when already
+        there)."""
+        values = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+        }  # a subclass's fields too
+        return type(self)(
+            **{name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()}
+        )
 
     def select(self, index: slice | torch.Tensor) -> TrainingBatch:
         """The sub-batch of rows `index` (a micro-batch), trimmed to its own longest sequence."""
@@ -117,13 +122,14 @@ def model_calls(rollout: dict[str, Any]) -> list[ModelCall]:
         log_probs = list(item.get("generation_log_probs") or [])
         if len(log_probs) != len(generation):
             raise DataError(
-                f"rollout {_where(rollout)}, model call {len(calls)}: {len(generation)} generation ids but {len(log_probs)} generation_log_probs"
+                f"rollout {_where(rollout)}, model call {len(calls)}: {len(generation)} generation ids but"
+                f" {len(log_probs)} generation_log_probs"
             )
         calls.append(ModelCall(prompt, generation, [float(x) for x in log_probs]))
     if not calls:
         raise DataError(
-            f"rollout {_where(rollout)} carries no training token information (no output item with generation_token_ids): "
-            "serve the policy with vllm_model and return_token_id_information: true"
+            f"rollout {_where(rollout)} carries no training token information (no output item with"
+            " generation_token_ids): serve the policy with vllm_model and return_token_id_information: true"
         )
     return calls
 
@@ -140,7 +146,9 @@ def rollout_to_sequence(rollout: dict[str, Any]) -> TrainingSequence:
         previous = calls[k - 1].prompt_token_ids + calls[k - 1].generation_token_ids
         prompt = calls[k].prompt_token_ids
         if prompt[: len(previous)] != previous:
-            first = next((i for i, (a, b) in enumerate(zip(previous, prompt)) if a != b), min(len(previous), len(prompt)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(previous, prompt)) if a != b), min(len(previous), len(prompt))
+            )
             raise DataError(
                 f"rollout {_where(rollout)}: token drift between model calls {k - 1} and {k}: call {k}'s prompt "
                 f"({len(prompt)} ids) does not extend call {k - 1}'s prompt + generation ({len(previous)} ids); "
@@ -158,7 +166,9 @@ def rollout_to_sequence(rollout: dict[str, Any]) -> TrainingSequence:
     return TrainingSequence(input_ids, loss_mask, rollout_logprobs)
 
 
-def collate(sequences: Sequence[TrainingSequence], advantages: Sequence[float] | torch.Tensor, pad_token_id: int = 0) -> TrainingBatch:
+def collate(
+    sequences: Sequence[TrainingSequence], advantages: Sequence[float] | torch.Tensor, pad_token_id: int = 0
+) -> TrainingBatch:
     """Right-pad sequences into a `TrainingBatch` (targets-aligned masks; see the module docstring).
 
     Raises:

@@ -1,4 +1,5 @@
-"""Named crash points of the trainer: a test hook for the kill matrix (tests/chaos/test_train_kill.py, issue 8 item 4).
+"""Named crash points of the trainer: a test hook for the kill matrix, which checks that resume is exact after a
+SIGKILL anywhere (tests/chaos/test_train_kill.py).
 
 With `NEMO_GYM_CRASH_AT=<point>@<step>` in its environment, `ng_train` SIGKILLs itself (its whole process group
 when it leads one, as a test that starts it with `start_new_session=True` arranges) on reaching `<point>` while

@@ -27,7 +27,18 @@ from typing import Any, TypeVar
 from nemo_gym import commands
 from nemo_gym.processes import free_port
 
-__all__ = ["world_size", "rank", "is_main", "needs_relaunch", "launcher_command", "relaunch", "broadcast_from_main", "all_gather", "shard", "shutdown"]
+__all__ = [
+    "world_size",
+    "rank",
+    "is_main",
+    "needs_relaunch",
+    "launcher_command",
+    "relaunch",
+    "broadcast_from_main",
+    "all_gather",
+    "shard",
+    "shutdown",
+]
 
 T = TypeVar("T")
 WORKER_MODULE = "nemo_gym.train.distributed"  # `python -m` of this module runs `ng_train` (see the bottom)
@@ -74,9 +85,17 @@ def needs_relaunch(num_ranks: int) -> bool:
 def launcher_command(num_ranks: int, argv: list[str], master_port: int) -> list[str]:
     """torch's launcher running `ng_train argv` as `num_ranks` local ranks on 127.0.0.1:`master_port`."""
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={num_ranks}", "--nnodes=1",
-        "--master_addr=127.0.0.1", f"--master_port={master_port}", "-m", WORKER_MODULE, *argv,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={num_ranks}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={master_port}",
+        "-m",
+        WORKER_MODULE,
+        *argv,
+    ]
 
 
 def relaunch(num_ranks: int, argv: list[str]) -> int:
@@ -173,4 +192,6 @@ def shard(num_rows: int, rank: int, world_size: int) -> slice:
 
 if __name__ == "__main__":  # one rank of ng_train (see `launcher_command`)
     # the deepspeed launcher appends --local_rank=<n> (also in LOCAL_RANK, which DeepSpeed reads) unless --no_local_rank
-    sys.exit(commands.main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))]))
+    sys.exit(
+        commands.main("train", [arg for arg in sys.argv[1:] if not arg.startswith(("--local_rank=", "--local-rank="))])
+    )

@@ -8,7 +8,8 @@ and a backward pass; gradients accumulate; then one clipped AdamW step and one L
 Precision: float32 on CPU, bfloat16 on GPU (`dtype`; bfloat16 also runs on a CPU, slowly, with a warning: it is how
 the GPU path's bf16 code is tested here). ZeRO stage 0-3 from the config; stage 0 on one CPU process. Devices:
 DeepSpeed puts the model on its accelerator (`cuda:<LOCAL_RANK>` on GPUs, the CPU otherwise); each micro-batch is
-moved there (`device`), and `logprobs` returns CPU tensors. DeepSpeed runs in unmanaged gradient-accumulation mode (`managed_gradient_accumulation: false`):
+moved there (`device`), and `logprobs` returns CPU tensors. DeepSpeed runs in unmanaged gradient-accumulation mode
+(`managed_gradient_accumulation: false`):
 `step()` is the boundary, so a step may hold any number of micro-batches (groups with zero reward variance are
 dropped, so the count varies), and the loss is scaled by us (global token count), never by DeepSpeed.
 
@@ -40,10 +41,11 @@ from typing import Any
 
 import torch
 
-from nemo_gym.models import EMBEDDED_PREFIX, embedded_model, nemo_gym_home
-from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
+from nemo_gym.layout import nemo_gym_home
+from nemo_gym.model_servers.embedded import EMBEDDED_PREFIX, embedded_model
 from nemo_gym.paths import resolve_inside
 from nemo_gym.processes import free_port
+from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
 from nemo_gym.train import crash_points, distributed, safe_checkpoint
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import EngineConfig, LossOptions
@@ -74,7 +76,10 @@ def resolve_model_path(model_path: str) -> Path:
         found = embedded_model(model_path)
         candidates = sorted((nemo_gym_home() / "models").glob(f"{found.name}-*/config.json"))
         if not candidates:
-            raise FileNotFoundError(f"{model_path} is not converted yet: start vllm_model once (ng_run) so it converts the GGUF into {nemo_gym_home() / 'models'}")
+            raise FileNotFoundError(
+                f"{model_path} is not converted yet: start vllm_model once (ng_run) so it converts the GGUF into"
+                f" {nemo_gym_home() / 'models'}"
+            )
         return candidates[-1].parent
     path = Path(model_path).expanduser()
     if not (path / "config.json").is_file():
@@ -119,16 +124,24 @@ class PolicyEngine:
             from peft import get_peft_model
 
             lora = config.lora
-            model = get_peft_model(model, PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=lora.target_modules, lora_dropout=lora.dropout))
+            model = get_peft_model(
+                model,
+                PeftLoraConfig(
+                    r=lora.rank, lora_alpha=lora.alpha, target_modules=lora.target_modules, lora_dropout=lora.dropout
+                ),
+            )
         parameters = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, betas=config.adam_betas, weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            parameters, lr=config.learning_rate, betas=config.adam_betas, weight_decay=config.weight_decay
+        )
         self._clips_itself = config.zero_stage == 0 and config.dtype == "float32"  # DeepSpeed keeps the plain AdamW
         self._grad_norm: float | None = None
         if self._clips_itself:
             optimizer.register_step_pre_hook(self._clip_gradients)
         steps = config.total_steps or total_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: lr_lambda(s, warmup_steps=config.warmup_steps, total_steps=steps, schedule=config.lr_schedule)
+            optimizer,
+            lambda s: lr_lambda(s, warmup_steps=config.warmup_steps, total_steps=steps, schedule=config.lr_schedule),
         )
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self._deepspeed_config()
@@ -167,13 +180,19 @@ class PolicyEngine:
         temperature. With `first` > 0 the LM head runs only from position `first` on (transformers' `logits_to_keep`):
         a prompt's positions cost the layers but not the [T, V] head, its log-softmax and their backward."""
         if first and self._keeps_logits:
-            output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=batch.input_ids.shape[1] - first)
+            output = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                logits_to_keep=batch.input_ids.shape[1] - first,
+            )
             logits = output.logits[:, :-1]
         else:
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, first:-1]
         return logits.float() / self.config.temperature
 
-    def _target_logprobs(self, model: torch.nn.Module, batch: TrainingBatch, *, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _target_logprobs(
+        self, model: torch.nn.Module, batch: TrainingBatch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, T - 1] log-probs of the targets `input_ids[:, 1:]`, [b, T - 1] entropies or None), computed from the
         batch's first trained position on (`first_target`) and 0 before it (where `loss_mask` is 0 in every row).
         The entropy is detached unless the loss has an entropy bonus."""
@@ -189,7 +208,10 @@ class PolicyEngine:
         """[B, T - 1] the current policy's log-probs of the targets (no gradient, float32, on the CPU), for tests and
         evaluation."""
         with torch.no_grad():
-            chunks = [token_logprobs(self._logits(self.module, micro), micro.input_ids[:, 1:]).cpu() for micro in self._micro_batches(batch)]
+            chunks = [
+                token_logprobs(self._logits(self.module, micro), micro.input_ids[:, 1:]).cpu()
+                for micro in self._micro_batches(batch)
+            ]
         width = batch.loss_mask.shape[1]
         return torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1])) for c in chunks])
 
@@ -205,7 +227,9 @@ class PolicyEngine:
         rows = distributed.shard(len(batch), distributed.rank(), world)
         micros = self._micro_batches(batch.select(rows)) if rows.stop > rows.start else []
         count = math.ceil(math.ceil(len(batch) / world) / self.config.micro_batch_size)
-        return [(micro, 1.0) for micro in micros] + [(batch.select(slice(0, 1)).to(self.device), 0.0)] * (count - len(micros))
+        return [(micro, 1.0) for micro in micros] + [(batch.select(slice(0, 1)).to(self.device), 0.0)] * (
+            count - len(micros)
+        )
 
     # -- training ------------------------------------------------------------------------------------
     def train_step(self, batch: TrainingBatch) -> dict[str, float]:
@@ -249,7 +273,9 @@ class PolicyEngine:
         parameters = [p for group in optimizer.param_groups for p in group["params"]]
         self._grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm))
 
-    def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _micro_loss(
+        self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         logprobs, entropy = self._target_logprobs(self.engine, micro, entropy=True)
         ref_logprobs = None
         if self.reference is not None:
@@ -274,7 +300,8 @@ class PolicyEngine:
 
         A collective under ZeRO-3 (every rank calls it; see `join_export`). Tensors are in the training dtype; copies on
         the CPU, or with `on_device` the tensors where they are (no copy of the whole model: the broadcast weight sync,
-        which moves one tensor at a time; they may alias the live parameters, so read them before the next optimizer step). ZeRO-3's gathered dict is on the CPU
+        which moves one tensor at a time; they may alias the live parameters, so read them before the next optimizer
+        step). ZeRO-3's gathered dict is on the CPU
         either way.
 
         Raises:
@@ -354,7 +381,9 @@ class PolicyEngine:
             nemo_gym.train.safe_checkpoint.UnsafeCheckpointError: a checkpoint file holds pickled code.
         """
         resolve_inside(checkpoint_dir, tag, what=f"checkpoint tag (in {checkpoint_dir})")
-        path, client_state = self.engine.load_checkpoint(str(checkpoint_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
+        path, client_state = self.engine.load_checkpoint(
+            str(checkpoint_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
         if path is None:
             raise FileNotFoundError(f"no checkpoint {tag!r} in {checkpoint_dir}")
         self.step = int(client_state.get("nemo_gym_step", 0))
@@ -394,7 +423,11 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def _pad_token_id(model_config: Any, tokenizer: Any) -> int:
-    for value in (getattr(tokenizer, "pad_token_id", None), getattr(model_config, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+    for value in (
+        getattr(tokenizer, "pad_token_id", None),
+        getattr(model_config, "pad_token_id", None),
+        getattr(tokenizer, "eos_token_id", None),
+    ):
         if isinstance(value, int):
             return value
     return 0

@@ -1,10 +1,11 @@
-"""`ng_train`'s training loop (ARCHITECTURE §8), one for every recipe: GRPO (`nemo_gym.train.grpo`), sft / pretrain
-(`nemo_gym.train.supervised`) and on-policy distillation (`nemo_gym.train.distill`).
+"""`ng_train`'s training loop (docs/architecture.md, Training), one for every recipe: GRPO (`nemo_gym.train.grpo`),
+sft / pretrain (`nemo_gym.train.supervised`) and on-policy distillation (`nemo_gym.train.distill`).
 
 The loop owns what every recipe shares (torchtune style: setup / train / save_checkpoint / cleanup):
   - the steps: step k (0-based) trains on the batch the recipe prepares for k (`Recipe.prepare_step`: each recipe
     takes the next `batch_size` rows of a fixed per-epoch permutation, `TaskSampler`, so the batch of step k
-    depends only on (seed, k) and a resumed run takes exactly the batch the uninterrupted run would have taken);
+    depends only on (seed, k) and a resumed run takes exactly the batch the uninterrupted run would have taken; GRPO
+    with `dynamic_sampling` reads on from the data position its last step reached, saved in the checkpoint);
     one optimizer step of the recipe's engine (`PolicyEngine.train_step`, whose loss the recipe chose); then the
     recipe publishes the new weights (`Recipe.publish_weights`: the weight sync to the policy server, or nothing);
   - stop handling (`nemo_gym.train.stopping`): a stop abandons the rollouts it interrupts, or ends the loop after the
@@ -64,10 +65,31 @@ class TaskSampler:
             self._orders[epoch] = order
         return self._orders[epoch]
 
+    def index(self, position: int) -> int:
+        """The task at data position `position` (0-based over the epochs: epoch `position // num_tasks`)."""
+        return self._order(position // self.num_tasks)[position % self.num_tasks]
+
     def batch(self, step: int) -> list[int]:
         """Task indices of step `step` (0-based); data position = step * batch_size."""
         start = step * self.batch_size
-        return [self._order(p // self.num_tasks)[p % self.num_tasks] for p in range(start, start + self.batch_size)]
+        return [self.index(p) for p in range(start, start + self.batch_size)]
+
+    def draw(self, position: int, count: int, exclude: set[int]) -> tuple[list[int], int]:
+        """Up to `count` distinct task indices not in `exclude`, read in order from data position `position` on (GRPO's
+        dynamic sampling: a step never holds a task twice); returns (them, the position after the last one read).
+
+        A position whose task is excluded (or already drawn) is read and passed over: the next epoch then skips that
+        task, which the step has. Fewer than `count` only when fewer tasks are left outside `exclude` (none: `[]`). The
+        scan ends: a task not yet taken shows up within the next 2 * num_tasks positions, which hold a whole epoch.
+        """
+        taken: dict[int, None] = {}  # insertion-ordered set
+        wanted = min(count, self.num_tasks - len(exclude))  # exclude holds task indices (< num_tasks)
+        while len(taken) < wanted:
+            task = self.index(position)
+            position += 1
+            if task not in exclude:
+                taken.setdefault(task)
+        return list(taken), position
 
 
 def value_stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, float]:
@@ -75,7 +97,12 @@ def value_stats(prefix: str, values: list[float] | torch.Tensor) -> dict[str, fl
     tensor = torch.as_tensor(values, dtype=torch.float64)
     if tensor.numel() == 0:
         return {}
-    return {f"{prefix}_mean": tensor.mean().item(), f"{prefix}_std": tensor.std(unbiased=False).item(), f"{prefix}_min": tensor.min().item(), f"{prefix}_max": tensor.max().item()}
+    return {
+        f"{prefix}_mean": tensor.mean().item(),
+        f"{prefix}_std": tensor.std(unbiased=False).item(),
+        f"{prefix}_min": tensor.min().item(),
+        f"{prefix}_max": tensor.max().item(),
+    }
 
 
 class Recipe(Protocol):
@@ -152,7 +179,9 @@ class TrainingLoop:
                 result = work()
             except StopRequested:
                 abandoned = True
-        result, abandoned, signum, save_model = distributed.broadcast_from_main((result, abandoned, self.stop.signum, self.stop.save_model))
+        result, abandoned, signum, save_model = distributed.broadcast_from_main(
+            (result, abandoned, self.stop.signum, self.stop.save_model)
+        )
         if not self.is_main:
             self.stop.signum, self.stop.save_model = signum, save_model
         if abandoned:
@@ -167,7 +196,9 @@ class TrainingLoop:
         self.recipe.setup(self)
         self.cfg = cfg = self.recipe.cfg  # the recipe's own defaults (e.g. num_steps from supervised.num_epochs)
         if self.is_main:
-            self.reporter = MetricsReporter(cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json")))  # to TensorBoard and W&B
+            self.reporter = MetricsReporter(
+                cfg.logging, self.out, total_steps=cfg.num_steps, run_config=mask_secrets(cfg.model_dump(mode="json"))
+            )  # to TensorBoard and W&B
         if cfg.resume:
             self.resume()
 
@@ -180,7 +211,7 @@ class TrainingLoop:
         while self.lead(lambda: self.step < cfg.num_steps and not self.stop.requested):
             metrics = self.train_one_step()
             self.step += 1
-            last, out_of_time = self.lead(lambda: self._finish_step(metrics, started))
+            last, out_of_time = self.lead(lambda: self._finish_step(metrics, started))  # noqa: B023 (called at once)
             if (cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0) or last:
                 self.save_checkpoint()
             if out_of_time and self.step < cfg.num_steps:
@@ -189,7 +220,11 @@ class TrainingLoop:
             return
         self.engine.save_hf(self.out / "final")
         if self.is_main:
-            print(f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model: +policy_model.responses_api_models.vllm_model.model=...)", flush=True)
+            print(
+                f"ng_train: done; final model in {self.out / 'final'} (servable by vllm_model:"
+                " +policy_model.responses_api_models.vllm_model.model=...)",
+                flush=True,
+            )
 
     def _evaluates(self) -> bool:
         return bool(self.cfg.eval.interval and self.recipe.has_eval)
@@ -207,7 +242,10 @@ class TrainingLoop:
             metrics.update(self.evaluate())
         self.log(metrics)
         if out_of_time and self.step < cfg.num_steps:
-            print(f"ng_train: max_train_time_s={cfg.max_train_time_s:g} reached after step {self.step}; stopping", flush=True)
+            print(
+                f"ng_train: max_train_time_s={cfg.max_train_time_s:g} reached after step {self.step}; stopping",
+                flush=True,
+            )
         return last, out_of_time
 
     def train_one_step(self) -> dict[str, Any]:
@@ -244,15 +282,27 @@ class TrainingLoop:
         self.engine.save_checkpoint(folder, tag)
         if not self.is_main:
             return
-        engine = {**self.cfg.engine.model_dump(mode="json"), "model_path": str(Path(self.engine.model_path).resolve())}  # for ng_export
-        state = {"step": self.step, "data_position": self.step * self.cfg.batch_size, "seed": self.cfg.seed, "engine": engine, **self.recipe.state_dict()}
+        engine = {
+            **self.cfg.engine.model_dump(mode="json"),
+            "model_path": str(Path(self.engine.model_path).resolve()),
+        }  # for ng_export
+        state = {
+            "step": self.step,
+            "data_position": self.step * self.cfg.batch_size,
+            "seed": self.cfg.seed,
+            "engine": engine,
+            **self.recipe.state_dict(),
+        }  # a recipe may say its own data_position
         replace_atomically(folder / tag / "trainer_state.json", json.dumps(state).encode())
         crash_points.reached("checkpoint_state", self.step)  # a test hook; nothing unless NEMO_GYM_CRASH_AT is set
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, folder / tag / "rng_state.pt")
-        replace_atomically(folder / "latest_step", tag.encode())  # last, and whole: a resume never finds a partial checkpoint
+        replace_atomically(
+            folder / "latest_step", tag.encode()
+        )  # last, and whole: a resume never finds a partial checkpoint
 
     def resume(self) -> None:
-        """Load the latest checkpoint (engine, step, RNG states, the recipe's state) and publish its weights; none: step 0.
+        """Load the latest checkpoint (engine, step, RNG states, the recipe's state) and publish its weights; none: step
+        0.
 
         Raises:
             PathEscapeError: `latest_step` names no plain checkpoint tag (checked before anything is loaded).
@@ -265,7 +315,9 @@ class TrainingLoop:
         self.engine.load_checkpoint(folder, tag)
         state = json.loads((folder / tag / "trainer_state.json").read_text())
         self.step = state["step"]
-        rng = torch.load(folder / tag / "rng_state.pt", weights_only=True)  # tensors, ints and tuples only: no pickled code runs
+        rng = torch.load(
+            folder / tag / "rng_state.pt", weights_only=True
+        )  # tensors, ints and tuples only: no pickled code runs
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         self.recipe.load_state_dict(state)

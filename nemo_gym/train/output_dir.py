@@ -24,14 +24,48 @@ from nemo_gym.config import mask_secrets
 from nemo_gym.errors import ConfigError
 from nemo_gym.train.config import TrainerConfig
 
-__all__ = ["OVERWRITE_KEY", "RUN_CONFIG_FILE", "TRAINER_OUTPUTS", "RUN_CONTROL_KEYS", "OutputDir", "inspect_output_dir", "prepare_output_dir", "write_run_config"]
+__all__ = [
+    "OVERWRITE_KEY",
+    "RUN_CONFIG_FILE",
+    "TRAINER_OUTPUTS",
+    "RUN_CONTROL_KEYS",
+    "OutputDir",
+    "inspect_output_dir",
+    "prepare_output_dir",
+    "write_run_config",
+]
 
 RUN_CONFIG_FILE = "trainer_config.json"
 OVERWRITE_KEY = "overwrite"  # `ng_train ... +overwrite=true`
-TRAINER_OUTPUTS = ("metrics.jsonl", "tensorboard", "checkpoints", "final", "weights", "rollouts", "wandb", "ng_run.log", RUN_CONFIG_FILE)
+TRAINER_OUTPUTS = (
+    "metrics.jsonl",
+    "tensorboard",
+    "checkpoints",
+    "final",
+    "weights",
+    "rollouts",
+    "wandb",
+    "ng_run.log",
+    RUN_CONFIG_FILE,
+)
 # trainer keys that say how long and how to run, not what is trained: a run goes on with other values of them
-RUN_CONTROL_KEYS = frozenset({"num_steps", "max_train_time_s", "resume", "output_dir", "head_server_url", "logging", "eval", "checkpoint_interval",
-                              "num_samples_in_parallel", "request_timeout_s", "num_ranks", "weight_sync", "weight_sync_host"})  # fmt: skip
+RUN_CONTROL_KEYS = frozenset(
+    {
+        "num_steps",
+        "max_train_time_s",
+        "resume",
+        "output_dir",
+        "head_server_url",
+        "logging",
+        "eval",
+        "checkpoint_interval",
+        "num_samples_in_parallel",
+        "request_timeout_s",
+        "num_ranks",
+        "weight_sync",
+        "weight_sync_host",
+    }
+)
 
 
 @dataclass
@@ -63,7 +97,11 @@ def inspect_output_dir(path: str | Path) -> OutputDir:
     latest = path / "checkpoints" / "latest_step"
     if latest.is_file():
         try:
-            step = int(json.loads((path / "checkpoints" / latest.read_text().strip() / "trainer_state.json").read_text())["step"])
+            step = int(
+                json.loads((path / "checkpoints" / latest.read_text().strip() / "trainer_state.json").read_text())[
+                    "step"
+                ]
+            )
         except (OSError, ValueError, KeyError, TypeError):
             step = None
     try:
@@ -93,7 +131,21 @@ def _differences(saved: dict[str, Any], now: dict[str, Any], prefix: str = "trai
     return found
 
 
-def prepare_output_dir(cfg: TrainerConfig, *, overwrite: bool, is_main: bool = True, dry_run: bool = False) -> tuple[TrainerConfig, Literal["new", "resume", "finished"]]:
+def _delete_earlier_outputs(out: Path, found: OutputDir) -> None:
+    """`+overwrite=true`: delete the earlier run's outputs in `out` (the TRAINER_OUTPUTS; anything else stays) and
+    say so; `found`: what `inspect_output_dir` found there."""
+    for name in TRAINER_OUTPUTS:
+        target = out / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    print(
+        f"ng_train: +overwrite=true: deleted the outputs of the earlier run in {out} ({found.describe()})",
+        flush=True,
+    )
+
+
+def prepare_output_dir(
+    cfg: TrainerConfig, *, overwrite: bool, is_main: bool = True, dry_run: bool = False
+) -> tuple[TrainerConfig, Literal["new", "resume", "finished"]]:
     """The config to run (with `resume` set when the folder holds a checkpoint of the same config) and what happens:
     `new` (an unused folder, or `overwrite`: rank 0 deletes the earlier outputs unless `dry_run`), `resume`, or
     `finished` (that checkpoint is at `num_steps`: nothing to train). Prints the decision on rank 0 (`is_main`).
@@ -108,32 +160,46 @@ def prepare_output_dir(cfg: TrainerConfig, *, overwrite: bool, is_main: bool = T
     found = inspect_output_dir(out)
     if overwrite:
         if is_main and found.used and not dry_run:
-            for name in TRAINER_OUTPUTS:
-                target = out / name
-                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-            print(f"ng_train: +overwrite=true: deleted the outputs of the earlier run in {out} ({found.describe()})", flush=True)
+            _delete_earlier_outputs(out, found)
         return cfg, "new"
     if not found.used:
         return cfg, "new"
     same = found.saved_config is not None and _comparable(found.saved_config) == _comparable(run_config(cfg))
-    elsewhere = "write elsewhere with +trainer.output_dir=<new folder>, or start over in it with +overwrite=true (deletes them)"
+    elsewhere = (
+        "write elsewhere with +trainer.output_dir=<new folder>, or start over in it with +overwrite=true (deletes them)"
+    )
     if not same:
-        why = "; ".join(_differences(_comparable(found.saved_config), _comparable(run_config(cfg)))[:5]) if found.saved_config else "no trainer_config.json says which config made them"
+        why = (
+            "; ".join(_differences(_comparable(found.saved_config), _comparable(run_config(cfg)))[:5])
+            if found.saved_config
+            else "no trainer_config.json says which config made them"
+        )
         go_on = ", or continue that run with +trainer.resume=true" if found.checkpoint_step is not None else ""
-        raise ConfigError(f"trainer.output_dir: {out} holds the outputs of another training run ({found.describe()}; {why}): this run would mix its "
-                          f"metrics and overwrite its checkpoints and final model; {elsewhere}{go_on}")  # fmt: skip
+        raise ConfigError(
+            f"trainer.output_dir: {out} holds the outputs of another training run ({found.describe()}; {why}): this run"
+            f" would mix its metrics and overwrite its checkpoints and final model; {elsewhere}{go_on}"
+        )
     if found.checkpoint_step is None:
-        raise ConfigError(f"trainer.output_dir: {out} holds {found.describe()} of a run of this config but no checkpoint to resume from "
-                          f"(trainer.checkpoint_interval: 0 saves one only at the end); {elsewhere}")  # fmt: skip
+        raise ConfigError(
+            f"trainer.output_dir: {out} holds {found.describe()} of a run of this config but no checkpoint to resume"
+            f" from (trainer.checkpoint_interval: 0 saves one only at the end); {elsewhere}"
+        )
     if found.checkpoint_step >= cfg.num_steps:
         if is_main:
             final = f"; final model in {out / 'final'}" if found.final else ""
-            print(f"ng_train: {out} holds this config's finished run (checkpoint at step {found.checkpoint_step}, num_steps {cfg.num_steps}{final}): "
-                  f"nothing to train. Train on with +trainer.num_steps=<more>, or {elsewhere}", flush=True)  # fmt: skip
+            print(
+                f"ng_train: {out} holds this config's finished run (checkpoint at step {found.checkpoint_step},"
+                f" num_steps {cfg.num_steps}{final}): nothing to train. Train on with +trainer.num_steps=<more>, or"
+                f" {elsewhere}",
+                flush=True,
+            )
         return cfg, "finished"
     if is_main:
-        print(f"ng_train: {out} holds a checkpoint of this config at step {found.checkpoint_step}: resuming from it to step {cfg.num_steps} "
-              f"(to start over: +overwrite=true; to keep it: +trainer.output_dir=<new folder>)", flush=True)  # fmt: skip
+        print(
+            f"ng_train: {out} holds a checkpoint of this config at step {found.checkpoint_step}: resuming from it to"
+            f" step {cfg.num_steps} (to start over: +overwrite=true; to keep it: +trainer.output_dir=<new folder>)",
+            flush=True,
+        )
     return cfg.model_copy(update={"resume": True}), "resume"
 
 

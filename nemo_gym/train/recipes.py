@@ -41,13 +41,17 @@ def train_main(loaded: LoadedConfig, argv: list[str]) -> int:
         for warning in warnings:
             print(f"ng_train: WARNING {warning}", file=sys.stderr, flush=True)
     # an output_dir an earlier run used: resume it (same config, a checkpoint), or stop (nemo_gym.train.output_dir)
-    cfg, state = prepare_output_dir(cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main())
+    cfg, state = prepare_output_dir(
+        cfg, overwrite=loaded.values.get(OVERWRITE_KEY) is True, is_main=distributed.is_main()
+    )
     if state == "finished":
         return 0
     if distributed.is_main():
         write_run_config(cfg)
     if distributed.needs_relaunch(cfg.num_ranks):  # the same command, as num_ranks ranks under torch's launcher
-        decided = [arg for arg in argv if arg.lstrip("+").partition("=")[0] != OVERWRITE_KEY] + (["++trainer.resume=true"] if state == "resume" else [])
+        decided = [arg for arg in argv if arg.lstrip("+").partition("=")[0] != OVERWRITE_KEY] + (
+            ["++trainer.resume=true"] if state == "resume" else []
+        )
         return distributed.relaunch(cfg.num_ranks, decided)
     status = run_stoppable(make_trainer(cfg, argv))  # setup, train, cleanup; a stop signal ends it cleanly
     distributed.shutdown()  # every rank gets here (a failing rank raises instead, and the launcher stops the others)

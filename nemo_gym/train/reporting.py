@@ -38,7 +38,14 @@ from rich.text import Text
 
 from nemo_gym.train.config import LoggingOptions, WandbOptions
 
-__all__ = ["MetricsReporter", "has_wandb_credentials", "metric_tag", "persistent_wandb_run_id", "resolve_wandb_mode", "with_derived"]
+__all__ = [
+    "MetricsReporter",
+    "has_wandb_credentials",
+    "metric_tag",
+    "persistent_wandb_run_id",
+    "resolve_wandb_mode",
+    "with_derived",
+]
 
 JSONL_NAME = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -55,6 +62,7 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("time_", "time"),
     ("tokens_per_s", "time"),
     ("groups_", "data"),
+    ("sampling_rounds", "data"),
     ("rollouts", "data"),
     ("data_position", "data"),
 )
@@ -92,11 +100,14 @@ def metric_tag(key: str) -> str:
 
 
 def with_derived(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """`metrics` plus `clip_fraction` and `time_step_s` (seconds) when their parts are present (see module docstring)."""
+    """`metrics` plus `clip_fraction` and `time_step_s` (seconds) when their parts are present (see module
+    docstring)."""
     out = dict(metrics)
     if "clip_fraction_low" in out and "clip_fraction_high" in out:
         out["clip_fraction"] = float(out["clip_fraction_low"]) + float(out["clip_fraction_high"])
-    parts = [out[k] for k in ("time_generation_s", "time_training_s", "time_sync_s") if isinstance(out.get(k), int | float)]
+    parts = [
+        out[k] for k in ("time_generation_s", "time_training_s", "time_sync_s") if isinstance(out.get(k), int | float)
+    ]
     if parts and "time_step_s" not in out:
         out["time_step_s"] = float(sum(parts))
     return out
@@ -134,7 +145,11 @@ def has_wandb_credentials(environ: Mapping[str, str] | None = None) -> bool:
     if environ.get("WANDB_API_KEY") or environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     host = urlsplit(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc
-    candidates = [Path(environ["NETRC"]).expanduser()] if environ.get("NETRC") else [Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()]
+    candidates = (
+        [Path(environ["NETRC"]).expanduser()]
+        if environ.get("NETRC")
+        else [Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()]
+    )
     for path in candidates:
         if not path.is_file():
             continue
@@ -185,9 +200,15 @@ class ConsoleSink:
         self.console = console or Console()
         self.total_steps = total_steps
         self.progress = Progress(
-            TextColumn("[bold]ng_train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-            TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console,
-        )  # fmt: skip
+            TextColumn("[bold]ng_train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=self.console,
+        )
         self.task = self.progress.add_task("steps", total=total_steps, status="")
         self.progress.start()
 
@@ -196,15 +217,23 @@ class ConsoleSink:
             line = Text(f"step {step}/{self.total_steps}", style="bold")
             _format_fields(_STEP_FIELDS, metrics, line)
             if "groups_total" in metrics:
-                kept = metrics["groups_total"] - metrics.get("groups_zero_variance", 0) - metrics.get("groups_incomplete", 0)
+                kept = (
+                    metrics["groups_total"]
+                    - metrics.get("groups_zero_variance", 0)
+                    - metrics.get("groups_incomplete", 0)
+                )
                 line.append("  groups ", style="dim").append(f"{kept}/{metrics['groups_total']}")
+                if metrics.get("sampling_rounds", 1) > 1:  # dynamic sampling refilled the step
+                    line.append(f" in {metrics['sampling_rounds']} rounds", style="dim")
             if metrics.get("trained") is False:
                 line.append("  no update (no group left)", style="bold yellow")
             self.console.print(line, soft_wrap=True)
             status = f"reward {metrics['reward_mean']:.3f}" if isinstance(metrics.get("reward_mean"), float) else ""
             self.progress.update(self.task, completed=step, status=status)
         if _has_eval(metrics):
-            self.console.print(_format_fields(_EVAL_FIELDS, metrics, Text(f"eval @ step {step}", style="bold cyan")), soft_wrap=True)
+            self.console.print(
+                _format_fields(_EVAL_FIELDS, metrics, Text(f"eval @ step {step}", style="bold cyan")), soft_wrap=True
+            )
 
     def close(self) -> None:
         self.progress.stop()
@@ -218,7 +247,10 @@ class TensorBoardSink:
         try:  # at construction, so a missing package fails the setup, not the first step
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise ImportError("trainer.logging.tensorboard needs `tensorboard`: pip install 'nemo-gym[train]' (or +trainer.logging.tensorboard=false)") from exc
+            raise ImportError(
+                "trainer.logging.tensorboard needs `tensorboard`: pip install 'nemo-gym[train]' (or"
+                " +trainer.logging.tensorboard=false)"
+            ) from exc
         self.summary_writer = SummaryWriter
         self.log_dir = log_dir
         self.run_config = run_config
@@ -228,7 +260,9 @@ class TensorBoardSink:
         if self.writer is None:
             self.writer = self.summary_writer(str(self.log_dir), purge_step=step)
             if self.run_config is not None:
-                self.writer.add_text("config", "```\n" + json.dumps(self.run_config, indent=2, default=str) + "\n```", step)
+                self.writer.add_text(
+                    "config", "```\n" + json.dumps(self.run_config, indent=2, default=str) + "\n```", step
+                )
         for key, value in _scalars(metrics).items():
             self.writer.add_scalar(metric_tag(key), value, step)
         self.writer.flush()
@@ -250,15 +284,25 @@ class WandbSink:
 
         mode = resolve_wandb_mode(options.mode)
         if options.mode is None and mode == "offline" and not os.environ.get("WANDB_MODE"):
-            print("ng_train: W&B runs offline (no WANDB_API_KEY and no `wandb login`); upload later with `wandb sync`", file=sys.stderr, flush=True)
+            print(
+                "ng_train: W&B runs offline (no WANDB_API_KEY and no `wandb login`); upload later with `wandb sync`",
+                file=sys.stderr,
+                flush=True,
+            )
         run_dir = Path(os.environ.get("WANDB_DIR") or output_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         run_id, resume = (persistent_wandb_run_id(output_dir), "allow") if mode == "online" else (None, None)
         self.run = wandb.init(
-            project=options.project, entity=options.entity, name=options.name or output_dir.resolve().name, mode=mode,
-            dir=str(run_dir), config=dict(run_config or {}), id=run_id, resume=resume,
+            project=options.project,
+            entity=options.entity,
+            name=options.name or output_dir.resolve().name,
+            mode=mode,
+            dir=str(run_dir),
+            config=dict(run_config or {}),
+            id=run_id,
+            resume=resume,
             settings=wandb.Settings(console="off"),  # rich owns stdout; no output.log capture
-        )  # fmt: skip
+        )
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.run.log({metric_tag(k): v for k, v in _scalars(metrics).items()}, step=step)
@@ -282,7 +326,8 @@ class MetricsReporter:
         console: where the console sink prints (default: a rich Console on stdout).
 
     Raises:
-        ImportError: TensorBoard or W&B is on but `tensorboard` / `wandb` is not installed (`pip install nemo-gym[train]`).
+        ImportError: TensorBoard or W&B is on but `tensorboard` / `wandb` is not installed (`pip install
+        nemo-gym[train]`).
     """
 
     def __init__(

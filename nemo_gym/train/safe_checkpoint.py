@@ -1,4 +1,4 @@
-"""DeepSpeed checkpoints loaded without unpickling code (issue 8, item 9).
+"""DeepSpeed checkpoints loaded without unpickling code: a tampered checkpoint file is refused, never run.
 
 DeepSpeed's own `TorchCheckpointEngine.load` calls `torch.load(..., weights_only=False)`: a checkpoint file
 replaced by a pickle whose `__reduce__` runs a command would run it on `ng_train +trainer.resume=true`, `ng_export`
@@ -8,7 +8,8 @@ classes a DeepSpeed checkpoint of ours holds allow-listed by `torch.serializatio
 (`CHECKPOINT_SAFE_GLOBALS`). Any other global in the file is refused with `UnsafeCheckpointError` before
 anything in it is called. Saving is unchanged (`torch.save`).
 
-Imported by `nemo_gym.train.engine` only (it imports DeepSpeed). `PolicyEngine` installs it on its DeepSpeed engine (`install`), so every checkpoint load of ZeRO stages 0-3 (model
+Imported by `nemo_gym.train.engine` only (it imports DeepSpeed). `PolicyEngine` installs it on its DeepSpeed engine
+(`install`), so every checkpoint load of ZeRO stages 0-3 (model
 states, optimizer states, ZeRO partitions) goes through it.
 """
 
@@ -62,8 +63,9 @@ def safe_torch_load(path: str, map_location: Any = None) -> Any:
         reason = next((line for line in lines if "GLOBAL" in line), lines[-1] if lines else type(exc).__name__)
         reason = reason.split("WeightsUnpickler error:", 1)[-1].strip()
         raise UnsafeCheckpointError(
-            f"{path}: refused to load: it holds objects other than tensors and plain data ({reason.split(' was not an allowed global')[0]}). "
-            "A checkpoint written by nemo_gym never does; the file was replaced or corrupted, so nothing in it was run"
+            f"{path}: refused to load: it holds objects other than tensors and plain data"
+            f" ({reason.split(' was not an allowed global')[0]}). A checkpoint written by nemo_gym never does; the file"
+            " was replaced or corrupted, so nothing in it was run"
         ) from None
 
 
@@ -90,6 +92,9 @@ def install(engine: Any) -> None:
     """
     current = engine.checkpoint_engine
     if type(current) is not TorchCheckpointEngine:
-        raise TypeError(f"unexpected DeepSpeed checkpoint engine {type(current).__name__}; only TorchCheckpointEngine is replaced by the safe loader")
+        raise TypeError(
+            f"unexpected DeepSpeed checkpoint engine {type(current).__name__}; only TorchCheckpointEngine is replaced"
+            " by the safe loader"
+        )
     safe = SafeCheckpointEngine(engine._config)
     engine.checkpoint_engine = safe

@@ -24,7 +24,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["BACKGROUND_RUN_DIR_ENV", "STOP_REQUEST_FILE", "StopRequested", "StopSignal", "read_stop_request", "run_stoppable"]
+__all__ = [
+    "BACKGROUND_RUN_DIR_ENV",
+    "STOP_REQUEST_FILE",
+    "StopRequested",
+    "StopSignal",
+    "read_stop_request",
+    "run_stoppable",
+]
 
 BACKGROUND_RUN_DIR_ENV = "NEMO_GYM_BACKGROUND_RUN_DIR"
 STOP_REQUEST_FILE = "stop.json"
@@ -78,8 +85,14 @@ class StopSignal:
         self.signum = signum
         self.save_model = bool(read_stop_request().get("save_model", False))
         action = "abandoning the current step" if self._abandonable_depth else "finishing the current step"
-        saving = "then saving final/" if self.save_model else "no final/ model (ng_runs stop +save_model=true saves one)"
-        print(f"ng_train: {signal.Signals(signum).name} received: {action}, {saving}; send it again to abort", file=sys.stderr, flush=True)
+        saving = (
+            "then saving final/" if self.save_model else "no final/ model (ng_runs stop +save_model=true saves one)"
+        )
+        print(
+            f"ng_train: {signal.Signals(signum).name} received: {action}, {saving}; send it again to abort",
+            file=sys.stderr,
+            flush=True,
+        )
         if self._abandonable_depth:
             raise StopRequested()
 

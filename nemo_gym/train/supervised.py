@@ -43,18 +43,28 @@ from typing import Any
 
 import torch
 
-from nemo_gym import openai_convert, tool_calls
 from nemo_gym.errors import ConfigError, DataError
 from nemo_gym.jsonl import iter_jsonl
+from nemo_gym.model_servers import tool_calls
+from nemo_gym.serving import openai_convert
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig
 from nemo_gym.train.engine import PolicyEngine, resolve_model_path
 from nemo_gym.train.loop import TaskSampler, TrainingLoop
 
 __all__ = [
-    "row_conversation", "chat_sequence", "load_sft_sequences", "read_documents", "pack_documents", "load_pretrain_sequences",
-    "DatasetStats", "SupervisedEngine", "SupervisedRecipe", "cross_entropy", "check_supervised",
-]  # fmt: skip
+    "row_conversation",
+    "chat_sequence",
+    "load_sft_sequences",
+    "read_documents",
+    "pack_documents",
+    "load_pretrain_sequences",
+    "DatasetStats",
+    "SupervisedEngine",
+    "SupervisedRecipe",
+    "cross_entropy",
+    "check_supervised",
+]
 
 
 # -- sft data --------------------------------------------------------------------------------------------------
@@ -80,7 +90,10 @@ def row_conversation(row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[di
         return [dict(m) for m in messages], _chat_tools(tools)
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
-        raise ValueError("a row needs 'messages' (chat), or 'responses_create_params' with 'response' (a rollout) or 'completion' (the answer)")
+        raise ValueError(
+            "a row needs 'messages' (chat), or 'responses_create_params' with 'response' (a rollout) or 'completion'"
+            " (the answer)"
+        )
     body = {k: v for k, v in params.items() if k in ("input", "instructions", "tools")}
     items = openai_convert.input_items(body)
     if "response" in row:
@@ -96,7 +109,9 @@ def row_conversation(row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[di
             raise ValueError("'completion' must be the answer text or one assistant chat message")
         messages = openai_convert.input_items_to_messages(items, instructions=body.get("instructions")) + [dict(answer)]
     else:
-        raise ValueError("'responses_create_params' needs the answer: 'response' (an ng_collect_rollouts row) or 'completion'")
+        raise ValueError(
+            "'responses_create_params' needs the answer: 'response' (an ng_collect_rollouts row) or 'completion'"
+        )
     return messages, _chat_tools(body.get("tools"))
 
 
@@ -109,10 +124,14 @@ def _chat_tools(tools: Any) -> list[dict[str, Any]] | None:
     return [tool if "function" in tool else openai_convert.tools_to_chat([tool])[0] for tool in tools]
 
 
-def _template_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, render_tools: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def _template_messages(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, render_tools: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Messages and tools as the chat template gets them (Hermes text, or the template's own tool support)."""
     if render_tools:
-        return [{"role": m["role"], "content": m["content"]} for m in tool_calls.render_tool_messages(messages, tools)], None
+        return [
+            {"role": m["role"], "content": m["content"]} for m in tool_calls.render_tool_messages(messages, tools)
+        ], None
     out = []
     for message in messages:
         message = {k: v for k, v in message.items() if v is not None and k not in openai_convert.TOKEN_INFO_KEYS}
@@ -133,7 +152,13 @@ def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": function}
 
 
-def chat_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, render_tools_in_prompt: bool = True) -> TrainingSequence:
+def chat_sequence(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    render_tools_in_prompt: bool = True,
+) -> TrainingSequence:
     """One conversation → token ids with `loss_mask` 1 exactly on the assistant turns' tokens (up to their EOS).
 
     `tokenizer` is a fast HF tokenizer with a chat template. `rollout_logprobs` is all zeros (unused by SFT).
@@ -148,9 +173,13 @@ def chat_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
 
     def render(part: list[dict[str, Any]], generation_prompt: bool) -> str:
         try:
-            return tokenizer.apply_chat_template(part, tools=template_tools, tokenize=False, add_generation_prompt=generation_prompt)
+            return tokenizer.apply_chat_template(
+                part, tools=template_tools, tokenize=False, add_generation_prompt=generation_prompt
+            )
         except Exception as exc:  # jinja2's TemplateError and the template's own raise_exception(...)
-            raise ValueError(f"the model's chat template cannot render the conversation: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"the model's chat template cannot render the conversation: {type(exc).__name__}: {exc}"
+            ) from exc
 
     text = render(chat, False)
     spans: list[tuple[int, int]] = []
@@ -159,7 +188,10 @@ def chat_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
             continue
         before, through = render(chat[:i], True), render(chat[: i + 1], False)
         if not (text.startswith(through) and through.startswith(before)):
-            raise ValueError(f"the chat template renders messages[:{i}] differently inside the whole conversation; cannot find assistant turn {i}")
+            raise ValueError(
+                f"the chat template renders messages[:{i}] differently inside the whole conversation; cannot find"
+                f" assistant turn {i}"
+            )
         end = len(through)
         eos = tokenizer.eos_token
         if eos and eos in through[len(before) :]:
@@ -187,10 +219,14 @@ class DatasetStats:
 
 
 def _truncate(sequence: TrainingSequence, max_seq_len: int) -> TrainingSequence:
-    return TrainingSequence(sequence.input_ids[:max_seq_len], sequence.loss_mask[:max_seq_len], sequence.rollout_logprobs[:max_seq_len])
+    return TrainingSequence(
+        sequence.input_ids[:max_seq_len], sequence.loss_mask[:max_seq_len], sequence.rollout_logprobs[:max_seq_len]
+    )
 
 
-def load_sft_sequences(path: str | Path, tokenizer: Any, options: SupervisedOptions) -> tuple[list[TrainingSequence], DatasetStats]:
+def load_sft_sequences(
+    path: str | Path, tokenizer: Any, options: SupervisedOptions
+) -> tuple[list[TrainingSequence], DatasetStats]:
     """Every row of an SFT JSONL as a masked sequence (cut to `max_seq_len`), checked before training starts.
 
     Raises:
@@ -203,7 +239,10 @@ def load_sft_sequences(path: str | Path, tokenizer: Any, options: SupervisedOpti
         if options.min_reward is not None:
             reward = row.get("reward")
             if not isinstance(reward, (int, float)):
-                problems.append(f"{path}:{line_no}: supervised.min_reward is set but the row has no numeric 'reward' (use ng_collect_rollouts output)")
+                problems.append(
+                    f"{path}:{line_no}: supervised.min_reward is set but the row has no numeric 'reward' (use"
+                    " ng_collect_rollouts output)"
+                )
                 continue
             if reward < options.min_reward:
                 stats.dropped_reward += 1
@@ -218,13 +257,19 @@ def load_sft_sequences(path: str | Path, tokenizer: Any, options: SupervisedOpti
             stats.truncated += 1
             sequence = _truncate(sequence, options.max_seq_len)
             if sum(sequence.loss_mask[1:]) == 0:
-                problems.append(f"{path}:{line_no}: no assistant token within supervised.max_seq_len={options.max_seq_len} tokens; raise it or shorten the row")
+                problems.append(
+                    f"{path}:{line_no}: no assistant token within supervised.max_seq_len={options.max_seq_len} tokens;"
+                    " raise it or shorten the row"
+                )
                 continue
         sequences.append(sequence)
     _raise_problems(problems, path)
     stats.kept = len(sequences)
     if not sequences:
-        raise DataError(f"{path}: no row left to train on ({stats.rows} rows, {stats.dropped_reward} below supervised.min_reward={options.min_reward})")
+        raise DataError(
+            f"{path}: no row left to train on ({stats.rows} rows, {stats.dropped_reward} below"
+            f" supervised.min_reward={options.min_reward})"
+        )
     stats.target_tokens = sum(sum(s.loss_mask[1:]) for s in sequences)
     return sequences, stats
 
@@ -254,7 +299,9 @@ def read_documents(path: str | Path, text_field: str = "text") -> list[str]:
         for line_no, row in iter_jsonl(path):
             value = row.get(text_field)
             if not isinstance(value, str) or not value.strip():
-                problems.append(f"{path}:{line_no}: needs a non-empty string field {text_field!r} (supervised.text_field)")
+                problems.append(
+                    f"{path}:{line_no}: needs a non-empty string field {text_field!r} (supervised.text_field)"
+                )
             else:
                 documents.append(value)
         _raise_problems(problems, path)
@@ -280,7 +327,9 @@ def pack_documents(documents_ids: list[list[int]], eos_token_id: int, block_len:
     return [block for block in blocks if len(block) >= 2]
 
 
-def load_pretrain_sequences(path: str | Path, tokenizer: Any, options: SupervisedOptions) -> tuple[list[TrainingSequence], DatasetStats]:
+def load_pretrain_sequences(
+    path: str | Path, tokenizer: Any, options: SupervisedOptions
+) -> tuple[list[TrainingSequence], DatasetStats]:
     """Documents → packed blocks with every token a target (see `pack_documents`).
 
     Raises:
@@ -288,7 +337,9 @@ def load_pretrain_sequences(path: str | Path, tokenizer: Any, options: Supervise
     """
     documents = read_documents(path, options.text_field)
     if tokenizer.eos_token_id is None:
-        raise ConfigError("trainer.engine.model_path: the tokenizer has no eos_token; pretrain needs one between documents")
+        raise ConfigError(
+            "trainer.engine.model_path: the tokenizer has no eos_token; pretrain needs one between documents"
+        )
     ids = [list(tokenizer(text, add_special_tokens=True)["input_ids"]) for text in documents]
     blocks = pack_documents(ids, tokenizer.eos_token_id, options.max_seq_len)
     sequences = [TrainingSequence(block, [1] * len(block), [0.0] * len(block)) for block in blocks]
@@ -306,7 +357,9 @@ class SupervisedEngine(PolicyEngine):
     """`PolicyEngine` whose micro-batch loss is the cross-entropy on the masked targets (normalised by the step's
     global target count, so `train_step`'s gradient accumulation over micro-batches and ranks is exact)."""
 
-    def _micro_loss(self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _micro_loss(
+        self, micro: TrainingBatch, *, num_tokens: int, num_sequences: int
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         logprobs, _ = self._target_logprobs(self.engine, micro)
         loss = cross_entropy(logprobs, micro.loss_mask, num_tokens)
         return loss, {"loss": loss.item(), "num_tokens": micro.loss_mask.sum().item()}
@@ -340,17 +393,25 @@ class SupervisedRecipe:
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.engine.model_path))
         load = load_sft_sequences if cfg.algorithm == "sft" else load_pretrain_sequences
-        self.sequences, stats = load(cfg.input_jsonl_fpath, tokenizer, cfg.supervised)  # every rank: cheap, deterministic
-        self.eval_sequences = load(cfg.eval.input_jsonl_fpath, tokenizer, cfg.supervised)[0] if cfg.eval.input_jsonl_fpath and cfg.eval.interval else []
+        self.sequences, stats = load(
+            cfg.input_jsonl_fpath, tokenizer, cfg.supervised
+        )  # every rank: cheap, deterministic
+        self.eval_sequences = (
+            load(cfg.eval.input_jsonl_fpath, tokenizer, cfg.supervised)[0]
+            if cfg.eval.input_jsonl_fpath and cfg.eval.interval
+            else []
+        )
         self.has_eval = bool(self.eval_sequences)
         self.sampler = TaskSampler(len(self.sequences), cfg.batch_size, cfg.seed)
         if cfg.supervised.num_epochs is not None:
-            self.cfg = cfg = cfg.model_copy(update={"num_steps": cfg.supervised.num_epochs * math.ceil(len(self.sequences) / cfg.batch_size)})
+            self.cfg = cfg = cfg.model_copy(
+                update={"num_steps": cfg.supervised.num_epochs * math.ceil(len(self.sequences) / cfg.batch_size)}
+            )
         if loop.is_main:
             print(
-                f"ng_train: {cfg.algorithm} on {cfg.input_jsonl_fpath}: {stats.kept} sequences from {stats.rows} rows "
-                f"({stats.target_tokens} target tokens; {stats.dropped_reward} below min_reward, {stats.truncated} cut to {cfg.supervised.max_seq_len} tokens); "
-                f"{cfg.num_steps} steps of {cfg.batch_size}",
+                f"ng_train: {cfg.algorithm} on {cfg.input_jsonl_fpath}: {stats.kept} sequences from {stats.rows} rows"
+                f" ({stats.target_tokens} target tokens; {stats.dropped_reward} below min_reward, {stats.truncated} cut"
+                f" to {cfg.supervised.max_seq_len} tokens); {cfg.num_steps} steps of {cfg.batch_size}",
                 flush=True,
             )
         self.engine = SupervisedEngine(cfg.engine, cfg.loss, total_steps=cfg.num_steps)
@@ -359,8 +420,14 @@ class SupervisedRecipe:
         """The step's sequences (`TaskSampler`), collated; metrics `step`, `data_position`, `epoch`."""
         cfg = self.cfg
         indices = self.sampler.batch(step)
-        batch = collate([self.sequences[i] for i in indices], [1.0] * len(indices), pad_token_id=self.engine.pad_token_id)
-        return {"step": step + 1, "data_position": (step + 1) * cfg.batch_size, "epoch": step * cfg.batch_size / len(self.sequences)}, batch
+        batch = collate(
+            [self.sequences[i] for i in indices], [1.0] * len(indices), pad_token_id=self.engine.pad_token_id
+        )
+        return {
+            "step": step + 1,
+            "data_position": (step + 1) * cfg.batch_size,
+            "epoch": step * cfg.batch_size / len(self.sequences),
+        }, batch
 
     def publish_weights(self, step: int) -> dict[str, Any]:
         """No policy server to update in the supervised modes."""
@@ -395,10 +462,15 @@ def check_supervised(cfg: TrainerConfig) -> None:
     """Config checks of the supervised modes (a note on stderr for keys they do not use).
 
     Raises:
-        ConfigError: evaluation with several ranks under ZeRO-3 (rank 0 evaluates alone; ZeRO-3's forward needs
-            every rank).
+        ConfigError: evaluation with several ranks under ZeRO-3 (rank 0 evaluates alone; ZeRO-3's forward needs every
+        rank).
     """
     if cfg.head_server_url:
-        print(f"ng_train: trainer.head_server_url is not used by algorithm {cfg.algorithm} (no servers)", file=sys.stderr)
+        print(
+            f"ng_train: trainer.head_server_url is not used by algorithm {cfg.algorithm} (no servers)", file=sys.stderr
+        )
     if cfg.num_ranks > 1 and cfg.engine.zero_stage == 3 and cfg.eval.interval and cfg.eval.input_jsonl_fpath:
-        raise ConfigError("trainer.eval: the supervised modes evaluate on rank 0 alone, which ZeRO-3 cannot do with several ranks; use zero_stage <= 2 or eval.interval: 0")
+        raise ConfigError(
+            "trainer.eval: the supervised modes evaluate on rank 0 alone, which ZeRO-3 cannot do with several ranks;"
+            " use zero_stage <= 2 or eval.interval: 0"
+        )

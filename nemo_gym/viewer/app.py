@@ -80,7 +80,12 @@ class _Views:
         self, reward_min: str | None, reward_max: str | None, environments: list[str] | None, text: str | None
     ) -> tuple[pd.DataFrame, str, pd.DataFrame, pd.DataFrame]:
         """Table, summary, histogram and per-task statistics of the rows passing the filter."""
-        row_filter = RowFilter(_bound(reward_min, "reward ≥"), _bound(reward_max, "reward ≤"), tuple(environments or ()), (text or "").strip())
+        row_filter = RowFilter(
+            _bound(reward_min, "reward ≥"),
+            _bound(reward_max, "reward ≤"),
+            tuple(environments or ()),
+            (text or "").strip(),
+        )
         row_ids = self.index.filter(row_filter)
         table = self.index.table(row_ids)
         rewards = table["reward"].to_numpy(dtype=float)
@@ -90,7 +95,12 @@ class _Views:
         summary = f"**{len(table)}** of {len(self.index)} rollouts match (mean reward {mean}); showing {shown}."
         if len(table) > MAX_TABLE_ROWS:
             summary += " Narrow the filter to see the others."
-        return table.head(MAX_TABLE_ROWS), summary, reward_histogram(rewards), task_reward_stats(table).head(MAX_TABLE_ROWS)
+        return (
+            table.head(MAX_TABLE_ROWS),
+            summary,
+            reward_histogram(rewards),
+            task_reward_stats(table).head(MAX_TABLE_ROWS),
+        )
 
     def open_row(self, row_id: Any) -> str:
         """The rendering of row `row_id` (an error message for a bad id)."""
@@ -100,7 +110,10 @@ class _Views:
             row = self.index.read(int(row_id))
         except (IndexError, ValueError) as exc:
             return f"<p><b>Cannot open row {row_id}:</b> {exc}</p>"
-        title = f"Row {int(row_id)} (line {self.index.line_number(int(row_id))}): task {row.get('_ng_task_index', int(row_id))}, repeat {row.get('_ng_rollout_index', 0)}"
+        title = (
+            f"Row {int(row_id)} (line {self.index.line_number(int(row_id))}): task"
+            f" {row.get('_ng_task_index', int(row_id))}, repeat {row.get('_ng_rollout_index', 0)}"
+        )
         return render_rollout(row, title)
 
     def select(self, event: gr.SelectData) -> tuple[int, str]:
@@ -113,7 +126,10 @@ def _header(index: RolloutIndex, index_s: float, label: str = "Rollouts") -> str
     text = f"### {label}: `{index.path}`\n{len(index)} rollouts, indexed in {index_s:.1f} s."
     if index.skipped_lines:
         shown = ", ".join(map(str, index.skipped_lines[:10]))
-        text += f" Skipped {len(index.skipped_lines)} line(s) that are not JSON objects (line {shown}{', ...' if len(index.skipped_lines) > 10 else ''})."
+        text += (
+            f" Skipped {len(index.skipped_lines)} line(s) that are not JSON objects (line"
+            f" {shown}{', ...' if len(index.skipped_lines) > 10 else ''})."
+        )
     return text
 
 
@@ -134,14 +150,25 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
             apply = gr.Button("Apply filters", variant="primary", elem_id="apply")
         summary = gr.Markdown(elem_id="summary")
         with gr.Tab("Rollouts"):
-            table = gr.Dataframe(interactive=False, elem_id="rollouts-table", max_height=360, label="rollouts (click a row to open it)")
+            table = gr.Dataframe(
+                interactive=False, elem_id="rollouts-table", max_height=360, label="rollouts (click a row to open it)"
+            )
             with gr.Row():
                 row_number = gr.Number(label="row", precision=0, elem_id="row-number", scale=1)
                 open_button = gr.Button("Open row", elem_id="open-row", scale=0)
             trajectory = gr.HTML(views.open_row(None), elem_id="trajectory")
         with gr.Tab("Reward statistics"):
-            histogram = gr.BarPlot(x="reward", y="count", title="reward histogram (filtered rollouts)", elem_id="histogram", sort=None, y_lim=[0, None])
-            per_task = gr.Dataframe(interactive=False, elem_id="task-stats", label="per-task reward statistics (sample std, as ng_profile)")
+            histogram = gr.BarPlot(
+                x="reward",
+                y="count",
+                title="reward histogram (filtered rollouts)",
+                elem_id="histogram",
+                sort=None,
+                y_lim=[0, None],
+            )
+            per_task = gr.Dataframe(
+                interactive=False, elem_id="task-stats", label="per-task reward statistics (sample std, as ng_profile)"
+            )
         if compared is not None:
             add_compare_tab(compared, app)
         filter_inputs = [reward_min, reward_max, environments, text]
@@ -160,7 +187,16 @@ def viewer_launch_kwargs(host: str, port: int) -> dict[str, Any]:
     Gradio's own lines would tell the user to "set `share=True` in `launch()`", which ng_viewer's user cannot do
     (ng_viewer prints the URL itself)."""
     theme = gr.themes.Default(font=_LOCAL_FONTS, font_mono=_LOCAL_MONO_FONTS)
-    return dict(server_name=host, server_port=port, share=False, inbrowser=False, ssr_mode=False, mcp_server=False, theme=theme, quiet=True)
+    return dict(
+        server_name=host,
+        server_port=port,
+        share=False,
+        inbrowser=False,
+        ssr_mode=False,
+        mcp_server=False,
+        theme=theme,
+        quiet=True,
+    )
 
 
 def viewer_main(options: ViewerOptions) -> int:
@@ -181,9 +217,17 @@ def viewer_main(options: ViewerOptions) -> int:
     print(f"ng_viewer: {len(index)} rollouts from {options.jsonl_fpath} (indexed in {index_s:.1f} s)", flush=True)
     if compared is not None:
         compare_s = time.perf_counter() - start - index_s
-        print(f"ng_viewer: compared with {len(compared.baseline)} baseline rollouts from {options.baseline_jsonl_fpath} in {compare_s:.1f} s (tab Compare)", flush=True)
+        print(
+            f"ng_viewer: compared with {len(compared.baseline)} baseline rollouts from {options.baseline_jsonl_fpath}"
+            f" in {compare_s:.1f} s (tab Compare)",
+            flush=True,
+        )
     app = build_app(index, index_s, compared)
     app.launch(**viewer_launch_kwargs(options.server_host, port), prevent_thread_lock=True)
-    print(f"ng_viewer: Running on local URL: {app.local_url} (Ctrl-C stops it; +server_host=0.0.0.0 serves other machines)", flush=True)
+    print(
+        f"ng_viewer: Running on local URL: {app.local_url} (Ctrl-C stops it; +server_host=0.0.0.0 serves other"
+        " machines)",
+        flush=True,
+    )
     app.block_thread()  # until Ctrl-C
     return 0

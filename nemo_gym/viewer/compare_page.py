@@ -11,7 +11,7 @@ import re
 import gradio as gr
 import pandas as pd
 
-from nemo_gym.comparison import TaskKey
+from nemo_gym.eval.comparison import TaskKey
 from nemo_gym.viewer.compare import STATUS_CHOICES, ComparedFiles
 from nemo_gym.viewer.render import render_rollout
 
@@ -42,22 +42,34 @@ class CompareViews:
         """The per-task table for a status filter, and a line saying how many rows match and are shown."""
         rows = self.compared.filter_tasks(status or "all")
         shown = min(len(rows), MAX_TASK_ROWS)
-        note = f"**{len(rows)}** of {len(self.compared.tasks)} tasks ({status or 'all'}); showing {shown}, sorted by task."
+        note = (
+            f"**{len(rows)}** of {len(self.compared.tasks)} tasks ({status or 'all'}); showing {shown}, sorted by task."
+        )
         return rows.head(MAX_TASK_ROWS).round(4), note
 
     def side(self, side: str, key: TaskKey, repeat: int) -> str:
-        """One file's rollout `repeat` (0-based, in repeat order) of task `key`, with its reward, tool calls and turns."""
+        """One file's rollout `repeat` (0-based, in repeat order) of task `key`, with its reward, tool calls and
+        turns."""
         index = self.compared.index(side)
         name = f"{side}: {index.path.name}"
         rows = index.rows_of_task(key)
         if len(rows) == 0:
-            return f'<h3>{html.escape(name)}</h3><p class="ng-missing">Task {html.escape(str(key))} is not in this file.</p>'
+            return (
+                f'<h3>{html.escape(name)}</h3><p class="ng-missing">Task {html.escape(str(key))} is not in this'
+                " file.</p>"
+            )
         if not 0 <= repeat < len(rows):
-            return f"<h3>{html.escape(name)}</h3><p>This file has {len(rows)} rollout(s) of task {html.escape(str(key))}: repeat 0 to {len(rows) - 1}.</p>"
+            return (
+                f"<h3>{html.escape(name)}</h3><p>This file has {len(rows)} rollout(s) of task {html.escape(str(key))}:"
+                f" repeat 0 to {len(rows) - 1}.</p>"
+            )
         row_id = int(rows[repeat])
         row = index.read(row_id)
         calls, turns = int(index.column("tool_calls")[row_id]), int(index.column("turns")[row_id])
-        stats = f'<p class="ng-side-stats">reward <b>{html.escape(str(row.get("reward")))}</b> · tool calls {calls} · turns {turns}</p>'
+        stats = (
+            f'<p class="ng-side-stats">reward <b>{html.escape(str(row.get("reward")))}</b> · tool calls {calls} · turns'
+            f" {turns}</p>"
+        )
         title = f"{name}, line {index.line_number(row_id)}: task {key}, rollout {repeat + 1} of {len(rows)}"
         return stats + render_rollout(row, title)
 
@@ -80,14 +92,25 @@ def add_compare_tab(compared: ComparedFiles, app: gr.Blocks) -> None:
     """The Compare tab, inside `app`'s `with gr.Blocks()` block; filled when the page loads."""
     views = CompareViews(compared)
     with gr.Tab("Compare", elem_id="compare-tab"):
-        gr.Markdown(f"Baseline `{compared.baseline.path}` ({len(compared.baseline)} rollouts) vs candidate `{compared.candidate.path}` ({len(compared.candidate)} rollouts); a sample passes when reward ≥ {compared.pass_threshold:g}.")
+        gr.Markdown(
+            f"Baseline `{compared.baseline.path}` ({len(compared.baseline)} rollouts) vs candidate"
+            f" `{compared.candidate.path}` ({len(compared.candidate)} rollouts); a sample passes when reward ≥"
+            f" {compared.pass_threshold:g}."
+        )
         headline = gr.Markdown(elem_id="compare-headline")
-        summary = gr.Dataframe(interactive=False, elem_id="compare-summary", label="summary (means over each file's rollouts)")
+        summary = gr.Dataframe(
+            interactive=False, elem_id="compare-summary", label="summary (means over each file's rollouts)"
+        )
         with gr.Row():
             status = gr.Dropdown(STATUS_CHOICES, value="all", label="tasks", elem_id="compare-status")
             show = gr.Button("Show tasks", elem_id="compare-show")
         note = gr.Markdown(elem_id="compare-note")
-        tasks = gr.Dataframe(interactive=False, elem_id="compare-tasks", max_height=360, label="per task (click a row to open both sides)")
+        tasks = gr.Dataframe(
+            interactive=False,
+            elem_id="compare-tasks",
+            max_height=360,
+            label="per task (click a row to open both sides)",
+        )
         with gr.Row():
             key = gr.Textbox(label="task", elem_id="compare-task", scale=2)
             repeat = gr.Number(0, label="repeat (0-based)", precision=0, elem_id="compare-repeat", scale=1)

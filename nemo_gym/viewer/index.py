@@ -14,11 +14,12 @@ Per row the index keeps (numeric columns in `array`s, strings as category codes,
     output_chars   characters the policy generated: assistant text, reasoning text and function-call arguments
     output_tokens  `response.usage.output_tokens` (-1 when absent)
     tool_calls     `function_call` items of `response.output`
-    turns          the model's turns in `response.output` (`nemo_gym.comparison.tool_calls_and_turns`)
+    turns          the model's turns in `response.output` (`nemo_gym.eval.comparison.tool_calls_and_turns`)
     environment    `agent_ref.name`, else `dataset`, else "(none)"
     stop_reason    `stop_reason`, else `response.incomplete_details.reason`, else `response.status`, else "(none)"
 
-Not in the table, for comparing two files (`nemo_gym.viewer.compare`): the task key (`nemo_gym.comparison.task_key`:
+Not in the table, for comparing two files (`nemo_gym.viewer.compare`): the task key
+(`nemo_gym.eval.comparison.task_key`:
 `_ng_task_index`, else a digest of the prompt and agent) and the prompt digest, both as category codes.
 
 Lines that are not a JSON object (e.g. the half-written last line of a running collection) are skipped and
@@ -38,13 +39,24 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from nemo_gym.comparison import TaskKey, prompt_digest, task_key, tool_calls_and_turns
 from nemo_gym.errors import DataError
+from nemo_gym.eval.comparison import TaskKey, prompt_digest, task_key, tool_calls_and_turns
 
 __all__ = ["RolloutIndex", "RowFilter", "output_chars"]
 
 NONE_LABEL = "(none)"
-TABLE_COLUMNS = ["row", "task_index", "repeat", "reward", "output_chars", "output_tokens", "tool_calls", "turns", "environment", "stop_reason"]
+TABLE_COLUMNS = [
+    "row",
+    "task_index",
+    "repeat",
+    "reward",
+    "output_chars",
+    "output_tokens",
+    "tool_calls",
+    "turns",
+    "environment",
+    "stop_reason",
+]
 _SEARCH_BLOCK_BYTES = 1 << 20
 
 

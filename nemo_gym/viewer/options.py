@@ -11,9 +11,15 @@ class ViewerOptions(BaseModel):
     """Parameters of `ng_viewer`."""
 
     model_config = ConfigDict(extra="forbid")
-    jsonl_fpath: str = Field(description="rollouts JSONL to browse (ng_collect_rollouts output, or any rows with response + reward)")
+    jsonl_fpath: str = Field(
+        description="rollouts JSONL to browse (ng_collect_rollouts output, or any rows with response + reward)"
+    )
     baseline_jsonl_fpath: str | None = Field(
-        None, description="a second rollouts JSONL of the same tasks (e.g. before training): adds a Compare tab, this file left, jsonl_fpath right"
+        None,
+        description=(
+            "a second rollouts JSONL of the same tasks (e.g. before training): adds a Compare tab, this file left,"
+            " jsonl_fpath right"
+        ),
     )
     pass_threshold: float = Field(1.0, description="in the Compare tab, a rollout passes when reward >= pass_threshold")
     server_host: str = Field("127.0.0.1", description="address to bind (0.0.0.0 exposes the viewer to the network)")

@@ -1,8 +1,8 @@
 """HTML rendering of one rollout: the prompt, the trajectory, the reward and the verifier's fields.
 
-Rows follow ARCHITECTURE §3: `responses_create_params.input` (a string or a list of messages) is the prompt,
-`response.output` (Responses API items: `message`, `reasoning`, `function_call`, `function_call_output`, ...)
-is the trajectory, and the other top-level keys are the task and verifier fields. Every string from the row is
+Rows follow docs/architecture.md, Data formats: `responses_create_params.input` (a string or a list of messages) is
+the prompt, `response.output` (Responses API items: `message`, `reasoning`, `function_call`, `function_call_output`,
+...) is the trajectory, and the other top-level keys are the task and verifier fields. Every string from the row is
 HTML-escaped. Token ids and log-probs are not shown (they are long and unreadable); their count is.
 """
 
@@ -12,7 +12,7 @@ import html
 import json
 from typing import Any
 
-from nemo_gym.rollout_console import content_text, pretty_json
+from nemo_gym.eval.console import content_text, pretty_json
 
 __all__ = ["render_rollout", "VERIFIER_EXCLUDED_KEYS"]
 
@@ -28,7 +28,8 @@ _STYLE = """<style>
 .ng-rollout .ng-label {font-weight: 600; font-size: 12px; text-transform: uppercase; color: #374151;}
 .ng-rollout pre {white-space: pre-wrap; word-break: break-word; margin: 4px 0; font-size: 13px;
   font-family: ui-monospace, SFMono-Regular, Menlo, monospace; background: transparent; color: #111827;}
-.ng-rollout table {border-collapse: collapse;} .ng-rollout td {border: 1px solid #e5e7eb; padding: 2px 8px; vertical-align: top;}
+.ng-rollout table {border-collapse: collapse;}
+.ng-rollout td {border: 1px solid #e5e7eb; padding: 2px 8px; vertical-align: top;}
 .ng-rollout .ng-reward {font-size: 18px; font-weight: 700;}
 </style>"""
 
@@ -38,7 +39,9 @@ def _escape(text: Any) -> str:
 
 
 def _box(label: str, body: str, color: str = "#ffffff", css_class: str = "") -> str:
-    return f'<div class="ng-item {css_class}" style="background:{color}"><div class="ng-label">{label}</div>{body}</div>'
+    return (
+        f'<div class="ng-item {css_class}" style="background:{color}"><div class="ng-label">{label}</div>{body}</div>'
+    )
 
 
 def _pre(text: str) -> str:
@@ -47,7 +50,12 @@ def _pre(text: str) -> str:
 
 def _message(item: dict[str, Any]) -> str:
     role = str(item.get("role", "message"))
-    return _box(html.escape(role), _pre(content_text(item.get("content"))), _ROLE_COLORS.get(role, "#ffffff"), f"ng-{html.escape(role)}")
+    return _box(
+        html.escape(role),
+        _pre(content_text(item.get("content"))),
+        _ROLE_COLORS.get(role, "#ffffff"),
+        f"ng-{html.escape(role)}",
+    )
 
 
 def _reasoning(item: dict[str, Any]) -> str:
@@ -62,7 +70,12 @@ def _function_call(item: dict[str, Any]) -> str:
     name = html.escape(str(item.get("name", "?")))
     call_id = html.escape(str(item.get("call_id", "")))
     body = f'<div>tool <code class="ng-tool-name">{name}</code> <small>call_id {call_id}</small></div>'
-    return _box("function call", body + _pre(pretty_json(item.get("arguments", ""))), _KIND_COLORS["function_call"], "ng-function-call")
+    return _box(
+        "function call",
+        body + _pre(pretty_json(item.get("arguments", ""))),
+        _KIND_COLORS["function_call"],
+        "ng-function-call",
+    )
 
 
 def _function_call_output(item: dict[str, Any]) -> str:
@@ -83,7 +96,12 @@ def render_item(item: Any) -> str:
     if not isinstance(item, dict):
         return _box("item", _pre(pretty_json(item)))
     kind = item.get("type") or ("message" if "role" in item else None)
-    renderers = {"message": _message, "reasoning": _reasoning, "function_call": _function_call, "function_call_output": _function_call_output}
+    renderers = {
+        "message": _message,
+        "reasoning": _reasoning,
+        "function_call": _function_call,
+        "function_call_output": _function_call_output,
+    }
     return renderers.get(kind, _other)(item)
 
 
@@ -92,7 +110,9 @@ def _prompt(params: Any) -> list[str]:
         return []
     parts = []
     if params.get("instructions"):
-        parts.append(_box("instructions", _pre(content_text(params["instructions"])), _ROLE_COLORS["system"], "ng-system"))
+        parts.append(
+            _box("instructions", _pre(content_text(params["instructions"])), _ROLE_COLORS["system"], "ng-system")
+        )
     prompt = params.get("input")
     items = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
     parts += [render_item(item) for item in items]
@@ -103,7 +123,9 @@ def _prompt(params: Any) -> list[str]:
 
 
 def _fields_table(fields: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{_pre(pretty_json(v))}</td></tr>" for k, v in fields.items())
+    rows = "".join(
+        f"<tr><td><code>{html.escape(k)}</code></td><td>{_pre(pretty_json(v))}</td></tr>" for k, v in fields.items()
+    )
     return f"<table>{rows}</table>" if rows else "<p>(none)</p>"
 
 

@@ -1,6 +1,6 @@
 """Reward statistics for the viewer: per task, and a histogram.
 
-The per-task columns have `nemo_gym.profile.reward_stats`'s names and definitions (sample std, i.e. divided by
+The per-task columns have `nemo_gym.collect.profile.reward_stats`'s names and definitions (sample std, i.e. divided by
 n - 1, and 0 for one rollout, as NeMo Gym's reward profile), computed with a pandas group-by so that files with
 many tasks stay fast. Rows without a reward are left out.
 """
@@ -22,7 +22,16 @@ def task_reward_stats(table: pd.DataFrame) -> pd.DataFrame:
         table: `RolloutIndex.table(...)` rows (columns environment, task_index, reward).
     """
     rated = table[np.isfinite(table["reward"].to_numpy(dtype=float))]
-    columns = ["environment", "task_index", "avg_reward", "std_reward", "min_reward", "max_reward", "median_reward", "total_samples"]
+    columns = [
+        "environment",
+        "task_index",
+        "avg_reward",
+        "std_reward",
+        "min_reward",
+        "max_reward",
+        "median_reward",
+        "total_samples",
+    ]
     if rated.empty:
         return pd.DataFrame(columns=columns)
     grouped = rated.groupby(["environment", "task_index"], sort=True)["reward"]
@@ -50,5 +59,8 @@ def reward_histogram(rewards: np.ndarray, bins: int = MAX_DISTINCT_BARS) -> pd.D
     if values.size <= bins:
         return pd.DataFrame({"reward": [f"{v:g}" for v in values], "count": counts})
     counts, edges = np.histogram(finite, bins=bins)
-    labels = [f"[{low:.3g}, {high:.3g}{']' if i == bins - 1 else ')'}" for i, (low, high) in enumerate(zip(edges[:-1], edges[1:]))]
+    labels = [
+        f"[{low:.3g}, {high:.3g}{']' if i == bins - 1 else ')'}"
+        for i, (low, high) in enumerate(zip(edges[:-1], edges[1:]))
+    ]
     return pd.DataFrame({"reward": labels, "count": counts})

@@ -101,7 +101,9 @@ class BlackjackEpisode:
     seed: int | None = None
 
     @classmethod
-    def deal(cls, seed: int, *, num_decks: int = 1, dealer_hits_soft_17: bool = False, max_steps: int = 10) -> "BlackjackEpisode":
+    def deal(
+        cls, seed: int, *, num_decks: int = 1, dealer_hits_soft_17: bool = False, max_steps: int = 10
+    ) -> BlackjackEpisode:
         shoe = shuffled_shoe(seed, num_decks)
         player, dealer = [shoe[0], shoe[2]], [shoe[1], shoe[3]]
         return cls(shoe[4:], player, dealer, dealer_hits_soft_17, max_steps, seed=seed)
@@ -134,7 +136,9 @@ class BlackjackEpisode:
         else:
             note = "Invalid action: reply with hit or stand; this still used a turn."
         if self.turns >= self.max_steps:
-            return self.finish("forfeit", -1.0, f"{note} No decision after {self.max_steps} turns: the hand is forfeited.")
+            return self.finish(
+                "forfeit", -1.0, f"{note} No decision after {self.max_steps} turns: the hand is forfeited."
+            )
         return 0.0, self.observation(note)
 
     def finish(self, outcome: str, reward: float, note: str) -> tuple[float, str]:
@@ -153,6 +157,12 @@ class BlackjackEpisode:
             lines.append(f"Dealer's hand: {dealer} (total {hand_value(self.dealer)[0]}).")
         else:
             lines.append(f"Dealer shows: {card_name(self.dealer[0])}.")
-        verdicts = {"win": "You win (+1).", "push": "Push (0).", "loss": "You lose (-1).", "bust": "Bust: you lose (-1).", "forfeit": "You lose (-1)."}
+        verdicts = {
+            "win": "You win (+1).",
+            "push": "Push (0).",
+            "loss": "You lose (-1).",
+            "bust": "Bust: you lose (-1).",
+            "forfeit": "You lose (-1).",
+        }
         lines.append(verdicts.get(self.outcome or "", "Reply with hit or stand."))
         return "\n".join(lines)

@@ -22,7 +22,11 @@ RULES = (
 
 def task_rows() -> list[dict]:
     return [
-        {"responses_create_params": {"input": [{"role": "system", "content": RULES}]}, "seed": seed, "task_id": f"blackjack-{seed}"}
+        {
+            "responses_create_params": {"input": [{"role": "system", "content": RULES}]},
+            "seed": seed,
+            "task_id": f"blackjack-{seed}",
+        }
         for seed in range(FIRST_SEED, FIRST_SEED + NUM_TASKS)
     ]
 

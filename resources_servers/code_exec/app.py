@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 from . import grading
 from . import sandbox as sandbox_module
@@ -56,30 +57,45 @@ class CodeExecServer(ResourcesServer):
     verify_request_type = CodeExecRequest
 
     class Config(ServerConfig):
-        wall_time_s: float = Field(10.0, gt=0, description="wall-clock seconds for loading the code and running all tests")
+        wall_time_s: float = Field(
+            10.0, gt=0, description="wall-clock seconds for loading the code and running all tests"
+        )
         test_timeout_s: float = Field(2.0, gt=0, description="seconds per test (and for loading the code)")
         cpu_time_s: int = Field(10, gt=0, description="CPU seconds of the sandboxed program (RLIMIT_CPU)")
         memory_mb: int = Field(512, ge=64, description="address space per process, MiB (RLIMIT_AS)")
         max_processes: int = Field(32, ge=1, description="processes and threads of the sandbox (RLIMIT_NPROC)")
-        max_output_bytes: int = Field(256 * 1024, ge=4096, description="stdout + stderr bytes before the sandbox is killed")
+        max_output_bytes: int = Field(
+            256 * 1024, ge=4096, description="stdout + stderr bytes before the sandbox is killed"
+        )
         max_file_size_mb: int = Field(16, ge=1, description="largest file the code may write, MiB (RLIMIT_FSIZE)")
         max_open_files: int = Field(64, ge=16, description="open file descriptors (RLIMIT_NOFILE)")
-        max_disk_mb: int = Field(64, ge=1, description="size of the working directory (a tmpfs), MiB, all files together")
+        max_disk_mb: int = Field(
+            64, ge=1, description="size of the working directory (a tmpfs), MiB, all files together"
+        )
         max_concurrent_runs: int = Field(2, ge=1, le=64, description="sandboxes running at once (more rollouts wait)")
         max_code_chars: int = Field(100_000, ge=1, description="longer code is not run (reward 0, code_too_long)")
-        python_executable: str | None = Field(None, description="interpreter in the sandbox (default: this Python's base interpreter; standard library only)")
+        python_executable: str | None = Field(
+            None,
+            description="interpreter in the sandbox (default: this Python's base interpreter; standard library only)",
+        )
         bwrap_path: str | None = Field(None, description="the bubblewrap binary (default: `bwrap` on PATH)")
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         c = self.config
         limits = sandbox_module.SandboxLimits(
-            wall_time_s=c.wall_time_s, cpu_time_s=c.cpu_time_s, memory_mb=c.memory_mb, max_processes=c.max_processes,
-            max_output_bytes=c.max_output_bytes, max_file_size_mb=c.max_file_size_mb, max_open_files=c.max_open_files,
+            wall_time_s=c.wall_time_s,
+            cpu_time_s=c.cpu_time_s,
+            memory_mb=c.memory_mb,
+            max_processes=c.max_processes,
+            max_output_bytes=c.max_output_bytes,
+            max_file_size_mb=c.max_file_size_mb,
+            max_open_files=c.max_open_files,
             max_disk_mb=c.max_disk_mb,
         )
-        self.sandbox = sandbox_module.Sandbox(limits, python_executable=c.python_executable,
-                                              bwrap_path=c.bwrap_path, max_concurrent=c.max_concurrent_runs)
+        self.sandbox = sandbox_module.Sandbox(
+            limits, python_executable=c.python_executable, bwrap_path=c.bwrap_path, max_concurrent=c.max_concurrent_runs
+        )
 
     async def startup(self) -> None:
         try:
@@ -100,7 +116,9 @@ class CodeExecServer(ResourcesServer):
             reason = "no_code" if not code.strip() else "code_too_long"
             outcomes = [grading.TestOutcome(i, False, reason) for i in range(len(tests))]
             return self._result(grading.Grade(outcomes, reason), code or None)
-        verdict = await asyncio.to_thread(grading.grade, self.sandbox, code, request.entry_point, tests, self.config.test_timeout_s)
+        verdict = await asyncio.to_thread(
+            grading.grade, self.sandbox, code, request.entry_point, tests, self.config.test_timeout_s
+        )
         return self._result(verdict, code)
 
     def _result(self, verdict: Any, code: str | None) -> CodeExecResult:
@@ -111,13 +129,24 @@ class CodeExecServer(ResourcesServer):
             failure_reason=verdict.failure_reason,
             tests_passed=verdict.passed,
             tests_total=len(verdict.tests),
-            test_results=[{"index": t.index, "passed": t.passed, "error": t.error, "limit": t.limit} for t in verdict.tests],
+            test_results=[
+                {"index": t.index, "passed": t.passed, "error": t.error, "limit": t.limit} for t in verdict.tests
+            ],
             extracted_code=code,
-            sandbox=None if sandbox is None else {
-                "exit_code": sandbox.exit_code, "signal": sandbox.signal, "timed_out": sandbox.timed_out,
-                "killed_by": sandbox.killed_by, "limits_hit": sandbox.limits_hit, "output_truncated": sandbox.output_truncated,
-                "wall_time_s": sandbox.wall_time_s, "stderr_tail": sandbox.stderr[-2000:],
-            },
+            sandbox=(
+                None
+                if sandbox is None
+                else {
+                    "exit_code": sandbox.exit_code,
+                    "signal": sandbox.signal,
+                    "timed_out": sandbox.timed_out,
+                    "killed_by": sandbox.killed_by,
+                    "limits_hit": sandbox.limits_hit,
+                    "output_truncated": sandbox.output_truncated,
+                    "wall_time_s": sandbox.wall_time_s,
+                    "stderr_tail": sandbox.stderr[-2000:],
+                }
+            ),
         )
 
     async def aggregate_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from markdown_it import MarkdownIt
 
-from nemo_gym.answers import last_assistant_text  # re-exported: app.py reads it from here
+from nemo_gym.env.answers import last_assistant_text  # re-exported: app.py reads it from here
 
 if TYPE_CHECKING:  # sandbox.py is a sibling module, loaded by app.py under a unique name
     from sandbox import Sandbox, SandboxResult
@@ -80,7 +80,11 @@ def values_equal(actual: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: flo
     if isinstance(expected, list):
         return isinstance(actual, list) and len(actual) == len(expected) and all(map(values_equal, actual, expected))
     if isinstance(expected, dict):
-        return isinstance(actual, dict) and actual.keys() == expected.keys() and all(values_equal(actual[k], expected[k]) for k in expected)
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(values_equal(actual[k], expected[k]) for k in expected)
+        )
     return type(actual) is type(expected) and actual == expected
 
 
@@ -108,9 +112,15 @@ def grade(sandbox: Sandbox, code: str, entry_point: str, tests: list[dict[str, A
         SandboxUnavailableError: the sandbox cannot run here (an infrastructure failure).
     """
     nonce = secrets.token_hex(16)
-    spec = {"nonce": nonce, "entry_point": entry_point, "test_timeout_s": test_timeout_s,
-            "tests": [{"args": t.get("args", []), "kwargs": t.get("kwargs", {})} for t in tests]}
-    result = sandbox.run_python("harness.py", {"harness.py": HARNESS_SOURCE, "solution.py": code, "spec.json": json.dumps(spec)})
+    spec = {
+        "nonce": nonce,
+        "entry_point": entry_point,
+        "test_timeout_s": test_timeout_s,
+        "tests": [{"args": t.get("args", []), "kwargs": t.get("kwargs", {})} for t in tests],
+    }
+    result = sandbox.run_python(
+        "harness.py", {"harness.py": HARNESS_SOURCE, "solution.py": code, "spec.json": json.dumps(spec)}
+    )
     events = parse_events(result.stdout, nonce)
     load_error = next((e for e in events if e.get("event") == "load_error"), None)
     reported: dict[int, dict[str, Any]] = {}
@@ -122,7 +132,9 @@ def grade(sandbox: Sandbox, code: str, entry_point: str, tests: list[dict[str, A
     return Grade(outcomes, reason, result, load_error=(load_error or {}).get("error"))
 
 
-def outcome(index: int, event: dict[str, Any] | None, expected: Any, result: SandboxResult, load_error: dict | None) -> TestOutcome:
+def outcome(
+    index: int, event: dict[str, Any] | None, expected: Any, result: SandboxResult, load_error: dict | None
+) -> TestOutcome:
     if event is None:
         why = "not run: the code did not load" if load_error else f"no result (sandbox {result.killed_by or 'exited'})"
         return TestOutcome(index, False, why, None)
@@ -133,10 +145,17 @@ def outcome(index: int, event: dict[str, Any] | None, expected: Any, result: San
     return TestOutcome(index, False, f"wrong answer: returned {json.dumps(event.get('value'))[:200]}", None)
 
 
-SANDBOX_KILL_REASONS = {"wall_time": "timeout", "output_limit": "output_limit", "cpu_time": "cpu_time_limit", "signal": "killed_by_signal"}
+SANDBOX_KILL_REASONS = {
+    "wall_time": "timeout",
+    "output_limit": "output_limit",
+    "cpu_time": "cpu_time_limit",
+    "signal": "killed_by_signal",
+}
 
 
-def failure_reason(outcomes: list[TestOutcome], result: SandboxResult, load_error: dict | None, events: list[dict]) -> str | None:
+def failure_reason(
+    outcomes: list[TestOutcome], result: SandboxResult, load_error: dict | None, events: list[dict]
+) -> str | None:
     """Why the reward is below 1 (None when every test passed). Most telling first: a sandbox kill, a load
     failure, a resource limit met by a test, then a wrong answer or an error."""
     if all(t.passed for t in outcomes):

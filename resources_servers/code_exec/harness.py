@@ -43,7 +43,13 @@ def limit_of(exc: BaseException) -> str | None:
     if isinstance(exc, RecursionError):
         return "recursion"
     if isinstance(exc, OSError):
-        return {errno.EAGAIN: "processes", errno.EFBIG: "file_size", errno.EMFILE: "open_files", errno.ENOMEM: "memory", errno.ENOSPC: "disk"}.get(exc.errno)
+        return {
+            errno.EAGAIN: "processes",
+            errno.EFBIG: "file_size",
+            errno.EMFILE: "open_files",
+            errno.ENOMEM: "memory",
+            errno.ENOSPC: "disk",
+        }.get(exc.errno)
     return None
 
 
@@ -64,7 +70,7 @@ class Reporter:
             os._exit(0)
         line = f"\n{self.nonce} {json.dumps(event, allow_nan=False)}\n".encode()
         while line:
-            line = line[os.write(self.fd, line):]
+            line = line[os.write(self.fd, line) :]
 
 
 def run_test(function, test: dict, timeout_s: float, reporter: Reporter, index: int) -> None:
@@ -75,7 +81,13 @@ def run_test(function, test: dict, timeout_s: float, reporter: Reporter, index: 
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError, RecursionError):
-            reporter.send(event="test", index=index, ok=False, error=f"returned a {type(value).__name__}, which is not JSON-serializable", limit=None)
+            reporter.send(
+                event="test",
+                index=index,
+                ok=False,
+                error=f"returned a {type(value).__name__}, which is not JSON-serializable",
+                limit=None,
+            )
             return
         reporter.send(event="test", index=index, ok=True, value=value)
     except BaseException as exc:  # everything the candidate raises is its test's failure
@@ -104,7 +116,12 @@ def main() -> None:
         return
     function = namespace.get(spec["entry_point"])
     if not callable(function):
-        reporter.send(event="load_error", kind="missing_function", error=f"no function named {spec['entry_point']!r} is defined", limit=None)
+        reporter.send(
+            event="load_error",
+            kind="missing_function",
+            error=f"no function named {spec['entry_point']!r} is defined",
+            limit=None,
+        )
         return
     reporter.send(event="loaded")
     for index, test in enumerate(spec["tests"]):

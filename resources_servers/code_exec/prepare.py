@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.module_loading import script_package
+from nemo_gym.serving.module_loading import script_package
 
-if not __package__:  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
+if (
+    not __package__
+):  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
     __package__ = script_package(__file__)
 
 from . import task_bank  # noqa: E402
@@ -69,7 +71,9 @@ def prepare(data_dir: Path) -> int:
     if len(set(names)) != len(names):
         raise ValueError("task_bank.py: two tasks share a function name")
     write_jsonl(rows, data_dir / "code_tasks.jsonl")
-    write_jsonl([row for name in EXAMPLE_TASKS for row in rows if row["entry_point"] == name], data_dir / "example.jsonl")
+    write_jsonl(
+        [row for name in EXAMPLE_TASKS for row in rows if row["entry_point"] == name], data_dir / "example.jsonl"
+    )
     return len(rows)
 
 

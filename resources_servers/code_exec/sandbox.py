@@ -152,8 +152,15 @@ class Sandbox:
             process's pid, so that two servers on one machine never share a uid, its process count or its sweep).
     """
 
-    def __init__(self, limits: SandboxLimits | None = None, *, python_executable: str | None = None,
-                 bwrap_path: str | None = None, max_concurrent: int = 2, uid_base: int | None = None):
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        python_executable: str | None = None,
+        bwrap_path: str | None = None,
+        max_concurrent: int = 2,
+        uid_base: int | None = None,
+    ):
         if not 1 <= max_concurrent <= MAX_SLOTS:
             raise ValueError(f"max_concurrent must be in [1, {MAX_SLOTS}], got {max_concurrent}")
         self.limits = limits or SandboxLimits()
@@ -188,18 +195,26 @@ class Sandbox:
         if self.as_root and not self.setpriv:
             missing.append("setpriv")
         if missing:
-            return (f"sandbox unavailable: {', '.join(missing)} not found on PATH; install them "
-                    "(Debian/Ubuntu: apt-get install -y bubblewrap util-linux)")
-        usage = subprocess.run([self.bwrap, "--help"], capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH})
+            return (
+                f"sandbox unavailable: {', '.join(missing)} not found on PATH; install them "
+                "(Debian/Ubuntu: apt-get install -y bubblewrap util-linux)"
+            )
+        usage = subprocess.run(
+            [self.bwrap, "--help"], capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH}
+        )
         if "--size" not in usage.stdout + usage.stderr:
-            return (f"sandbox unavailable: {self.bwrap} is older than bubblewrap 0.8 (no --size, so the working "
-                    "directory's size could not be capped); install bubblewrap >= 0.8")
+            return (
+                f"sandbox unavailable: {self.bwrap} is older than bubblewrap 0.8 (no --size, so the working "
+                "directory's size could not be capped); install bubblewrap >= 0.8"
+            )
         if not os.access(self.python, os.X_OK):
             return f"sandbox unavailable: python_executable {self.python} is not executable"
         probe = self.run_python("probe.py", {"probe.py": "print('ok')"}, check=False)
         if probe.stdout.strip() != "ok":
-            return (f"sandbox unavailable: a probe run failed (exit {probe.exit_code}, signal {probe.signal}): "
-                    f"{probe.stderr.strip()[-500:]} (are user/mount/network namespaces allowed here?)")
+            return (
+                f"sandbox unavailable: a probe run failed (exit {probe.exit_code}, signal {probe.signal}): "
+                f"{probe.stderr.strip()[-500:]} (are user/mount/network namespaces allowed here?)"
+            )
         return None
 
     # -- running --------------------------------------------------------------------------------------------
@@ -239,25 +254,67 @@ class Sandbox:
                 os.close(fd)
             self._slots.put(slot)
 
-    def _command(self, argv: list[str], file_fds: dict[PurePosixPath, int], seccomp_fd: int | None, uid: int | None) -> list[str]:
-        command = [self.bwrap, *filesystem_args(self.python), *workdir_args(file_fds, self.limits.max_disk_mb),
-                   "--chdir", WORKDIR, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                   "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
-                   "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
-                   "--setenv", "LANG", "C.UTF-8", "--remount-ro", "/"]
+    def _command(
+        self, argv: list[str], file_fds: dict[PurePosixPath, int], seccomp_fd: int | None, uid: int | None
+    ) -> list[str]:
+        command = [
+            self.bwrap,
+            *filesystem_args(self.python),
+            *workdir_args(file_fds, self.limits.max_disk_mb),
+            "--chdir",
+            WORKDIR,
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            SANDBOX_PATH,
+            "--setenv",
+            "HOME",
+            WORKDIR,
+            "--setenv",
+            "TMPDIR",
+            WORKDIR,
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--remount-ro",
+            "/",
+        ]
         if seccomp_fd is not None:
             command += ["--seccomp", str(seccomp_fd)]
         command.append("--")
         if uid is not None:
-            command += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                        "--bounding-set=-all", "--no-new-privs", "--"]
+            command += [
+                self.setpriv,
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         return command + [self.prlimit, *self.limits.prlimit_args(), "--", *argv]
 
     def _execute(self, command: list[str], pass_fds: list[int]) -> SandboxResult:
         start = time.monotonic()
         deadline = start + self.limits.wall_time_s
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env={"PATH": SANDBOX_PATH}, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": SANDBOX_PATH},
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=pass_fds,
+        )
         stdout, stderr, killed_by = self._collect(process, deadline)
         code, late = wait_until(process, deadline)
         return self._result(code, stdout, stderr, killed_by or late, time.monotonic() - start)
@@ -291,8 +348,9 @@ class Sandbox:
         out, err = (bytes(chunks[s]) for s in (process.stdout, process.stderr))
         return out, err, killed_by
 
-    def _result(self, code: int, stdout: bytes, stderr: bytes, killed_by: KilledBy | None,
-                wall_time_s: float) -> SandboxResult:
+    def _result(
+        self, code: int, stdout: bytes, stderr: bytes, killed_by: KilledBy | None, wall_time_s: float
+    ) -> SandboxResult:
         cap = self.limits.max_output_bytes
         truncated = len(stdout) + len(stderr) > cap
         stdout = stdout[:cap]
@@ -354,7 +412,7 @@ def memfd(name: str, content: str | bytes) -> int:
     data = content.encode() if isinstance(content, str) else content
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 

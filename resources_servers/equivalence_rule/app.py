@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nemo_gym.answers import first_answer, last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.answers import first_answer, last_assistant_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import ServerConfig, Session
 
 from . import rules, text_rules
 
@@ -86,11 +87,18 @@ class EquivalenceRuleServer(ResourcesServer):
     class Config(ServerConfig):
         grading_rule: GradingRule = Field(
             "rules",
-            description="rules: extract the final answer and compare it by our rules (reward 1/0); exact, seq_match, "
-            "weighted_seq_match: NeMo Gym's equivalence_rule, the whole reply as normalised text (reward in [0, 1])",
+            description=(
+                "rules: extract the final answer and compare it by our rules (reward 1/0); exact, seq_match, "
+                "weighted_seq_match: NeMo Gym's equivalence_rule, the whole reply as normalised text (reward in [0, 1])"
+            ),
         )
-        equivalence: RuleOptions = Field(default_factory=RuleOptions, description="default rules and tolerances; a row's `equivalence` overrides them")  # type: ignore[valid-type]
-        max_answer_chars: int = Field(2000, gt=0, description="longest extracted answer compared; longer scores 0 (too_long)")
+        equivalence: RuleOptions = Field(
+            default_factory=RuleOptions,
+            description="default rules and tolerances; a row's `equivalence` overrides them",
+        )  # type: ignore[valid-type]
+        max_answer_chars: int = Field(
+            2000, gt=0, description="longest extracted answer compared; longer scores 0 (too_long)"
+        )
 
     async def startup(self) -> None:
         await asyncio.to_thread(unit_registry)  # off the event loop, before the first verify
@@ -102,7 +110,9 @@ class EquivalenceRuleServer(ResourcesServer):
         if self.config.grading_rule != "rules":
             reply, text_rule = Trajectory.of(request.response).output_text, self.config.grading_rule
             # Off the event loop: difflib takes about a second on a megabyte of reply.
-            score = await asyncio.to_thread(lambda: max(text_rules.grade(reply, reference, text_rule) for reference in references))
+            score = await asyncio.to_thread(
+                lambda: max(text_rules.grade(reply, reference, text_rule) for reference in references)
+            )
             return VerifyResult(reward=score, equivalence_score=score, grading_rule=text_rule)
         given = request.equivalence.model_dump(exclude_none=True) if request.equivalence else {}
         options = self.config.equivalence.model_copy(update=given)
@@ -114,7 +124,11 @@ class EquivalenceRuleServer(ResourcesServer):
             return VerifyResult(reward=0.0, failure_reason=FailureReason.TOO_LONG.value, **fields)
         for reference in references:
             if (rule := rules.equivalent(answer, reference, options, unit_registry())) is not None:
-                return VerifyResult(reward=1.0, failure_reason=None, **{**fields, "matched_rule": rule.value, "matched_reference": reference})
+                return VerifyResult(
+                    reward=1.0,
+                    failure_reason=None,
+                    **{**fields, "matched_rule": rule.value, "matched_reference": reference},
+                )
         return VerifyResult(reward=0.0, failure_reason=FailureReason.MISMATCH.value, **fields)
 
     async def aggregate_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:

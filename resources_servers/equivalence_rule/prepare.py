@@ -27,7 +27,9 @@ SEED = 20240602
 ANSWER_INSTRUCTION = "Put your final answer inside \\boxed{}."
 
 
-def row(kind: str, index: int, question: str, expected: str, equivalence: dict[str, Any] | None = None) -> dict[str, Any]:
+def row(
+    kind: str, index: int, question: str, expected: str, equivalence: dict[str, Any] | None = None
+) -> dict[str, Any]:
     task: dict[str, Any] = {
         "responses_create_params": {"input": [{"role": "user", "content": f"{question}\n\n{ANSWER_INSTRUCTION}"}]},
         "expected_answer": expected,
@@ -62,14 +64,19 @@ def distance_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         speed, hours = rng.choice([20, 30, 40, 50, 60, 80]), rng.randint(1, 4)
-        question = f"A car drives at {speed} km/h for {hours} hours. How far does it go? Give the distance with its unit."
+        question = (
+            f"A car drives at {speed} km/h for {hours} hours. How far does it go? Give the distance with its unit."
+        )
         rows.append(row("distance", i, question, f"{speed * hours} km"))
     return rows
 
 
 def parity_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
     numbers = rng.sample(range(2, 40), n)
-    return [row("parity", i, f"Is {k} an even number? Answer yes or no.", "yes" if k % 2 == 0 else "no") for i, k in enumerate(numbers)]
+    return [
+        row("parity", i, f"Is {k} an even number? Answer yes or no.", "yes" if k % 2 == 0 else "no")
+        for i, k in enumerate(numbers)
+    ]
 
 
 def evens_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
@@ -87,7 +94,15 @@ def division_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         a, b = rng.randint(1, 9), rng.choice([3, 6, 7, 9])
-        rows.append(row("division", i, f"What is {a} divided by {b}, rounded to two decimal places?", f"{a / b:.2f}", {"abs_tol": 0.005}))
+        rows.append(
+            row(
+                "division",
+                i,
+                f"What is {a} divided by {b}, rounded to two decimal places?",
+                f"{a / b:.2f}",
+                {"abs_tol": 0.005},
+            )
+        )
     return rows
 
 

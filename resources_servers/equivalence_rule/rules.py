@@ -20,13 +20,14 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from enum import Enum
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.answers import normalize_text
+from nemo_gym.env.answers import normalize_text
 
 
 class Rule(str, Enum):
@@ -50,12 +51,17 @@ class RuleOptions(BaseModel):
     rules: list[Rule] = Field(default_factory=lambda: list(Rule), description="the rules that may decide equivalence")
     abs_tol: float = Field(0.0, ge=0, description="absolute tolerance of numeric comparisons")
     rel_tol: float = Field(1e-6, ge=0, description="relative tolerance of numeric comparisons")
-    ordered_lists: bool = Field(False, description="lists must be in the same order (ordered_list) instead of any order")
+    ordered_lists: bool = Field(
+        False, description="lists must be in the same order (ordered_list) instead of any order"
+    )
     percent_accepts_bare_number: bool = Field(True, description="`20%` also matches a bare `20` (the sign left out)")
     max_list_items: int = Field(50, gt=1, description="longer lists are not compared")
 
 
-BOOLEANS = {**dict.fromkeys(("yes", "y", "true", "t", "correct", "right"), True), **dict.fromkeys(("no", "n", "false", "f", "incorrect", "wrong"), False)}
+BOOLEANS = {
+    **dict.fromkeys(("yes", "y", "true", "t", "correct", "right"), True),
+    **dict.fromkeys(("no", "n", "false", "f", "incorrect", "wrong"), False),
+}
 TEXT_WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm)\{(.*)\}$", flags=re.DOTALL)
 NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?"
 PLAIN_NUMBER = re.compile(rf"{NUMBER}")
@@ -68,7 +74,7 @@ BRACKETS = ("[]", "()", "{}", "\\{\\}")
 
 
 def clean(text: str) -> str:
-    """NFKC, Unicode minus as `-`, `$` and `\\text{...}` wrappers removed, outer whitespace and a final full stop dropped."""
+    """NFKC, Unicode minus as `-`, `$` and `\\text{...}` wrappers removed, outer whitespace and a final full stop dropped."""  # noqa: E501
     text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").strip().replace("\\$", "$").strip("$").strip()
     while (m := TEXT_WRAPPER.match(text)) is not None:
         text = m.group(1).strip()
@@ -90,7 +96,7 @@ def parse_fraction(text: str) -> Fraction | None:
     m = FRACTION.fullmatch(text) or LATEX_FRACTION.fullmatch(text)
     if m is None or int(m.group("den")) == 0:
         return None
-    value = int((m.groupdict().get("whole") or 0)) + Fraction(int(m.group("num")), int(m.group("den")))
+    value = int(m.groupdict().get("whole") or 0) + Fraction(int(m.group("num")), int(m.group("den")))
     return -value if m.group("sign") == "-" else value
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import Session
 
 
 class MultiStepRequest(VerifyRequest):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.serving.server import Session
 
 COUNT_KEY = "count"
 

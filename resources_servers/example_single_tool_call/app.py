@@ -6,8 +6,10 @@ Matches NeMo Gym's `example_single_tool_call` server (0.7.0): same tool name, ar
 
 from __future__ import annotations
 
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import Session
 
 
 class ExampleSingleToolCallServer(ResourcesServer):

@@ -19,18 +19,23 @@ from typing import Any, Literal
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nemo_gym.answers import last_assistant_text
-from nemo_gym.server import ResourcesServer, SeedRequest, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_assistant_text
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 from . import ifeval_reference as reference
 from . import iftrain, instructions
 
 Semantics = Literal["ours", "nemo_gym"]
-# The ids a row may use, by semantics: IFEval's (ours, or IFEval's own readings where ours depart) and NeMo Gym's 29 more.
+# The ids a row may use, by semantics: IFEval's (ours, or IFEval's own readings where ours depart) and NeMo Gym's 29
+# more.
 REGISTRIES: dict[str, dict[str, Any]] = {
     "ours": {**instructions.INSTRUCTIONS, **iftrain.IFTRAIN},
     "nemo_gym": {
-        **{i: dataclasses.replace(x, check=reference.REFERENCE_CHECKS.get(i, x.check)) for i, x in instructions.INSTRUCTIONS.items()},
+        **{
+            i: dataclasses.replace(x, check=reference.REFERENCE_CHECKS.get(i, x.check))
+            for i, x in instructions.INSTRUCTIONS.items()
+        },
         **iftrain.IFTRAIN,
     },
 }
@@ -49,9 +54,12 @@ class InstructionTask(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     instruction_id_list: list[str] = Field(min_length=1, description="instruction ids, e.g. punctuation:no_comma")
-    kwargs: list[dict[str, Any] | None] = Field(description="keyword arguments of each instruction ({} or null when none)")
+    kwargs: list[dict[str, Any] | None] = Field(
+        description="keyword arguments of each instruction ({} or null when none)"
+    )
     grading_mode: Literal["binary", "fraction"] | None = Field(
-        None, description="NeMo Gym's per-row reward: binary (all followed) or fraction; null: the server's all_or_nothing"
+        None,
+        description="NeMo Gym's per-row reward: binary (all followed) or fraction; null: the server's all_or_nothing",
     )
 
     @model_validator(mode="after")
@@ -84,7 +92,9 @@ class InstructionFollowingResult(VerifyResult):
     loose_fraction: float = Field(description="fraction followed under IFEval's loose reading")
     mode: Literal["strict", "loose"]
     semantics: Semantics
-    grading_mode: Literal["binary", "fraction"] = Field(description="how the reward was computed: all followed (binary) or the fraction")
+    grading_mode: Literal["binary", "fraction"] = Field(
+        description="how the reward was computed: all followed (binary) or the fraction"
+    )
     failure_reason: FailureReason | None = Field(None, description="set when the answer was not checked (reward 0)")
 
 
@@ -107,25 +117,42 @@ class InstructionFollowingServer(ResourcesServer):
     verify_request_type = InstructionFollowingRequest
 
     class Config(ServerConfig):
-        mode: Literal["strict", "loose"] = Field("strict", description="which reading gives the reward: strict or loose (IFEval's)")
+        mode: Literal["strict", "loose"] = Field(
+            "strict", description="which reading gives the reward: strict or loose (IFEval's)"
+        )
         semantics: Semantics = Field(
             "ours",
-            description="ours: IFEval's instructions as instructions.py reads them; nemo_gym: IFEval's own readings, as NeMo Gym checks them",
+            description=(
+                "ours: IFEval's instructions as instructions.py reads them; nemo_gym: IFEval's own readings, as NeMo"
+                " Gym checks them"
+            ),
         )
         all_or_nothing: bool | None = Field(
             None,
-            description="for rows without grading_mode: reward 1.0 only when every instruction is followed, else 0.0; "
-            "null: false under semantics ours, true under nemo_gym (NeMo Gym's default)",
+            description=(
+                "for rows without grading_mode: reward 1.0 only when every instruction is followed, else 0.0; "
+                "null: false under semantics ours, true under nemo_gym (NeMo Gym's default)"
+            ),
         )
-        max_response_chars: int = Field(20_000, gt=0, description="longer answers score 0 unchecked (failure_reason response_too_long)")
+        max_response_chars: int = Field(
+            20_000, gt=0, description="longer answers score 0 unchecked (failure_reason response_too_long)"
+        )
 
     async def verify(self, request: InstructionFollowingRequest, session: Session) -> InstructionFollowingResult:
         """Check each instruction against the last assistant message. Reward in [0, 1]."""
         bound = request.bound(self.config.semantics)
         text = last_assistant_text(request.response)
-        failure = FailureReason.NO_TEXT if not text.strip() else FailureReason.TOO_LONG if len(text) > self.config.max_response_chars else None
+        failure = (
+            FailureReason.NO_TEXT
+            if not text.strip()
+            else FailureReason.TOO_LONG
+            if len(text) > self.config.max_response_chars
+            else None
+        )
         if failure is None:
-            strict, loose = await run_in_threadpool(instructions.follow_lists, bound, text)  # up to ~2 s at max_response_chars
+            strict, loose = await run_in_threadpool(
+                instructions.follow_lists, bound, text
+            )  # up to ~2 s at max_response_chars
         else:
             strict = loose = [False] * len(bound)
         followed = loose if self.config.mode == "loose" else strict
@@ -146,21 +173,29 @@ class InstructionFollowingServer(ResourcesServer):
 
     def default_grading_mode(self) -> Literal["binary", "fraction"]:
         """The reward of a row without `grading_mode`: `all_or_nothing`, or when null the semantics' default."""
-        all_or_nothing = self.config.all_or_nothing if self.config.all_or_nothing is not None else self.config.semantics == "nemo_gym"
+        all_or_nothing = (
+            self.config.all_or_nothing
+            if self.config.all_or_nothing is not None
+            else self.config.semantics == "nemo_gym"
+        )
         return "binary" if all_or_nothing else "fraction"
 
     async def aggregate_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
         """The base metrics plus IFEval's four accuracies (prompt- and instruction-level, strict and loose)
         and the follow rate of each instruction id under the server's mode."""
         metrics = await super().aggregate_metrics(verify_responses)
-        rows = [r for r in verify_responses if isinstance(r, dict) and isinstance(r.get("follow_instruction_list"), list)]
+        rows = [
+            r for r in verify_responses if isinstance(r, dict) and isinstance(r.get("follow_instruction_list"), list)
+        ]
         if not rows:
             return metrics
         sizes = [len(r["follow_instruction_list"]) for r in rows]
         for reading in ("strict", "loose"):
             fractions = [float(r.get(f"{reading}_fraction", 0.0)) for r in rows]
             metrics[f"prompt_level_{reading}_accuracy"] = sum(f == 1.0 for f in fractions) / len(rows)
-            metrics[f"instruction_level_{reading}_accuracy"] = sum(round(f * n) for f, n in zip(fractions, sizes)) / max(sum(sizes), 1)
+            metrics[f"instruction_level_{reading}_accuracy"] = sum(
+                round(f * n) for f, n in zip(fractions, sizes)
+            ) / max(sum(sizes), 1)
         per_id: dict[str, list[float]] = {}
         for row in rows:
             for key, value in (row.get("reward_components") or {}).items():

@@ -19,13 +19,16 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nemo_gym.jsonl import write_jsonl
-from nemo_gym.module_loading import script_package
+from nemo_gym.serving.module_loading import script_package
 
-if not __package__:  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
+if (
+    not __package__
+):  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
     __package__ = script_package(__file__)
 
 from . import instructions  # noqa: E402  # the module object app.py uses
@@ -33,9 +36,26 @@ from . import instructions  # noqa: E402  # the module object app.py uses
 HERE = Path(__file__).resolve().parent
 
 TOPICS = [
-    "the moon", "the water cycle", "honey bees", "rainy days", "riding a bicycle", "a healthy breakfast",
-    "the ocean", "friendship", "autumn leaves", "a small garden", "city parks", "volcanoes", "the night sky",
-    "playing chess", "kindness", "trains", "learning to swim", "a visit to the library", "recycling", "snow",
+    "the moon",
+    "the water cycle",
+    "honey bees",
+    "rainy days",
+    "riding a bicycle",
+    "a healthy breakfast",
+    "the ocean",
+    "friendship",
+    "autumn leaves",
+    "a small garden",
+    "city parks",
+    "volcanoes",
+    "the night sky",
+    "playing chess",
+    "kindness",
+    "trains",
+    "learning to swim",
+    "a visit to the library",
+    "recycling",
+    "snow",
 ]
 REQUESTS = [
     "Write a short paragraph about {topic}.",
@@ -54,16 +74,28 @@ RELATIONS = ["less than", "at most", "exactly", "at least"]
 Sampler = Callable[[random.Random], dict[str, Any]]
 SAMPLERS: dict[str, Sampler] = {
     "keywords:existence": lambda r: {"keywords": r.sample(KEYWORDS, r.randint(1, 2))},
-    "keywords:frequency": lambda r: {"keyword": r.choice(KEYWORDS), "frequency": r.randint(2, 3), "relation": r.choice(["at least", "at most"])},
+    "keywords:frequency": lambda r: {
+        "keyword": r.choice(KEYWORDS),
+        "frequency": r.randint(2, 3),
+        "relation": r.choice(["at least", "at most"]),
+    },
     "keywords:forbidden_words": lambda r: {"forbidden_words": r.sample(FORBIDDEN, 2)},
     "keywords:letter_frequency": lambda r: r.choice(
-        [{"letter": r.choice("aeost"), "let_frequency": r.randint(5, 12), "let_relation": "at least"},
-         {"letter": r.choice("qxz"), "let_frequency": r.randint(1, 3), "let_relation": "less than"}]
+        [
+            {"letter": r.choice("aeost"), "let_frequency": r.randint(5, 12), "let_relation": "at least"},
+            {"letter": r.choice("qxz"), "let_frequency": r.randint(1, 3), "let_relation": "less than"},
+        ]
     ),
     "language:response_language": lambda r: {"language": r.choice(["fr", "es", "de", "it"])},
-    "length_constraints:number_sentences": lambda r: {"num_sentences": r.randint(2, 6), "relation": r.choice(RELATIONS)},
+    "length_constraints:number_sentences": lambda r: {
+        "num_sentences": r.randint(2, 6),
+        "relation": r.choice(RELATIONS),
+    },
     "length_constraints:number_paragraphs": lambda r: {"num_paragraphs": r.randint(2, 4)},
-    "length_constraints:number_words": lambda r: {"num_words": r.choice([20, 40, 60, 100, 150]), "relation": r.choice(["less than", "at most", "at least"])},
+    "length_constraints:number_words": lambda r: {
+        "num_words": r.choice([20, 40, 60, 100, 150]),
+        "relation": r.choice(["less than", "at most", "at least"]),
+    },
     "length_constraints:nth_paragraph_first_word": lambda r: (
         lambda n: {"num_paragraphs": n, "nth_paragraph": r.randint(1, n), "first_word": r.choice(FIRST_WORDS)}
     )(r.randint(2, 3)),
@@ -72,15 +104,23 @@ SAMPLERS: dict[str, Sampler] = {
     "detectable_format:number_bullet_lists": lambda r: {"num_bullets": r.randint(2, 5)},
     "detectable_format:constrained_response": lambda r: {},
     "detectable_format:number_highlighted_sections": lambda r: {"num_highlights": r.randint(1, 3)},
-    "detectable_format:multiple_sections": lambda r: {"section_spliter": r.choice(["SECTION", "Section", "PART"]), "num_sections": r.randint(2, 3)},
+    "detectable_format:multiple_sections": lambda r: {
+        "section_spliter": r.choice(["SECTION", "Section", "PART"]),
+        "num_sections": r.randint(2, 3),
+    },
     "detectable_format:json_format": lambda r: {},
     "detectable_format:title": lambda r: {},
     "combination:two_responses": lambda r: {},
     "combination:repeat_prompt": lambda r: {},  # prompt_to_repeat is set once the prompt is known
-    "startend:end_checker": lambda r: {"end_phrase": r.choice(["Is there anything else I can help with?", "Any other questions?", "That is all."])},
+    "startend:end_checker": lambda r: {
+        "end_phrase": r.choice(["Is there anything else I can help with?", "Any other questions?", "That is all."])
+    },
     "startend:start_checker": lambda r: {"start_phrase": r.choice(["Here is my answer", "Sure", "In short"])},
     "startend:quotation": lambda r: {},
-    "change_case:capital_word_frequency": lambda r: {"capital_frequency": r.randint(2, 5), "capital_relation": r.choice(["at least", "less than"])},
+    "change_case:capital_word_frequency": lambda r: {
+        "capital_frequency": r.randint(2, 5),
+        "capital_relation": r.choice(["at least", "less than"]),
+    },
     "change_case:english_capital": lambda r: {},
     "change_case:english_lowercase": lambda r: {},
     "punctuation:no_comma": lambda r: {},
@@ -89,13 +129,31 @@ SAMPLERS: dict[str, Sampler] = {
 SOLO = {"detectable_format:json_format", "detectable_format:constrained_response", "combination:two_responses"}
 # At most one instruction of each group in a task (they contradict each other, or nearly).
 CONFLICTS = [
-    {"change_case:english_capital", "change_case:english_lowercase", "change_case:capital_word_frequency", "language:response_language"},
-    {"language:response_language", "keywords:existence", "keywords:frequency", "keywords:letter_frequency", "startend:end_checker",
-     "startend:start_checker", "combination:repeat_prompt", "detectable_content:postscript", "detectable_format:multiple_sections",
-     "length_constraints:nth_paragraph_first_word"},
+    {
+        "change_case:english_capital",
+        "change_case:english_lowercase",
+        "change_case:capital_word_frequency",
+        "language:response_language",
+    },
+    {
+        "language:response_language",
+        "keywords:existence",
+        "keywords:frequency",
+        "keywords:letter_frequency",
+        "startend:end_checker",
+        "startend:start_checker",
+        "combination:repeat_prompt",
+        "detectable_content:postscript",
+        "detectable_format:multiple_sections",
+        "length_constraints:nth_paragraph_first_word",
+    },
     {"combination:repeat_prompt", "startend:start_checker", "startend:quotation"},
     {"startend:end_checker", "detectable_content:postscript", "startend:quotation"},
-    {"length_constraints:number_paragraphs", "length_constraints:nth_paragraph_first_word", "detectable_format:multiple_sections"},
+    {
+        "length_constraints:number_paragraphs",
+        "length_constraints:nth_paragraph_first_word",
+        "detectable_format:multiple_sections",
+    },
     {"change_case:english_lowercase", "detectable_content:postscript"},
     {"change_case:english_lowercase", "startend:end_checker"},
     {"change_case:english_lowercase", "startend:start_checker"},
@@ -159,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = build_tasks(args.seed, args.num_examples + args.num_tasks)
     write_jsonl(args.out_dir / "example.jsonl", rows[: args.num_examples])
     write_jsonl(args.out_dir / "train.jsonl", rows[args.num_examples :])
-    print(f"wrote {args.num_examples} rows to {args.out_dir / 'example.jsonl'} and {args.num_tasks} to {args.out_dir / 'train.jsonl'}")
+    print(
+        f"wrote {args.num_examples} rows to {args.out_dir / 'example.jsonl'} and {args.num_tasks} to"
+        f" {args.out_dir / 'train.jsonl'}"
+    )
     return 0
 
 

@@ -20,7 +20,8 @@ ours, written from that reference's behaviour. Where it still departs from it:
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import langdetect
 from syntok.tokenizer import Tokenizer
@@ -34,7 +35,9 @@ __all__ = ["split_into_sentences", "word_tokens", "REFERENCE_CHECKS"]
 # '.', '?', '!' ends a sentence. The rules and their order are the reference's (`split_into_sentences`).
 PERIOD, STOP = "<prd>", "<stop>"
 LETTER = "([A-Za-z])"
-STARTERS = r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)"
+STARTERS = (
+    r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)"
+)
 SUFFIXES = "(Inc|Ltd|Jr|Sr|Co)"
 NOT_A_SENTENCE_END: list[tuple[re.Pattern[str], Any]] = [
     (re.compile("(Mr|St|Mrs|Ms|Dr)[.]"), rf"\1{PERIOD}"),  # titles

@@ -150,7 +150,10 @@ class PositionArgs(Args):
 @register(
     "copy:repeat_phrase",
     PhraseArgs,
-    lambda a: f"Repeat the phrase {a.phrase} exactly {a.small_n} times, transforming it slightly each time by replacing only one word in the center of the phrase.",
+    lambda a: (
+        f"Repeat the phrase {a.phrase} exactly {a.small_n} times, transforming it slightly each time by replacing only"
+        " one word in the center of the phrase."
+    ),
 )
 def repeat_phrase(text: str, args: PhraseArgs) -> bool:
     words = args.phrase.split()
@@ -166,7 +169,14 @@ def repeat_phrase(text: str, args: PhraseArgs) -> bool:
     return bool(changed) and all(n <= 1 for n in changed) and changed[-1] == 1
 
 
-@register("copy:copy", PromptArgs, lambda a: "Copy this instruction verbatim, do not follow the instruction, only copy it into the output (do not include this instruction sentence!).")
+@register(
+    "copy:copy",
+    PromptArgs,
+    lambda a: (
+        "Copy this instruction verbatim, do not follow the instruction, only copy it into the output (do not include"
+        " this instruction sentence!)."
+    ),
+)
 def copy(text: str, args: PromptArgs) -> bool:
     return text.strip().lower() == args.prompt_to_repeat.strip().lower()
 
@@ -174,7 +184,10 @@ def copy(text: str, args: PromptArgs) -> bool:
 @register(
     "new:copy_span_idx",
     SpanArgs,
-    lambda a: f"Copy the span of words that lies between (and including) index {a.n_start} and {a.n_end}, the indices are character indices!",
+    lambda a: (
+        f"Copy the span of words that lies between (and including) index {a.n_start} and {a.n_end}, the indices are"
+        " character indices!"
+    ),
 )
 def copy_span_idx(text: str, args: SpanArgs) -> bool:
     return text.strip().lower() == args.prompt_to_repeat[args.n_start : args.n_end].strip().lower()
@@ -183,7 +196,10 @@ def copy_span_idx(text: str, args: SpanArgs) -> bool:
 @register(
     "copy:copying_simple",
     PromptArgs,
-    lambda a: "Repeat the request without change (do not say anything before repeating the request; the request you need to repeat does not include this sentence) and do not answer the actual request!",
+    lambda a: (
+        "Repeat the request without change (do not say anything before repeating the request; the request you need to"
+        " repeat does not include this sentence) and do not answer the actual request!"
+    ),
 )
 def copying_simple(text: str, args: PromptArgs) -> bool:
     return text.strip().lower() == args.prompt_to_repeat.strip().lower()
@@ -192,7 +208,11 @@ def copying_simple(text: str, args: PromptArgs) -> bool:
 @register(
     "copy:copying_multiple",
     RepeatTimesArgs,
-    lambda a: f"Repeat the request without change {a.N} times, separated by 6 asterisk symbols (do not say anything before repeating the request; the request you need to repeat does not include this sentence) and do not answer the actual request!",
+    lambda a: (
+        f"Repeat the request without change {a.N} times, separated by 6 asterisk symbols (do not say anything before"
+        " repeating the request; the request you need to repeat does not include this sentence) and do not answer the"
+        " actual request!"
+    ),
 )
 def copying_multiple(text: str, args: RepeatTimesArgs) -> bool:
     copies = text.split("******")
@@ -200,14 +220,20 @@ def copying_multiple(text: str, args: RepeatTimesArgs) -> bool:
 
 
 # -- format ---------------------------------------------------------------------------------------------
-@register("detectable_format:sentence_hyphens", NoArgs, lambda a: "All sentences must be connected using hyphens, with no spaces between them.")
+@register(
+    "detectable_format:sentence_hyphens",
+    NoArgs,
+    lambda a: "All sentences must be connected using hyphens, with no spaces between them.",
+)
 def sentence_hyphens(text: str, args: NoArgs) -> bool:
     # Each hyphen-separated piece must be, untouched, the sentence IFEval's splitter finds at its place.
     sentences = split_into_sentences(text.replace("-", " "))
     return all(piece == piece.strip() == sentence for piece, sentence in zip(text.split("-"), sentences))
 
 
-@register("detectable_format:square_brackets", NoArgs, lambda a: "Enclose every word in your response within square brackets.")
+@register(
+    "detectable_format:square_brackets", NoArgs, lambda a: "Enclose every word in your response within square brackets."
+)
 def square_brackets(text: str, args: NoArgs) -> bool:
     return all(word.startswith("[") and word.endswith("]") for word in text.split())
 
@@ -215,14 +241,20 @@ def square_brackets(text: str, args: NoArgs) -> bool:
 @register(
     "detectable_format:bigram_wrapping",
     NoArgs,
-    lambda a: "Wrap every word bigram in double angular brackets, such as <<I am>> <<at home>> <<with my>> <<cute dog>>.",
+    lambda a: (
+        "Wrap every word bigram in double angular brackets, such as <<I am>> <<at home>> <<with my>> <<cute dog>>."
+    ),
 )
 def bigram_wrapping(text: str, args: NoArgs) -> bool:
     words = text.split()
     return all(words[i].startswith("<<") and words[i + 1].endswith(">>") for i in range(0, len(words) - 1, 2))
 
 
-@register("punctuation:punctuation_dot", NoArgs, lambda a: "In your entire response, refrain from the use of . (i.e. dots) as punctuation and in general.")
+@register(
+    "punctuation:punctuation_dot",
+    NoArgs,
+    lambda a: "In your entire response, refrain from the use of . (i.e. dots) as punctuation and in general.",
+)
 def punctuation_dot(text: str, args: NoArgs) -> bool:
     return "." not in text
 
@@ -230,14 +262,20 @@ def punctuation_dot(text: str, args: NoArgs) -> bool:
 @register(
     "punctuation:punctuation_exclamation",
     NoArgs,
-    lambda a: "In your entire response, refrain from the use of ! (i.e. exclamation marks) as punctuation and in general.",
+    lambda a: (
+        "In your entire response, refrain from the use of ! (i.e. exclamation marks) as punctuation and in general."
+    ),
 )
 def punctuation_exclamation(text: str, args: NoArgs) -> bool:
     return "!" not in text
 
 
 # -- keywords -------------------------------------------------------------------------------------------
-@register("keywords:no_adjacent_consecutive", NoArgs, lambda a: "No two adjacent words can start with consecutive letters of the alphabet.")
+@register(
+    "keywords:no_adjacent_consecutive",
+    NoArgs,
+    lambda a: "No two adjacent words can start with consecutive letters of the alphabet.",
+)
 def no_adjacent_consecutive(text: str, args: NoArgs) -> bool:
     starts = [word[0].lower() for word in text.split()]
     # A start whose lower case is two characters (e.g. "İ") fails, as in the reference.
@@ -284,7 +322,10 @@ def keyword_specific_position(text: str, args: PositionArgs) -> bool:
 @register(
     "keywords:start_end",
     NoArgs,
-    lambda a: "Start and end your response with the same word (do not write anything after the last word, not even punctuation).",
+    lambda a: (
+        "Start and end your response with the same word (do not write anything after the last word, not even"
+        " punctuation)."
+    ),
 )
 def start_end(text: str, args: NoArgs) -> bool:
     words = word_tokens(text)
@@ -292,7 +333,11 @@ def start_end(text: str, args: NoArgs) -> bool:
 
 
 # -- paragraphs, first and last words ---------------------------------------------------------------------
-@register("paragraphs:paragraphs", NoArgs, lambda a: "There should be 2 paragraphs. Paragraphs are separated with the markdown divider: ***")
+@register(
+    "paragraphs:paragraphs",
+    NoArgs,
+    lambda a: "There should be 2 paragraphs. Paragraphs are separated with the markdown divider: ***",
+)
 def paragraphs(text: str, args: NoArgs) -> bool:
     return counted_paragraphs(DIVIDER.split(text)) == 2
 
@@ -300,19 +345,29 @@ def paragraphs(text: str, args: NoArgs) -> bool:
 @register(
     "paragraphs:paragraphs2",
     NoArgs,
-    lambda a: "There should be 2 paragraphs. Paragraphs and only paragraphs are separated with each other by two line breaks.",
+    lambda a: (
+        "There should be 2 paragraphs. Paragraphs and only paragraphs are separated with each other by two line breaks."
+    ),
 )
 def paragraphs2(text: str, args: NoArgs) -> bool:
     return counted_paragraphs(text.split("\n\n")) == 2
 
 
-@register("first_word:first_word_sent", FirstWordArgs, lambda a: f"The first word of each sentence should be the word {first_of(a.first_word)}.")
+@register(
+    "first_word:first_word_sent",
+    FirstWordArgs,
+    lambda a: f"The first word of each sentence should be the word {first_of(a.first_word)}.",
+)
 def first_word_sent(text: str, args: FirstWordArgs) -> bool:
     word = first_of(args.first_word).lower()
     return all(sentence.strip() and sentence.split()[0].lower() == word for sentence in split_into_sentences(text))
 
 
-@register("first_word:first_word_answer", FirstWordArgs, lambda a: f"The first word of your response should be the word {first_of(a.first_word)}.")
+@register(
+    "first_word:first_word_answer",
+    FirstWordArgs,
+    lambda a: f"The first word of your response should be the word {first_of(a.first_word)}.",
+)
 def first_word_answer(text: str, args: FirstWordArgs) -> bool:
     words = text.split()
     return bool(words) and words[0].lower() == first_of(args.first_word).lower()
@@ -328,14 +383,22 @@ def last_word_sent(text: str, args: LastWordArgs) -> bool:
     return all(sentence.strip() and bare_word(sentence.split()[-1]) == word for sentence in split_into_sentences(text))
 
 
-@register("last_word:last_word_answer", LastWordArgs, lambda a: f"The last word of your response should be the word {first_of(a.last_word)}.")
+@register(
+    "last_word:last_word_answer",
+    LastWordArgs,
+    lambda a: f"The last word of your response should be the word {first_of(a.last_word)}.",
+)
 def last_word_answer(text: str, args: LastWordArgs) -> bool:
     words = text.split()
     return bool(words) and bare_word(words[-1]) == first_of(args.last_word).lower()
 
 
 # -- counts ---------------------------------------------------------------------------------------------
-@register("count:lowercase_counting", LowercaseArgs, lambda a: f"In your response, all lowercase words should appear at most {a.N} times.")
+@register(
+    "count:lowercase_counting",
+    LowercaseArgs,
+    lambda a: f"In your response, all lowercase words should appear at most {a.N} times.",
+)
 def lowercase_counting(text: str, args: LowercaseArgs) -> bool:
     # All lower-case words together, not each word: "at most N lowercase words" in all.
     return len(re.findall(r"\b[a-z]+\b", text)) <= args.N
@@ -358,7 +421,10 @@ def letter_counting2(text: str, args: Any) -> bool:
 @register(
     "count:counting_composition",
     CompositionArgs,
-    lambda a: f"Write 3 paragraphs, delimited by the markdown divider: * * *, with exactly {a.n_sent} sentences each, with exactly {a.n_words} words in each sentence.",
+    lambda a: (
+        f"Write 3 paragraphs, delimited by the markdown divider: * * *, with exactly {a.n_sent} sentences each, with"
+        f" exactly {a.n_words} words in each sentence."
+    ),
 )
 def counting_composition(text: str, args: CompositionArgs) -> bool:
     pieces = DIVIDER.split(text)

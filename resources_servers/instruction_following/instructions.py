@@ -26,10 +26,11 @@ from __future__ import annotations
 import collections
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import langdetect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -49,7 +50,16 @@ __all__ = [
 ]
 
 Relation = Literal["less than", "at most", "exactly", "at least"]
-LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish", "it": "Italian", "pt": "Portuguese", "nl": "Dutch", "sw": "Swahili"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "fr": "French",
+    "de": "German",
+    "es": "Spanish",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "nl": "Dutch",
+    "sw": "Swahili",
+}
 DEFAULT_CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 langdetect.DetectorFactory.seed = 0  # langdetect samples n-grams at random: a fixed seed makes it deterministic
 
@@ -95,11 +105,18 @@ class BoundInstruction:
 INSTRUCTIONS: dict[str, Instruction] = {}
 
 
-def register(instruction_id: str, args_model: type[Args], describe: Callable[[Any], str], registry: dict[str, Instruction] | None = None) -> Callable:
+def register(
+    instruction_id: str,
+    args_model: type[Args],
+    describe: Callable[[Any], str],
+    registry: dict[str, Instruction] | None = None,
+) -> Callable:
     """Decorator: add `check(text, args) -> bool` to `registry` (default `INSTRUCTIONS`) under `instruction_id`."""
 
     def decorator(check: Callable[[str, Any], bool]) -> Callable[[str, Any], bool]:
-        (INSTRUCTIONS if registry is None else registry)[instruction_id] = Instruction(instruction_id, args_model, check, describe)
+        (INSTRUCTIONS if registry is None else registry)[instruction_id] = Instruction(
+            instruction_id, args_model, check, describe
+        )
         return check
 
     return decorator
@@ -169,7 +186,9 @@ class LanguageArgs(Args):
     @classmethod
     def _known(cls, language: str) -> str:
         if language not in known_languages():
-            raise ValueError(f"langdetect knows no language {language!r} (known: {', '.join(sorted(known_languages()))})")
+            raise ValueError(
+                f"langdetect knows no language {language!r} (known: {', '.join(sorted(known_languages()))})"
+            )
         return language
 
 
@@ -214,7 +233,9 @@ class HighlightsArgs(Args):
 
 
 class SectionsArgs(Args):
-    section_spliter: str = Field(min_length=1, description="word that opens each section, e.g. SECTION (IFEval's spelling)")
+    section_spliter: str = Field(
+        min_length=1, description="word that opens each section, e.g. SECTION (IFEval's spelling)"
+    )
     num_sections: int = Field(ge=1)
 
 
@@ -236,7 +257,11 @@ class CapitalWordsArgs(Args):
 
 
 # -- keywords -------------------------------------------------------------------------------------------
-@register("keywords:existence", KeywordsArgs, lambda a: f"Include the keywords {', '.join(repr(k) for k in a.keywords)} in the response.")
+@register(
+    "keywords:existence",
+    KeywordsArgs,
+    lambda a: f"Include the keywords {', '.join(repr(k) for k in a.keywords)} in the response.",
+)
 def keywords_existence(text: str, args: KeywordsArgs) -> bool:
     return all(word_pattern(keyword).search(text) for keyword in args.keywords)
 
@@ -272,7 +297,10 @@ def letter_frequency(text: str, args: LetterFrequencyArgs) -> bool:
 @register(
     "language:response_language",
     LanguageArgs,
-    lambda a: f"Your ENTIRE response should be in {LANGUAGE_NAMES.get(a.language, a.language)} language, no other language is allowed.",
+    lambda a: (
+        f"Your ENTIRE response should be in {LANGUAGE_NAMES.get(a.language, a.language)} language, no other language is"
+        " allowed."
+    ),
 )
 def response_language(text: str, args: LanguageArgs) -> bool:
     try:
@@ -282,7 +310,11 @@ def response_language(text: str, args: LanguageArgs) -> bool:
 
 
 # -- length ---------------------------------------------------------------------------------------------
-@register("length_constraints:number_sentences", SentencesArgs, lambda a: f"Your response should contain {a.relation} {a.num_sentences} sentences.")
+@register(
+    "length_constraints:number_sentences",
+    SentencesArgs,
+    lambda a: f"Your response should contain {a.relation} {a.num_sentences} sentences.",
+)
 def number_sentences(text: str, args: SentencesArgs) -> bool:
     return compare(count_sentences(text), args.relation, args.num_sentences)
 
@@ -309,8 +341,8 @@ def number_words(text: str, args: WordsArgs) -> bool:
     "length_constraints:nth_paragraph_first_word",
     NthParagraphArgs,
     lambda a: (
-        f"There should be {a.num_paragraphs} paragraphs. Paragraphs and only paragraphs are separated with each other by "
-        f"two new lines. Paragraph {a.nth_paragraph} must start with the word {a.first_word!r}."
+        f"There should be {a.num_paragraphs} paragraphs. Paragraphs and only paragraphs are separated with each other"
+        f" by two new lines. Paragraph {a.nth_paragraph} must start with the word {a.first_word!r}."
     ),
 )
 def nth_paragraph_first_word(text: str, args: NthParagraphArgs) -> bool:
@@ -325,7 +357,10 @@ def nth_paragraph_first_word(text: str, args: NthParagraphArgs) -> bool:
 @register(
     "detectable_content:number_placeholders",
     PlaceholdersArgs,
-    lambda a: f"The response must contain at least {a.num_placeholders} placeholders represented by square brackets, such as [address].",
+    lambda a: (
+        f"The response must contain at least {a.num_placeholders} placeholders represented by square brackets, such as"
+        " [address]."
+    ),
 )
 def number_placeholders(text: str, args: PlaceholdersArgs) -> bool:
     # IFEval's pattern is `\[.*?\]`; no bracket inside keeps the scan linear on a text of many '['.
@@ -352,7 +387,10 @@ def postscript(text: str, args: PostscriptArgs) -> bool:
 @register(
     "detectable_format:number_bullet_lists",
     BulletsArgs,
-    lambda a: f"Your answer must contain exactly {a.num_bullets} bullet points. Use the markdown bullet points such as:\n* This is point 1.\n* This is point 2",
+    lambda a: (
+        f"Your answer must contain exactly {a.num_bullets} bullet points. Use the markdown bullet points such as:\n*"
+        " This is point 1.\n* This is point 2"
+    ),
 )
 def number_bullet_lists(text: str, args: BulletsArgs) -> bool:
     # IFEval's `^\s*` also spans blank lines (same count, quadratic time on many of them): `[ \t]*` here.
@@ -373,7 +411,9 @@ def constrained_response(text: str, args: ConstrainedArgs) -> bool:
 @register(
     "detectable_format:number_highlighted_sections",
     HighlightsArgs,
-    lambda a: f"Highlight at least {a.num_highlights} sections in your answer with markdown, i.e. *highlighted section*.",
+    lambda a: (
+        f"Highlight at least {a.num_highlights} sections in your answer with markdown, i.e. *highlighted section*."
+    ),
 )
 def number_highlighted_sections(text: str, args: HighlightsArgs) -> bool:
     single = [h for h in re.findall(r"\*[^\n\*]*\*", text) if h.strip("*").strip()]
@@ -384,7 +424,10 @@ def number_highlighted_sections(text: str, args: HighlightsArgs) -> bool:
 @register(
     "detectable_format:multiple_sections",
     SectionsArgs,
-    lambda a: f"Your response must have {a.num_sections} sections. Mark the beginning of each section with {a.section_spliter} X, such as: {a.section_spliter} 1",
+    lambda a: (
+        f"Your response must have {a.num_sections} sections. Mark the beginning of each section with"
+        f" {a.section_spliter} X, such as: {a.section_spliter} 1"
+    ),
 )
 def multiple_sections(text: str, args: SectionsArgs) -> bool:
     sections = re.split(r"\s?" + re.escape(args.section_spliter.strip()) + r"\s?\d+\s?", text)
@@ -421,7 +464,9 @@ def title(text: str, args: NoArgs) -> bool:
 @register(
     "combination:two_responses",
     NoArgs,
-    lambda a: "Give two different responses. Responses and only responses should be separated by 6 asterisk symbols: ******.",
+    lambda a: (
+        "Give two different responses. Responses and only responses should be separated by 6 asterisk symbols: ******."
+    ),
 )
 def two_responses(text: str, args: NoArgs) -> bool:
     parts = text.split("******")
@@ -447,13 +492,17 @@ def repeat_prompt(text: str, args: RepeatPromptArgs) -> bool:
 @register(
     "startend:end_checker",
     EndArgs,
-    lambda a: f"Finish your response with this exact phrase {a.end_phrase!r}. No other words should follow this phrase.",
+    lambda a: (
+        f"Finish your response with this exact phrase {a.end_phrase!r}. No other words should follow this phrase."
+    ),
 )
 def end_checker(text: str, args: EndArgs) -> bool:
     return text.strip().strip('"').lower().endswith(args.end_phrase.strip().lower())
 
 
-@register("startend:start_checker", StartArgs, lambda a: f"Start your response with the exact phrase {a.start_phrase!r}.")
+@register(
+    "startend:start_checker", StartArgs, lambda a: f"Start your response with the exact phrase {a.start_phrase!r}."
+)
 def start_checker(text: str, args: StartArgs) -> bool:
     return text.strip().lstrip('"').lower().startswith(args.start_phrase.strip().lower())
 
@@ -468,7 +517,10 @@ def quotation(text: str, args: NoArgs) -> bool:
 @register(
     "change_case:capital_word_frequency",
     CapitalWordsArgs,
-    lambda a: f"In your response, words with all capital letters should appear {a.capital_relation} {a.capital_frequency} times.",
+    lambda a: (
+        f"In your response, words with all capital letters should appear {a.capital_relation} {a.capital_frequency}"
+        " times."
+    ),
 )
 def capital_word_frequency(text: str, args: CapitalWordsArgs) -> bool:
     capitals = [word for word in re.findall(r"\w+", text) if word.isupper()]
@@ -487,7 +539,9 @@ def english_capital(text: str, args: NoArgs) -> bool:
 @register(
     "change_case:english_lowercase",
     NoArgs,
-    lambda a: "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed.",
+    lambda a: (
+        "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed."
+    ),
 )
 def english_lowercase(text: str, args: NoArgs) -> bool:
     return text.islower()
@@ -516,7 +570,10 @@ def bind_instructions(
     for index, (instruction_id, kwargs) in enumerate(zip(instruction_ids, kwargs_list)):
         instruction = registry.get(instruction_id)
         if instruction is None:
-            raise ValueError(f"instruction {index}: unknown instruction id {instruction_id!r}{did_you_mean(instruction_id, registry)}")
+            raise ValueError(
+                f"instruction {index}: unknown instruction id"
+                f" {instruction_id!r}{did_you_mean(instruction_id, registry)}"
+            )
         arguments = {key: value for key, value in (kwargs or {}).items() if value is not None}
         try:
             args = instruction.args_model.model_validate(arguments)
@@ -547,5 +604,7 @@ def follow_lists(instructions: list[BoundInstruction], text: str) -> tuple[list[
     the strict answer is the loose reading's first variant."""
     strict = [follows(instruction, text, loose=False) for instruction in instructions]
     others = loose_variants(text)[1:]
-    loose = [ok or any(instruction.check(variant) for variant in others) for instruction, ok in zip(instructions, strict)]
+    loose = [
+        ok or any(instruction.check(variant) for variant in others) for instruction, ok in zip(instructions, strict)
+    ]
     return strict, loose

@@ -19,9 +19,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from nemo_gym.answers import strip_thinking
-from nemo_gym.server import ResourcesServer, ServerConfig, ServerRef, Session, VerifyRequest, VerifyResult
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.answers import strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import ServerConfig, ServerRef, Session
 
 from . import group_judge as group
 from . import judge
@@ -31,33 +32,76 @@ class JudgeRequest(VerifyRequest):
     """A `/verify` body: the row's task fields plus the rollout's `response`."""
 
     expected_answer: str = Field(min_length=1, description="the reference answer")
-    question: str | None = Field(None, description="the question shown to the judge (default: the last user message of the prompt)")
+    question: str | None = Field(
+        None, description="the question shown to the judge (default: the last user message of the prompt)"
+    )
 
 
 class GroupRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rows: list[dict[str, Any]] = Field(min_length=1, description="verify bodies (row + response) of rollouts of ONE task")
+    rows: list[dict[str, Any]] = Field(
+        min_length=1, description="verify bodies (row + response) of rollouts of ONE task"
+    )
 
 
 class LLMJudgeConfig(ServerConfig):
-    judge_model_server: ServerRef = Field(ServerRef(type="responses_api_models", name="policy_model"), description="model server that judges (any of the run's)")
-    judge_responses_create_params: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.0, "max_output_tokens": 1024},
-                                                          description="fields of each judge call's Responses create body (input is set by the server)")
-    judge_system_message: str | None = Field(None, description="system message of the pointwise judge call (none when null)")
-    judge_prompt_template: str = Field(judge.DEFAULT_PROMPT_TEMPLATE, description="user message; {question}, {expected_answer}, {generated_answer} are filled in")
-    judge_equal_regex: str = Field(judge.DEFAULT_EQUAL_REGEX, description="regex of the 'equivalent' label in the judge's reply")
+    judge_model_server: ServerRef = Field(
+        ServerRef(type="responses_api_models", name="policy_model"),
+        description="model server that judges (any of the run's)",
+    )
+    judge_responses_create_params: dict[str, Any] = Field(
+        default_factory=lambda: {"temperature": 0.0, "max_output_tokens": 1024},
+        description="fields of each judge call's Responses create body (input is set by the server)",
+    )
+    judge_system_message: str | None = Field(
+        None, description="system message of the pointwise judge call (none when null)"
+    )
+    judge_prompt_template: str = Field(
+        judge.DEFAULT_PROMPT_TEMPLATE,
+        description="user message; {question}, {expected_answer}, {generated_answer} are filled in",
+    )
+    judge_equal_regex: str = Field(
+        judge.DEFAULT_EQUAL_REGEX, description="regex of the 'equivalent' label in the judge's reply"
+    )
     judge_not_equal_regex: str = Field(judge.DEFAULT_NOT_EQUAL_REGEX, description="regex of the 'not equivalent' label")
-    constrain_judge_output: bool = Field(False, description="ask the judge for structured output (a JSON verdict from judge_verdict_labels; group scores as JSON) so that small judges always answer in form; the judge model server must support it (vllm_model, OpenAI)")
-    judge_verdict_labels: tuple[str, str] = Field(judge.DEFAULT_VERDICT_LABELS, description="[equal, not equal] labels offered to a constrained judge; each must match its regex")
-    max_judge_attempts: int = Field(2, ge=1, le=10, description="judge calls per verdict when replies have no label; then the rollout fails")
-    check_twice_swap: bool = Field(False, description="after an 'equal' verdict, judge again with the two answers swapped; both must agree")
+    constrain_judge_output: bool = Field(
+        False,
+        description=(
+            "ask the judge for structured output (a JSON verdict from judge_verdict_labels; group scores as JSON) so"
+            " that small judges always answer in form; the judge model server must support it (vllm_model, OpenAI)"
+        ),
+    )
+    judge_verdict_labels: tuple[str, str] = Field(
+        judge.DEFAULT_VERDICT_LABELS,
+        description="[equal, not equal] labels offered to a constrained judge; each must match its regex",
+    )
+    max_judge_attempts: int = Field(
+        2, ge=1, le=10, description="judge calls per verdict when replies have no label; then the rollout fails"
+    )
+    check_twice_swap: bool = Field(
+        False, description="after an 'equal' verdict, judge again with the two answers swapped; both must agree"
+    )
     reward_if_swap_fails: float = Field(0.0, ge=0.0, le=1.0, description="reward when the swapped call disagrees")
-    skip_judge_on_exact_match: bool = Field(True, description="reward 1 without a judge call when the answer equals the reference (case, spaces, final period ignored)")
-    answer_regex: str | None = Field(None, description="regex whose last match (group 1 if any) is the answer in the final message; null: the whole message")
+    skip_judge_on_exact_match: bool = Field(
+        True,
+        description=(
+            "reward 1 without a judge call when the answer equals the reference (case, spaces, final period ignored)"
+        ),
+    )
+    answer_regex: str | None = Field(
+        None,
+        description=(
+            "regex whose last match (group 1 if any) is the answer in the final message; null: the whole message"
+        ),
+    )
     max_answer_chars: int = Field(2000, gt=0, description="longest answer judged; longer scores 0 (too_long)")
     group_rubric: str = Field(group.DEFAULT_RUBRIC, description="rubric of the group judge (/verify_group)")
-    group_max_attempts: int = Field(2, ge=1, le=10, description="group judge calls when the reply is not valid scores JSON; then the group fails")
-    group_cache_size: int = Field(1024, ge=0, description="groups kept in the in-memory LRU cache of group scores (0: no cache)")
+    group_max_attempts: int = Field(
+        2, ge=1, le=10, description="group judge calls when the reply is not valid scores JSON; then the group fails"
+    )
+    group_cache_size: int = Field(
+        1024, ge=0, description="groups kept in the in-memory LRU cache of group scores (0: no cache)"
+    )
     max_group_size: int = Field(64, ge=1, description="most rollouts in one /verify_group request")
 
     @field_validator("judge_equal_regex", "judge_not_equal_regex", "answer_regex")
@@ -68,13 +112,19 @@ class LLMJudgeConfig(ServerConfig):
         return value
 
     @model_validator(mode="after")
-    def _labels_match_regexes(self) -> "LLMJudgeConfig":
+    def _labels_match_regexes(self) -> LLMJudgeConfig:
         if not self.constrain_judge_output:
             return self
         equal, not_equal = self.judge_verdict_labels
-        verdicts = [judge.parse_verdict(label, self.judge_equal_regex, self.judge_not_equal_regex) for label in (equal, not_equal)]
+        verdicts = [
+            judge.parse_verdict(label, self.judge_equal_regex, self.judge_not_equal_regex)
+            for label in (equal, not_equal)
+        ]
         if verdicts != [True, False]:
-            raise ValueError(f"judge_verdict_labels {list(self.judge_verdict_labels)!r} must match judge_equal_regex and judge_not_equal_regex (in that order)")
+            raise ValueError(
+                f"judge_verdict_labels {list(self.judge_verdict_labels)!r} must match judge_equal_regex and"
+                " judge_not_equal_regex (in that order)"
+            )
         return self
 
     @field_validator("judge_prompt_template")
@@ -97,7 +147,11 @@ def last_user_text(responses_create_params: dict[str, Any]) -> str:
         return given
     users = [m for m in given or [] if isinstance(m, dict) and m.get("role") == "user"]
     content = users[-1].get("content") if users else ""
-    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+    return (
+        content
+        if isinstance(content, str)
+        else "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+    )
 
 
 class LLMJudgeServer(ResourcesServer):
@@ -126,7 +180,9 @@ class LLMJudgeServer(ResourcesServer):
     def extract_answer(self, response: dict[str, Any]) -> str:
         """The answer in the final assistant message (`Trajectory.final_text`, `<think>` blocks dropped, then
         `answer_regex`); '' if none."""
-        text = strip_thinking(Trajectory.of(response).final_text).strip()  # linear in the text, however many `<think>` it opens
+        text = strip_thinking(
+            Trajectory.of(response).final_text
+        ).strip()  # linear in the text, however many `<think>` it opens
         if self.config.answer_regex is None or not text:
             return text
         matches = list(re.finditer(self.config.answer_regex, text))
@@ -138,11 +194,19 @@ class LLMJudgeServer(ResourcesServer):
     async def judge_once(self, question: str, expected: str, generated: str) -> tuple[bool, str]:
         """One verdict (`(equal, reply)`); see `judge.judge_equivalence` for the errors raised."""
         prompt = judge.render_prompt(self.config.judge_prompt_template, question, expected, generated)
-        system = [{"role": "system", "content": self.config.judge_system_message}] if self.config.judge_system_message else []
+        system = (
+            [{"role": "system", "content": self.config.judge_system_message}]
+            if self.config.judge_system_message
+            else []
+        )
         return await judge.judge_equivalence(
-            self.client, self.judge_name, system + [{"role": "user", "content": prompt}],
-            create_params=self.judge_create_params(judge.verdict_text_format(self.config.judge_verdict_labels)), equal_regex=self.config.judge_equal_regex,
-            not_equal_regex=self.config.judge_not_equal_regex, max_attempts=self.config.max_judge_attempts,
+            self.client,
+            self.judge_name,
+            system + [{"role": "user", "content": prompt}],
+            create_params=self.judge_create_params(judge.verdict_text_format(self.config.judge_verdict_labels)),
+            equal_regex=self.config.judge_equal_regex,
+            not_equal_regex=self.config.judge_not_equal_regex,
+            max_attempts=self.config.max_judge_attempts,
         )
 
     async def verify(self, request: JudgeRequest, session: Session) -> VerifyResult:
@@ -152,7 +216,12 @@ class LLMJudgeServer(ResourcesServer):
             ServerError: the judge is unreachable, answers an HTTP error, or gives no verdict (typed 502).
         """
         answer = self.extract_answer(request.response)
-        fields: dict[str, Any] = {"extracted_answer": answer, "judge_verdict": None, "judge_swap_verdict": None, "judge_replies": []}
+        fields: dict[str, Any] = {
+            "extracted_answer": answer,
+            "judge_verdict": None,
+            "judge_swap_verdict": None,
+            "judge_replies": [],
+        }
         if not answer:
             return VerifyResult(reward=0.0, failure_reason="no_answer", **fields)
         if len(answer) > self.config.max_answer_chars:
@@ -166,7 +235,9 @@ class LLMJudgeServer(ResourcesServer):
             return VerifyResult(reward=0.0, failure_reason="judged_not_equal", **fields)
         if self.config.check_twice_swap:
             swapped_equal, swapped_reply = await self.judge_once(question, answer, request.expected_answer)
-            fields.update(judge_swap_verdict="equal" if swapped_equal else "not_equal", judge_replies=[reply, swapped_reply])
+            fields.update(
+                judge_swap_verdict="equal" if swapped_equal else "not_equal", judge_replies=[reply, swapped_reply]
+            )
             if not swapped_equal:
                 return VerifyResult(reward=self.config.reward_if_swap_fails, failure_reason="swap_disagrees", **fields)
         return VerifyResult(reward=1.0, failure_reason=None, **fields)
@@ -202,7 +273,11 @@ class LLMJudgeServer(ResourcesServer):
             scores = await self.judge_group(messages, len(distinct))
             scored = {suffix: (s.score, s.explanation) for suffix, s in zip(distinct, scores)}
             self.group_cache.put(key, scored)
-        return {"rewards": [scored[s][0] for s in suffixes], "explanations": [scored[s][1] for s in suffixes], "cached": cached}
+        return {
+            "rewards": [scored[s][0] for s in suffixes],
+            "explanations": [scored[s][1] for s in suffixes],
+            "cached": cached,
+        }
 
     async def judge_group(self, messages: list[dict[str, str]], num_trajectories: int) -> list[Any]:
         problem = ""
@@ -213,8 +288,11 @@ class LLMJudgeServer(ResourcesServer):
                 return group.parse_group_scores(text, num_trajectories)
             except ValueError as exc:
                 problem = f"{exc}; reply: {text[:300]!r}"
-        raise judge.JudgeVerdictError(f"group judge {self.judge_name!r}: no valid scores in {self.config.group_max_attempts} replies: {problem}",
-                                      server=self.judge_name, path="/v1/responses")
+        raise judge.JudgeVerdictError(
+            f"group judge {self.judge_name!r}: no valid scores in {self.config.group_max_attempts} replies: {problem}",
+            server=self.judge_name,
+            path="/v1/responses",
+        )
 
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)
@@ -228,9 +306,20 @@ class LLMJudgeServer(ResourcesServer):
             except ValidationError as exc:
                 return JSONResponse({"detail": json.loads(exc.json(include_url=False))}, status_code=422)
             if len(rows) > self.config.max_group_size:
-                return JSONResponse({"detail": f"{len(rows)} rows; at most max_group_size={self.config.max_group_size}"}, status_code=422)
-            tasks = {json.dumps([r.responses_create_params.get("input"), r.expected_answer], sort_keys=True) for r in rows}
+                return JSONResponse(
+                    {"detail": f"{len(rows)} rows; at most max_group_size={self.config.max_group_size}"},
+                    status_code=422,
+                )
+            tasks = {
+                json.dumps([r.responses_create_params.get("input"), r.expected_answer], sort_keys=True) for r in rows
+            }
             if len(tasks) > 1:
-                return JSONResponse({"detail": "rows must be rollouts of one task (same responses_create_params.input and expected_answer)"}, status_code=422)
+                return JSONResponse(
+                    {
+                        "detail": (
+                            "rows must be rollouts of one task (same responses_create_params.input and expected_answer)"
+                        )
+                    },
+                    status_code=422,
+                )
             return await self.verify_group(rows)
-

@@ -63,7 +63,11 @@ FACTS: list[tuple[str, str, str]] = [
     ("literature", "What kind of animal is Moby-Dick?", "A sperm whale"),
     ("literature", "Who wrote the play Hamlet?", "William Shakespeare"),
     ("literature", "Which author created Harry Potter?", "J. K. Rowling"),
-    ("literature", "In The Lord of the Rings, what is the name of the hobbit who carries the ring to Mordor?", "Frodo Baggins"),
+    (
+        "literature",
+        "In The Lord of the Rings, what is the name of the hobbit who carries the ring to Mordor?",
+        "Frodo Baggins",
+    ),
     ("literature", "Who wrote War and Peace?", "Leo Tolstoy"),
     ("literature", "What is the first book of the Bible?", "Genesis"),
     ("everyday", "How many days are there in a leap year?", "366"),

@@ -113,26 +113,44 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def render_group_prompt(rubric: str, prefix: list[dict[str, Any]], suffixes: list[str], reference: str | None) -> list[dict[str, str]]:
+def render_group_prompt(
+    rubric: str, prefix: list[dict[str, Any]], suffixes: list[str], reference: str | None
+) -> list[dict[str, str]]:
     """The judge's messages: the rubric and output format (system), then the shared context once and each
     distinct trajectory (user). `suffixes[i]` is trajectory id `i + 1`, as JSON text."""
     context = f"<context>\n{_dumps(prefix)}\n</context>\n"
     if reference is not None:  # RULER needs none; our rows always have one (expected_answer)
         context += f"\n<reference_answer>\n{reference}\n</reference_answer>\n"
-    blocks = "".join(f'\n<trajectory id="{i}">\n{suffix}\n</trajectory>\n' for i, suffix in enumerate(suffixes, start=1))
-    user = f"All trajectories start with the messages in <context>; each <trajectory> holds the rest.\n\n{context}{blocks}"
+    blocks = "".join(
+        f'\n<trajectory id="{i}">\n{suffix}\n</trajectory>\n' for i, suffix in enumerate(suffixes, start=1)
+    )
+    user = (
+        f"All trajectories start with the messages in <context>; each <trajectory> holds the rest.\n\n{context}{blocks}"
+    )
     return [{"role": "system", "content": OUTPUT_INSTRUCTIONS.format(rubric=rubric)}, {"role": "user", "content": user}]
 
 
 def scores_text_format(num_trajectories: int) -> dict[str, Any]:
     """A Responses `text` field constraining the reply to `GroupScores` JSON with exactly `num_trajectories` scores
     (ids "1".."n"; explanations at most 200 characters)."""
-    score = {"type": "object", "properties": {"id": {"type": "string", "enum": [str(i) for i in range(1, num_trajectories + 1)]},
-                                              "score": {"type": "number", "minimum": 0, "maximum": 1},
-                                              "explanation": {"type": "string", "maxLength": 200}},
-             "required": ["id", "score", "explanation"], "additionalProperties": False}
-    schema = {"type": "object", "properties": {"scores": {"type": "array", "items": score, "minItems": num_trajectories, "maxItems": num_trajectories}},
-              "required": ["scores"], "additionalProperties": False}
+    score = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "enum": [str(i) for i in range(1, num_trajectories + 1)]},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+            "explanation": {"type": "string", "maxLength": 200},
+        },
+        "required": ["id", "score", "explanation"],
+        "additionalProperties": False,
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "scores": {"type": "array", "items": score, "minItems": num_trajectories, "maxItems": num_trajectories}
+        },
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
     return {"format": {"type": "json_schema", "name": "group_scores", "strict": True, "schema": schema}}
 
 
@@ -150,7 +168,9 @@ def parse_group_scores(text: str, num_trajectories: int) -> list[TrajectoryScore
     try:
         parsed = GroupScores.model_validate_json(body[start : end + 1])
     except ValidationError as exc:
-        raise ValueError(f"the reply is not {{'scores': [...]}} with scores in [0, 1]: {exc.errors()[0]['msg']}") from exc
+        raise ValueError(
+            f"the reply is not {{'scores': [...]}} with scores in [0, 1]: {exc.errors()[0]['msg']}"
+        ) from exc
     by_id = {str(s.id).strip(): s for s in parsed.scores}
     expected = [str(i) for i in range(1, num_trajectories + 1)]
     if sorted(by_id) != sorted(expected) or len(parsed.scores) != num_trajectories:

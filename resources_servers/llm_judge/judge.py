@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nemo_gym.client import ServerClient
 from nemo_gym.errors import ServerError
+from nemo_gym.serving.client import ServerClient
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
@@ -75,7 +75,12 @@ def verdict_text_format(labels: tuple[str, str] | list[str]) -> dict[str, Any]:
 
     A model server that honours structured output (vllm_model: vLLM structured outputs; OpenAI: strict JSON
     schema) then always writes a parsable verdict, which small judges otherwise rarely do."""
-    schema = {"type": "object", "properties": {"verdict": {"type": "string", "enum": list(labels)}}, "required": ["verdict"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": list(labels)}},
+        "required": ["verdict"],
+        "additionalProperties": False,
+    }
     return {"format": {"type": "json_schema", "name": "verdict", "strict": True, "schema": schema}}
 
 
@@ -93,12 +98,16 @@ def output_text(response: Any) -> str:
     """The text of the last assistant message with text in the judge model's reply, a Responses `Response`
     dict ('' when none).
 
-    Read more leniently than a policy's trajectory (`nemo_gym.trajectory.Trajectory.final_text`): an item
+    Read more leniently than a policy's trajectory (`nemo_gym.env.trajectory.Trajectory.final_text`): an item
     without `type`, a string `content` and text parts of any type count too, so that a judge server that
     answers in a looser shape still gives a verdict."""
     output = response.get("output") if isinstance(response, dict) else None
     for item in reversed(output if isinstance(output, list) else []):
-        if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role", "assistant") != "assistant":
+        if (
+            not isinstance(item, dict)
+            or item.get("type", "message") != "message"
+            or item.get("role", "assistant") != "assistant"
+        ):
             continue
         content = item.get("content")
         if isinstance(content, str):
@@ -111,7 +120,9 @@ def output_text(response: Any) -> str:
     return ""
 
 
-async def ask_judge(client: ServerClient, judge: str, messages: list[dict[str, str]], create_params: dict[str, Any]) -> str:
+async def ask_judge(
+    client: ServerClient, judge: str, messages: list[dict[str, str]], create_params: dict[str, Any]
+) -> str:
     """One call of model server `judge` (`POST /v1/responses`); returns its reply text.
 
     Raises:
@@ -144,7 +155,8 @@ async def judge_equivalence(
         if verdict is not None:
             return verdict, text
     raise JudgeVerdictError(
-        f"judge {judge!r} gave no verdict ({equal_regex} or {not_equal_regex}) in {max_attempts} replies; last reply: {text[:500]!r}",
+        f"judge {judge!r} gave no verdict ({equal_regex} or {not_equal_regex}) in {max_attempts} replies; last reply:"
+        f" {text[:500]!r}",
         server=judge,
         path="/v1/responses",
     )

@@ -28,9 +28,10 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field
 
-from nemo_gym.answers import last_assistant_text, last_boxed, strip_thinking
+from nemo_gym.env.answers import last_assistant_text, last_boxed, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
 from nemo_gym.errors import ServerError
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:|=)\s*:?\s*(.+)", flags=re.IGNORECASE)
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?")
@@ -63,7 +64,9 @@ class FailureReason(str, Enum):
 class MathVerifyRequest(VerifyRequest):
     """A `/verify` body: the row's task fields plus the rollout's `response`."""
 
-    expected_answer: str = Field(min_length=1, description="the reference final answer: LaTeX (`\\frac{1}{2}`) or plain (`0.5`)")
+    expected_answer: str = Field(
+        min_length=1, description="the reference final answer: LaTeX (`\\frac{1}{2}`) or plain (`0.5`)"
+    )
 
 
 def extract_final_answer(text: str) -> tuple[str | None, Extraction]:
@@ -127,7 +130,9 @@ def grade_in_child(expected_answer: str, answer: str, timeout_s: float) -> dict[
     try:
         # fork: the child inherits the imported libraries (no re-import per answer) and needs no importable
         # module name (servers are loaded from a file path).
-        process = multiprocessing.get_context("fork").Process(target=_child, args=(send, expected_answer, answer), daemon=True)
+        process = multiprocessing.get_context("fork").Process(
+            target=_child, args=(send, expected_answer, answer), daemon=True
+        )
         process.start()
     except OSError as exc:
         raise ServerError(f"math_verify: cannot start the grading process: {exc}") from exc
@@ -152,8 +157,12 @@ class MathVerifyServer(ResourcesServer):
     verify_request_type = MathVerifyRequest
 
     class Config(ServerConfig):
-        timeout_s: float = Field(5.0, gt=0, description="seconds allowed to parse and compare one answer; longer scores 0 (timeout)")
-        max_answer_chars: int = Field(1000, gt=0, description="longest extracted answer graded; longer scores 0 (too_long)")
+        timeout_s: float = Field(
+            5.0, gt=0, description="seconds allowed to parse and compare one answer; longer scores 0 (timeout)"
+        )
+        max_answer_chars: int = Field(
+            1000, gt=0, description="longest extracted answer graded; longer scores 0 (too_long)"
+        )
 
     async def startup(self) -> None:
         # Import and warm the parser up once here (seconds): every forked grading child inherits both.
@@ -170,9 +179,13 @@ class MathVerifyServer(ResourcesServer):
         fields: dict[str, Any] = {"extracted_answer": answer, "extraction": where.value}
         too_long = answer is not None and len(answer) > self.config.max_answer_chars
         # Graded even without an answer: a row whose expected_answer math-verify cannot parse is a 422.
-        graded = await asyncio.to_thread(grade_in_child, request.expected_answer, "" if too_long else answer or "", self.config.timeout_s)
+        graded = await asyncio.to_thread(
+            grade_in_child, request.expected_answer, "" if too_long else answer or "", self.config.timeout_s
+        )
         if graded is not None and not graded.get("error") and not graded["gold"]:
-            raise HTTPException(422, f"expected_answer {request.expected_answer!r}: math-verify finds no math expression in it")
+            raise HTTPException(
+                422, f"expected_answer {request.expected_answer!r}: math-verify finds no math expression in it"
+            )
         if answer is None:
             return VerifyResult(reward=0.0, failure_reason=FailureReason.NO_ANSWER.value, **fields)
         if too_long:
@@ -180,7 +193,9 @@ class MathVerifyServer(ResourcesServer):
         if graded is None:
             return VerifyResult(reward=0.0, failure_reason=FailureReason.TIMEOUT.value, **fields)
         if "error" in graded:
-            return VerifyResult(reward=0.0, failure_reason=FailureReason.GRADER_ERROR.value, grader_error=graded["error"], **fields)
+            return VerifyResult(
+                reward=0.0, failure_reason=FailureReason.GRADER_ERROR.value, grader_error=graded["error"], **fields
+            )
         fields["parsed_answer"] = graded["parsed"][0] if graded["parsed"] else None
         if graded["equivalent"]:
             return VerifyResult(reward=1.0, failure_reason=None, **fields)

@@ -19,15 +19,38 @@ ANSWER_INSTRUCTION = "Put your final answer inside \\boxed{}."
 # (generator name, number of tasks, seed, config: the keyword arguments of its config class = its difficulty)
 GENERATORS: list[tuple[str, int, int, dict[str, Any]]] = [
     # "Calculate 4 - 1."
-    ("basic_arithmetic", 15, 1, {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ("+", "-"),
-                                 "allow_parentheses": False, "allow_negation": False}),
+    (
+        "basic_arithmetic",
+        15,
+        1,
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ("+", "-"),
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+    ),
     # "State the final answer to the following arithmetic problem: 12 + 7 - 3 ="
     ("chain_sum", 10, 1, {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}),
     # "Solve the following multiplication: 4 * 1."
     ("products", 10, 1, {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
     # "Find the value of e in the equation: e + 5 = 12"
-    ("simple_equations", 15, 1, {"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 10, "operators": ("+", "-"),
-                                 "operators_weights": [0.5, 0.5]}),
+    (
+        "simple_equations",
+        15,
+        1,
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_value": 1,
+            "max_value": 10,
+            "operators": ("+", "-"),
+            "operators_weights": [0.5, 0.5],
+        },
+    ),
     # "Find the Greatest Common Divisor (GCD) of these numbers: 12, 18."
     ("gcd", 10, 1, {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}),
 ]
@@ -42,13 +65,17 @@ def build_rows(generators: list[tuple[str, int, int, dict[str, Any]]]) -> list[d
     for name, size, seed, config in generators:
         for index, entry in enumerate(reasoning_gym.create_dataset(name, size=size, seed=seed, **config)):
             question = entry["question"].rstrip()
-            rows.append({
-                "responses_create_params": {"input": [{"role": "user", "content": f"{question}\n\n{ANSWER_INSTRUCTION}"}]},
-                "expected_answer": str(entry["answer"]),
-                "question": question,
-                "dataset": name,
-                "task_id": f"{name}-{seed}-{index}",
-            })
+            rows.append(
+                {
+                    "responses_create_params": {
+                        "input": [{"role": "user", "content": f"{question}\n\n{ANSWER_INSTRUCTION}"}]
+                    },
+                    "expected_answer": str(entry["answer"]),
+                    "question": question,
+                    "dataset": name,
+                    "task_id": f"{name}-{seed}-{index}",
+                }
+            )
     return rows
 
 

@@ -31,9 +31,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from nemo_gym.answers import last_boxed, normalize_text
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.answers import last_boxed, normalize_text
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import ServerConfig, Session
 
 RowGradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
 GradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon", "lenient_answer_colon_md"]
@@ -47,7 +48,9 @@ class MCQARequest(VerifyRequest):
     options: Options | None = Field(None, description='[{"A": "text"}, ...]; its keys are the allowed letters')
     expected_answer: str | None = Field(None, description="gold letter")
     grading_mode: RowGradingMode = "strict_single_letter_boxed"
-    template_metadata: dict[str, Any] | None = Field(None, description="may hold output_regex (str | list[str]), answer_prefix")
+    template_metadata: dict[str, Any] | None = Field(
+        None, description="may hold output_regex (str | list[str]), answer_prefix"
+    )
 
 
 class MCQAResult(VerifyResult):
@@ -122,7 +125,9 @@ def option_texts(options: Options | None, allowed: set[str]) -> list[tuple[str, 
 
 def allowed_letters(options: Options | None) -> set[str]:
     """Upper-cased single-letter keys of `options` whose text is not null."""
-    return {k.upper() for entry in options or [] for k, v in entry.items() if len(k) == 1 and k.isalpha() and v is not None}
+    return {
+        k.upper() for entry in options or [] for k, v in entry.items() if len(k) == 1 and k.isalpha() and v is not None
+    }
 
 
 # -- reading "Answer: ..." -----------------------------------------------------------------------
@@ -151,7 +156,9 @@ def answer_colon_letter(text: str, options: Options | None, allowed: set[str]) -
     if len(candidate) == 1 and candidate.isalpha() and candidate.upper() in allowed:
         return candidate.upper()
     wanted = normalize_for_match(candidate)
-    return next((letter for letter, option in option_texts(options, allowed) if normalize_for_match(option) == wanted), None)
+    return next(
+        (letter for letter, option in option_texts(options, allowed) if normalize_for_match(option) == wanted), None
+    )
 
 
 def is_choice_list(text: str, allowed: set[str]) -> bool:
@@ -215,7 +222,9 @@ def regex_letter(text: str, patterns: str | list[str], options: Options | None, 
         if len(captured) == 1 and captured.isalpha():
             return captured
         wanted = normalize_for_match(captured)
-        letter = next((k for k, option in option_texts(options, allowed) if normalize_for_match(option) == wanted), None)
+        letter = next(
+            (k for k, option in option_texts(options, allowed) if normalize_for_match(option) == wanted), None
+        )
         if letter is not None:
             return letter
     return None

@@ -15,18 +15,20 @@ non-empty line) and scores it with `reasoning_gym.get_score_answer_fn(dataset)(a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from enum import Enum
-from functools import lru_cache
-from typing import Any, Callable
+from functools import cache
+from typing import Any
 
 import reasoning_gym
 from fastapi import HTTPException
 from pydantic import Field, model_validator
 from reasoning_gym.factory import DATASETS
 
-from nemo_gym.answers import last_answer_tag, last_assistant_text, last_boxed, last_line, strip_thinking
 from nemo_gym.config import did_you_mean
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_answer_tag, last_assistant_text, last_boxed, last_line, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 # The rest of the line, trimmed by `without_final_period`: a lazy group before `\s*\.?\s*$` backtracked cubically
 # on a run of spaces (a minute for a few kilobytes of them).
@@ -53,9 +55,13 @@ class ReasoningGymRequest(VerifyRequest):
     (with `source_dataset`). A row of neither shape is a 422 naming the missing or mistyped field."""
 
     dataset: str | None = Field(None, description="ours: the reasoning_gym generator name, e.g. basic_arithmetic")
-    entry: dict[str, Any] | None = Field(None, description="ours: the reasoning_gym entry: question, answer (str | null), metadata")
+    entry: dict[str, Any] | None = Field(
+        None, description="ours: the reasoning_gym entry: question, answer (str | null), metadata"
+    )
     question: str | None = Field(None, description="NeMo Gym's: the entry's question")
-    answer: str | None = Field(None, description="NeMo Gym's (required there): the reference answer; null where the checker reads the metadata")
+    answer: str | None = Field(
+        None, description="NeMo Gym's (required there): the reference answer; null where the checker reads the metadata"
+    )
     metadata: dict[str, Any] | None = Field(None, description="NeMo Gym's: the entry's metadata, with source_dataset")
 
     @property
@@ -68,7 +74,11 @@ class ReasoningGymRequest(VerifyRequest):
         if self.ours:
             required = {"dataset": self.dataset, "entry": self.entry}
         else:
-            required = {"question": self.question, "metadata": self.metadata, **({} if "answer" in self.model_fields_set else {"answer": None})}
+            required = {
+                "question": self.question,
+                "metadata": self.metadata,
+                **({} if "answer" in self.model_fields_set else {"answer": None}),
+            }
         if missing := [name for name, value in required.items() if value is None]:
             shape = "our row shape (with entry)" if self.ours else "NeMo Gym's row shape (with metadata)"
             raise ValueError(f"{', '.join(missing)}: required in {shape} (only NeMo Gym's answer may be null)")
@@ -88,7 +98,14 @@ class ReasoningGymRequest(VerifyRequest):
                 dataset = metadata.get("source_dataset", dataset)
         else:
             metadata = self.metadata or {}
-            dataset, entry = metadata["source_dataset"], {"question": self.question, "answer": self.answer, "metadata": metadata}
+            dataset, entry = (
+                metadata["source_dataset"],
+                {
+                    "question": self.question,
+                    "answer": self.answer,
+                    "metadata": metadata,
+                },
+            )
         return dataset, with_grid_tuples(dataset, entry)
 
 
@@ -101,7 +118,11 @@ def with_grid_tuples(dataset: str, entry: dict[str, Any]) -> dict[str, Any]:
     when its entry goes through JSON (a test checks every one).
     """
     metadata = entry.get("metadata")
-    if dataset not in ("arc_agi", "rearc") or not isinstance(metadata, dict) or not isinstance(metadata.get("output"), list):
+    if (
+        dataset not in ("arc_agi", "rearc")
+        or not isinstance(metadata, dict)
+        or not isinstance(metadata.get("output"), list)
+    ):
         return entry
     grid = tuple(tuple(row) if isinstance(row, list) else row for row in metadata["output"])
     return {**entry, "metadata": {**metadata, "output": grid}}
@@ -167,7 +188,7 @@ def extract_final_answer(text: str, *, numeric: bool = False) -> tuple[str | Non
     return (candidates[0] if candidates else None), where
 
 
-@lru_cache(maxsize=None)
+@cache
 def score_fn(dataset: str) -> Callable[[str | None, dict[str, Any]], float]:
     """The library's checker for a generator (cached: building it instantiates a default dataset).
 
@@ -179,10 +200,14 @@ def score_fn(dataset: str) -> Callable[[str | None, dict[str, Any]], float]:
     try:
         return reasoning_gym.get_score_answer_fn(dataset)
     except Exception as exc:  # noqa: BLE001 - e.g. composite, which has no default config to build
-        raise HTTPException(422, f"reasoning_gym cannot build the {dataset} checker on its own: {type(exc).__name__}: {exc}") from None
+        raise HTTPException(
+            422, f"reasoning_gym cannot build the {dataset} checker on its own: {type(exc).__name__}: {exc}"
+        ) from None
 
 
-def try_score(scorer: Callable[[str | None, dict[str, Any]], float], answer: str | None, entry: dict[str, Any]) -> float | str:
+def try_score(
+    scorer: Callable[[str | None, dict[str, Any]], float], answer: str | None, entry: dict[str, Any]
+) -> float | str:
     """`scorer(answer, entry)` as a float, or `"Type: message"` of the exception it raised (some checkers
     raise on an answer they cannot parse: prime_factorization on "xyz", boxnet on "1")."""
     try:
@@ -219,6 +244,10 @@ class ReasoningGymServer(ResourcesServer):
                 raise HTTPException(422, f"the {dataset} checker fails on this entry's own answer: {data_error}")
             fields["checker_error"] = results[0][0]  # the model's answer is unparsable to it: reward 0
         # The best reading (the first on a tie); no answer at all scores 0 unchecked.
-        score, extracted = max(scored, key=lambda pair: pair[0]) if scored else (0.0, candidates[0] if candidates else None)
+        score, extracted = (
+            max(scored, key=lambda pair: pair[0]) if scored else (0.0, candidates[0] if candidates else None)
+        )
         reward = float(score >= 1.0) if self.config.binary_reward else min(max(score, 0.0), 1.0)
-        return VerifyResult(reward=reward, extracted_answer=extracted, extraction=where.value, dataset=dataset, score=score, **fields)
+        return VerifyResult(
+            reward=reward, extracted_answer=extracted, extraction=where.value, dataset=dataset, score=score, **fields
+        )

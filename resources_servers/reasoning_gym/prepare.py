@@ -40,7 +40,9 @@ class GeneratorSpec(BaseModel):
     name: str = Field(description="reasoning_gym dataset name, e.g. basic_arithmetic")
     size: int = Field(gt=0, description="number of tasks to generate")
     seed: int = Field(0, description="generator seed; task i of a generator depends only on (seed, i, config)")
-    config: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the dataset's config class (difficulty)")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the dataset's config class (difficulty)"
+    )
 
 
 def _check_name(name: str) -> None:
@@ -66,7 +68,10 @@ def _create(spec: GeneratorSpec) -> Any:
     try:
         return reasoning_gym.create_dataset(spec.name, size=spec.size, seed=spec.seed, **spec.config)
     except (TypeError, ValueError, AssertionError) as exc:
-        raise ConfigError(f"generator {spec.name!r}: bad config {spec.config!r}: {exc or type(exc).__name__}. Its fields: {', '.join(fields)}") from exc
+        raise ConfigError(
+            f"generator {spec.name!r}: bad config {spec.config!r}: {exc or type(exc).__name__}. Its fields:"
+            f" {', '.join(fields)}"
+        ) from exc
 
 
 def _json_default(value: Any) -> Any:
@@ -90,7 +95,9 @@ def _task_row(spec: GeneratorSpec, index: int, entry: dict[str, Any], answer_ins
     }
 
 
-def build_tasks(generators: list[GeneratorSpec | dict[str, Any]], *, answer_instruction: str = DEFAULT_ANSWER_INSTRUCTION) -> list[dict[str, Any]]:
+def build_tasks(
+    generators: list[GeneratorSpec | dict[str, Any]], *, answer_instruction: str = DEFAULT_ANSWER_INSTRUCTION
+) -> list[dict[str, Any]]:
     """The task rows of `generators`, in order (generator by generator, index by index).
 
     Raises:
@@ -101,7 +108,9 @@ def build_tasks(generators: list[GeneratorSpec | dict[str, Any]], *, answer_inst
     for index, generator in enumerate(generators):
         try:
             specs.append(GeneratorSpec.model_validate(generator))
-        except ValidationError as exc:  # each problem named by its key, e.g. `generators.0.sise: ... (did you mean 'size'?)`
+        except (
+            ValidationError
+        ) as exc:  # each problem named by its key, e.g. `generators.0.sise: ... (did you mean 'size'?)`
             problems = validation_problems(GeneratorSpec, exc, key_format=f"generators.{index}.{{key}}")
             raise ConfigError("bad generator spec: " + "; ".join(problems)) from exc
     rows: list[dict[str, Any]] = []

@@ -13,27 +13,38 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from nemo_gym.config import REPO_ROOT
-from nemo_gym.openai_convert import ConversionError, input_items, input_items_to_messages
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.layout import REPO_ROOT
 from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, ToolArgs, ToolSpec, tool_parameters
 from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.sandboxed import SandboxedRewards
 from nemo_gym.rnow.scoring import score
-from nemo_gym.server import ResourcesServer, SeedRequest, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.serving.openai_convert import ConversionError, input_items, input_items_to_messages
+from nemo_gym.serving.server import ServerConfig, Session
 
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 
 
 class RnowProjectConfig(ServerConfig):
-    project_dir: str = Field("examples/rnow_project", description="the rnow project folder (rewards.py, tools.py); relative paths from the repository root")
-    max_tool_response_chars: int | None = Field(None, ge=1, description="tool outputs longer than this many characters are cut (null: no limit)")
-    reward_timeout_s: float = Field(DEFAULT_REWARD_TIMEOUT_S, gt=0, description="seconds a reward may take unless its @reward(timeout=...) says otherwise")
+    project_dir: str = Field(
+        "examples/rnow_project",
+        description="the rnow project folder (rewards.py, tools.py); relative paths from the repository root",
+    )
+    max_tool_response_chars: int | None = Field(
+        None, ge=1, description="tool outputs longer than this many characters are cut (null: no limit)"
+    )
+    reward_timeout_s: float = Field(
+        DEFAULT_REWARD_TIMEOUT_S,
+        gt=0,
+        description="seconds a reward may take unless its @reward(timeout=...) says otherwise",
+    )
 
 
 class RnowEntry(BaseModel):
@@ -85,7 +96,7 @@ class RnowProjectServer(ResourcesServer):
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)
         for name, spec in self.functions.tools.items():
-            self._add_tool_route(app, name, self._route_function(spec))
+            self.add_tool_route(app, name, self._route_function(spec))
 
     def _route_function(self, spec: ToolSpec) -> Callable:
         """An async function with the tool's schema parameters plus the rollout's session, for the route."""
@@ -95,7 +106,9 @@ class RnowProjectServer(ResourcesServer):
             return await self.call_tool(spec, arguments, _rnow_session)
 
         keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-        call.__signature__ = inspect.Signature([*keyword, inspect.Parameter("_rnow_session", inspect.Parameter.KEYWORD_ONLY, annotation=Session)])  # type: ignore[attr-defined]
+        call.__signature__ = inspect.Signature(
+            [*keyword, inspect.Parameter("_rnow_session", inspect.Parameter.KEYWORD_ONLY, annotation=Session)]
+        )  # type: ignore[attr-defined]
         call.__annotations__ = {**{p.name: hints[p.name] for p in params}, "_rnow_session": Session}
         return call
 
@@ -110,14 +123,16 @@ class RnowProjectServer(ResourcesServer):
         tool that raises or times out gives an `Error: ...` text to the model, as rnow does."""
         allowed = session.get("tools")
         if allowed is not None and spec.name not in allowed:
-            return f"Error: tool {spec.name!r} is not available for this task; available: {', '.join(allowed) or 'none'}"
+            return (
+                f"Error: tool {spec.name!r} is not available for this task; available: {', '.join(allowed) or 'none'}"
+            )
         if spec.takes_args:
             arguments = {**arguments, "args": ToolArgs(metadata=session.get("metadata") or {})}
         timeout_s = spec.timeout_s or DEFAULT_TOOL_TIMEOUT_S
         call = spec.fn(**arguments) if inspect.iscoroutinefunction(spec.fn) else asyncio.to_thread(spec.fn, **arguments)
         try:
             result = await asyncio.wait_for(call, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return f"Error: tool {spec.name} took longer than {timeout_s:g} s"
         except Exception as exc:  # the model sees the error and may retry, as with rnow
             return f"Error: tool {spec.name} raised {type(exc).__name__}: {exc}"
@@ -136,7 +151,9 @@ class RnowProjectServer(ResourcesServer):
         task: RnowTask = request  # type: ignore[assignment]
         unknown = [name for name in task.rewards if name not in self.functions.rewards]
         if unknown:
-            raise HTTPException(422, f"unknown rewards {unknown}; rewards.py defines: {', '.join(sorted(self.functions.rewards))}")
+            raise HTTPException(
+                422, f"unknown rewards {unknown}; rewards.py defines: {', '.join(sorted(self.functions.rewards))}"
+            )
         try:
             prompt = input_items(task.responses_create_params)
             input_items_to_messages(prompt)
@@ -151,5 +168,7 @@ class RnowProjectServer(ResourcesServer):
             return VerifyResult(reward=0.0, failure_reason="malformed_output", output_error=str(exc))
         args = RewardArgs(metadata=task.metadata, variables=task.variables)
         specs = [self.functions.rewards[name] for name in task.rewards]
-        outcome = await score(specs, args, messages, default_timeout_s=self.config.reward_timeout_s, sandbox=self.sandbox)
+        outcome = await score(
+            specs, args, messages, default_timeout_s=self.config.reward_timeout_s, sandbox=self.sandbox
+        )
         return VerifyResult(reward=outcome.total, reward_components=outcome.components)

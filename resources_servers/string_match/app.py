@@ -26,8 +26,9 @@ import regex
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nemo_gym.answers import AnswerForm, first_answer, last_assistant_text, normalize_text, strip_thinking
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import AnswerForm, first_answer, last_assistant_text, normalize_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 Mode = Literal["exact", "normalized", "regex", "numeric"]
 ExtractFrom = Literal["auto", "full", "boxed", "answer_tag", "last_line"]
@@ -86,14 +87,21 @@ class FailureReason(str, Enum):
 
 def extract_answer(text: str, extract: ExtractFrom) -> str | None:
     """The answer in an assistant message (`<think>` blocks dropped), or None (module docstring: the forms)."""
-    forms: tuple[AnswerForm, ...] = ("boxed", "answer_tag", "answer_phrase", "last_line") if extract == "auto" else (extract,)
+    forms: tuple[AnswerForm, ...] = (
+        ("boxed", "answer_tag", "answer_phrase", "last_line") if extract == "auto" else (extract,)
+    )
     return first_answer(strip_thinking(text), forms, phrase_decoration=" *_`.")
 
 
 def normalize(text: str, options: MatchOptions) -> str:
     """SQuAD-style normalization under `options` (NFKC, case, punctuation, articles, whitespace)."""
-    return normalize_text(text, nfkc=True, lower=not options.case_sensitive, strip_punctuation=options.strip_punctuation,
-                          strip_articles=options.strip_articles)
+    return normalize_text(
+        text,
+        nfkc=True,
+        lower=not options.case_sensitive,
+        strip_punctuation=options.strip_punctuation,
+        strip_articles=options.strip_articles,
+    )
 
 
 def parse_number(text: str) -> float | None:
@@ -108,9 +116,15 @@ class StringMatchServer(ResourcesServer):
     verify_request_type = StringMatchRequest
 
     class Config(ServerConfig):
-        match: MatchOptions = Field(default_factory=MatchOptions, description="default match options; a row's `match` overrides them")
-        max_answer_chars: int = Field(10_000, gt=0, description="longest extracted answer matched; longer scores 0 (too_long)")
-        regex_timeout_s: float = Field(1.0, gt=0, description="seconds allowed to match one regex; longer scores 0 (timeout)")
+        match: MatchOptions = Field(
+            default_factory=MatchOptions, description="default match options; a row's `match` overrides them"
+        )
+        max_answer_chars: int = Field(
+            10_000, gt=0, description="longest extracted answer matched; longer scores 0 (too_long)"
+        )
+        regex_timeout_s: float = Field(
+            1.0, gt=0, description="seconds allowed to match one regex; longer scores 0 (timeout)"
+        )
 
     def options(self, overrides: MatchOverrides | None) -> MatchOptions:
         """The server's match options with the row's overrides applied."""

@@ -24,10 +24,21 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 20240601
 ANSWER_INSTRUCTION = "Put your final answer inside \\boxed{}."
 CAPITALS: list[tuple[str, list[str]]] = [
-    ("France", ["Paris"]), ("Japan", ["Tokyo"]), ("Italy", ["Rome"]), ("Germany", ["Berlin"]), ("Spain", ["Madrid"]),
-    ("Egypt", ["Cairo"]), ("Canada", ["Ottawa"]), ("Russia", ["Moscow"]), ("China", ["Beijing", "Peking"]),
-    ("India", ["New Delhi"]), ("Kenya", ["Nairobi"]), ("Greece", ["Athens"]), ("Portugal", ["Lisbon"]),
-    ("Norway", ["Oslo"]), ("the United States", ["Washington, D.C.", "Washington", "Washington DC"]),
+    ("France", ["Paris"]),
+    ("Japan", ["Tokyo"]),
+    ("Italy", ["Rome"]),
+    ("Germany", ["Berlin"]),
+    ("Spain", ["Madrid"]),
+    ("Egypt", ["Cairo"]),
+    ("Canada", ["Ottawa"]),
+    ("Russia", ["Moscow"]),
+    ("China", ["Beijing", "Peking"]),
+    ("India", ["New Delhi"]),
+    ("Kenya", ["Nairobi"]),
+    ("Greece", ["Athens"]),
+    ("Portugal", ["Lisbon"]),
+    ("Norway", ["Oslo"]),
+    ("the United States", ["Washington, D.C.", "Washington", "Washington DC"]),
 ]
 WORDS = ["river", "apple", "cloud", "green", "house", "light", "stone", "tiger", "bread", "music", "chair", "ocean"]
 PATTERNS: list[tuple[str, str]] = [
@@ -47,8 +58,16 @@ def row(kind: str, index: int, question: str, expected: str | list[str], match: 
 
 
 def capital_rows(rng: random.Random) -> list[dict[str, Any]]:
-    return [row("capital", i, f"What is the capital of {country}?", refs if len(refs) > 1 else refs[0], {"mode": "normalized"})
-            for i, (country, refs) in enumerate(CAPITALS)]
+    return [
+        row(
+            "capital",
+            i,
+            f"What is the capital of {country}?",
+            refs if len(refs) > 1 else refs[0],
+            {"mode": "normalized"},
+        )
+        for i, (country, refs) in enumerate(CAPITALS)
+    ]
 
 
 def arithmetic_rows(rng: random.Random, n: int = 15) -> list[dict[str, Any]]:
@@ -60,8 +79,10 @@ def arithmetic_rows(rng: random.Random, n: int = 15) -> list[dict[str, Any]]:
 
 
 def uppercase_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
-    return [row("uppercase", i, f"Write the word '{word}' in capital letters.", word.upper(), {"mode": "exact"})
-            for i, word in enumerate(rng.sample(WORDS, n))]
+    return [
+        row("uppercase", i, f"Write the word '{word}' in capital letters.", word.upper(), {"mode": "exact"})
+        for i, word in enumerate(rng.sample(WORDS, n))
+    ]
 
 
 def pattern_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
@@ -77,7 +98,15 @@ def division_rows(rng: random.Random, n: int = 10) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         a, b = rng.randint(1, 9), rng.choice([3, 6, 7, 9])
-        rows.append(row("division", i, f"What is {a} divided by {b}, to two decimal places?", f"{a / b:.2f}", {"mode": "numeric", "abs_tol": 0.005}))
+        rows.append(
+            row(
+                "division",
+                i,
+                f"What is {a} divided by {b}, to two decimal places?",
+                f"{a / b:.2f}",
+                {"mode": "numeric", "abs_tol": 0.005},
+            )
+        )
     return rows
 
 

@@ -2,7 +2,8 @@
 
 A task asks "What is 347 * 29?" (one call: `multiply`) or "What is 347 * 29 + 518?" (two calls, the second on
 the first's result: `multiply`, then `add`). The reward is the final answer, checked exactly: the last integer
-of the last assistant message with text (`Trajectory.final_text`) must equal `expected_answer`. The row's `expected_calls` are the calls an expert
+of the last assistant message with text (`Trajectory.final_text`) must equal `expected_answer`. The row's
+`expected_calls` are the calls an expert
 makes (kept for the verifier fields and for a scripted expert, `tasks.expert_script`); the reward does not
 require them. No per-rollout state: the tools are pure functions of their arguments.
 """
@@ -14,8 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import Session
 
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
@@ -31,11 +34,15 @@ class CalculatorVerifyRequest(VerifyRequest):
     """A `/verify` body: the row's task fields plus the rollout's `response`."""
 
     expected_answer: int = Field(description="the exact integer the final answer must be")
-    expected_calls: list[Call] = Field([], description="the calls an expert makes, in order (not required for the reward)")
+    expected_calls: list[Call] = Field(
+        [], description="the calls an expert makes, in order (not required for the reward)"
+    )
 
 
 class CalculatorResult(VerifyResult):
-    extracted_answer: int | None = Field(description="the last integer of the final assistant message; None without one")
+    extracted_answer: int | None = Field(
+        description="the last integer of the final assistant message; None without one"
+    )
     num_tool_calls: int = Field(description="function calls in the trajectory")
     failure_reason: str | None = Field(description="None when correct, else no_tool_call, no_answer or wrong_answer")
 
@@ -74,8 +81,13 @@ class ToolCalculatorServer(ResourcesServer):
         expected = [(c.name, c.arguments) for c in request.expected_calls]
         matched = sum(1 for call in expected if call in calls)
         correct = answer == request.expected_answer
-        failure = None if correct else ("no_tool_call" if not calls else "no_answer" if answer is None else "wrong_answer")
+        failure = (
+            None if correct else ("no_tool_call" if not calls else "no_answer" if answer is None else "wrong_answer")
+        )
         return CalculatorResult(
-            reward=float(correct), reward_components={"answer": float(correct), "calls": matched / len(expected) if expected else 0.0},
-            extracted_answer=answer, num_tool_calls=len(calls), failure_reason=failure,
-        )  # fmt: skip
+            reward=float(correct),
+            reward_components={"answer": float(correct), "calls": matched / len(expected) if expected else 0.0},
+            extracted_answer=answer,
+            num_tool_calls=len(calls),
+            failure_reason=failure,
+        )

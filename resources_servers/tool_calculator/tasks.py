@@ -7,7 +7,8 @@ number ("What is 347 * 29 + 518?", `multiply` then `add` on its result). Rows ca
 into `data/train.jsonl` and `data/heldout.jsonl` (no question in common); `data/example.jsonl` is 5 training rows.
 
 `python resources_servers/tool_calculator/tasks.py --expert-rows 64` writes the first 64 training rows with their
-expert script to results/train/tool_agent_expert_tasks.jsonl: `expert_row(row)` adds the expert's script to a row (`responses_create_params.metadata.script`, read by
+expert script to results/train/tool_agent_expert_tasks.jsonl: `expert_row(row)` adds the expert's script to a row
+(`responses_create_params.metadata.script`, read by
 `scripted_model`): the expected calls, one model turn each, then "The answer is N.". Collected through the real
 agent and this server, those rollouts are the SFT data of `benchmarks/learning_tool_agent.py`.
 """
@@ -30,7 +31,11 @@ TWO_CALL_SHARE = 0.5
 
 
 def _tool(name: str, description: str) -> dict[str, Any]:
-    parameters = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    parameters = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
     return {"type": "function", "name": name, "description": description, "parameters": parameters}
 
 
@@ -44,9 +49,14 @@ def make_task(a: int, b: int, c: int | None = None) -> dict[str, Any]:
     if c is not None:
         calls.append({"name": "add", "arguments": {"a": a * b, "b": c}})
     return {
-        "responses_create_params": {"input": [{"role": "user", "content": f"{question} Use the tools."}], "tools": TOOLS},
-        "question": question, "expected_answer": a * b + (c or 0), "expected_calls": calls,
-    }  # fmt: skip
+        "responses_create_params": {
+            "input": [{"role": "user", "content": f"{question} Use the tools."}],
+            "tools": TOOLS,
+        },
+        "question": question,
+        "expected_answer": a * b + (c or 0),
+        "expected_calls": calls,
+    }
 
 
 def draw_tasks(num: int = NUM_DRAWN, seed: int = SEED, two_call_share: float = TWO_CALL_SHARE) -> list[dict[str, Any]]:
@@ -60,7 +70,9 @@ def draw_tasks(num: int = NUM_DRAWN, seed: int = SEED, two_call_share: float = T
     return list(rows.values())
 
 
-def split(rows: list[dict[str, Any]], heldout_share: float = HELDOUT_SHARE) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(
+    rows: list[dict[str, Any]], heldout_share: float = HELDOUT_SHARE
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out): each question goes where the SHA-256 of its text falls (stable across runs)."""
     train, heldout = [], []
     for row in rows:
@@ -71,7 +83,9 @@ def split(rows: list[dict[str, Any]], heldout_share: float = HELDOUT_SHARE) -> t
 
 def expert_script(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The expert's model turns: each expected call, then the answer (scripted_model's `script` format)."""
-    return [{"tool_calls": [call]} for call in row["expected_calls"]] + [{"text": f"The answer is {row['expected_answer']}."}]
+    return [{"tool_calls": [call]} for call in row["expected_calls"]] + [
+        {"text": f"The answer is {row['expected_answer']}."}
+    ]
 
 
 def expert_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +103,12 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="write tool_calculator's data files, or expert rows")
-    parser.add_argument("--expert-rows", type=int, metavar="N", help="instead: the first N training rows with their expert script, to --output")
+    parser.add_argument(
+        "--expert-rows",
+        type=int,
+        metavar="N",
+        help="instead: the first N training rows with their expert script, to --output",
+    )
     parser.add_argument("--output", type=Path, default=Path("results/train/tool_agent_expert_tasks.jsonl"))
     args = parser.parse_args()
     if args.expert_rows:

@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from nemo_gym.openai_convert import ConversionError
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.openai_convert import ConversionError
+from nemo_gym.serving.server import ServerConfig, Session
 
 from . import vf_adapter
 
@@ -21,17 +22,24 @@ EXAMPLE_ENVS = str(Path(__file__).resolve().parent / "example_envs")  # the bund
 
 
 class VerifiersEnvConfig(ServerConfig):
-    env_id: str = Field("vf_reverse_text", description="environment id (`owner/name` or a module name): module `name` with `-` as `_`")
-    env_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the environment's load_environment()")
+    env_id: str = Field(
+        "vf_reverse_text", description="environment id (`owner/name` or a module name): module `name` with `-` as `_`"
+    )
+    env_args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the environment's load_environment()"
+    )
     python_path: list[str] = Field(
-        default_factory=lambda: [EXAMPLE_ENVS], description="folders appended to sys.path to find the environment's module (ng_train sets where it found it)"
+        default_factory=lambda: [EXAMPLE_ENVS],
+        description="folders appended to sys.path to find the environment's module (ng_train sets where it found it)",
     )
 
 
 class VerifiersTask(VerifyRequest):
     answer: str = Field("", description="ground truth the rubric compares with")
     task: str = Field("default", description="task type of the row (verifiers' `task` column)")
-    info: dict[str, Any] | str = Field(default_factory=dict, description="structured task metadata (a dict or a JSON string)")
+    info: dict[str, Any] | str = Field(
+        default_factory=dict, description="structured task metadata (a dict or a JSON string)"
+    )
 
 
 class VerifiersEnvServer(ResourcesServer):

@@ -22,9 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nemo_gym.config import parse_overrides
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import write_jsonl
-from nemo_gym.module_loading import script_package
+from nemo_gym.serving.module_loading import script_package
 
-if not __package__:  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
+if (
+    not __package__
+):  # run as a script (`python prepare.py`): its relative imports resolve in this folder's package (PEP 366)
     __package__ = script_package(__file__)
 
 from . import vf_adapter  # noqa: E402
@@ -38,11 +40,15 @@ class PrepareOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     env_id: str = Field(description="environment id (`owner/name` or a module name)")
     env_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of load_environment()")
-    split: Literal["train", "eval"] = Field("train", description="train: the environment's dataset; eval: its eval_dataset (else the dataset)")
+    split: Literal["train", "eval"] = Field(
+        "train", description="train: the environment's dataset; eval: its eval_dataset (else the dataset)"
+    )
     limit: int | None = Field(None, ge=1, description="write the first `limit` rows")
     output_jsonl_fpath: str = Field(description="JSONL file to write")
     agent_name: str | None = Field(None, description="agent instance written as each row's agent_ref")
-    python_path: list[str] = Field(default_factory=lambda: [EXAMPLE_ENVS], description="folders appended to sys.path to find the module")
+    python_path: list[str] = Field(
+        default_factory=lambda: [EXAMPLE_ENVS], description="folders appended to sys.path to find the module"
+    )
 
 
 def prepare_rows(options: PrepareOptions) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nemo_gym.errors import ConfigError
-from nemo_gym.openai_convert import ConversionError, input_items_to_messages
+from nemo_gym.serving.openai_convert import ConversionError, input_items_to_messages
 
 __all__ = [
     "module_for",
@@ -79,14 +79,19 @@ def _load_function(env_id: str, python_path: Iterable[str]) -> Any:
         module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name != name:
-            raise ConfigError(f"verifiers environment {env_id!r}: importing module {name!r} needs {exc.name!r}, which is not installed") from exc
+            raise ConfigError(
+                f"verifiers environment {env_id!r}: importing module {name!r} needs {exc.name!r}, which is not"
+                " installed"
+            ) from exc
         raise ConfigError(
             f"verifiers environment {env_id!r}: no module {name!r} on the Python path; install the environment package "
             f"(`uv pip install -e environments/{name}` or `prime env install {env_id}`)"
         ) from exc
     function = getattr(module, "load_environment", None)
     if not callable(function):
-        raise ConfigError(f"verifiers environment {env_id!r}: module {name!r} ({module.__file__}) has no load_environment() function")
+        raise ConfigError(
+            f"verifiers environment {env_id!r}: module {name!r} ({module.__file__}) has no load_environment() function"
+        )
     return function
 
 
@@ -105,7 +110,10 @@ def check_args(env_id: str, args: Mapping[str, Any], python_path: Iterable[str] 
         if name not in accepted:
             close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"key '{key}.{name}': load_environment() of {env_id!r} takes no argument {name!r}{hint}; it takes: {', '.join(accepted) or 'none'}")
+            raise ConfigError(
+                f"key '{key}.{name}': load_environment() of {env_id!r} takes no argument {name!r}{hint}; it takes:"
+                f" {', '.join(accepted) or 'none'}"
+            )
 
 
 def load_env(env_id: str, args: Mapping[str, Any] | None = None, python_path: Iterable[str] = ()) -> Any:
@@ -122,14 +130,25 @@ def load_env(env_id: str, args: Mapping[str, Any] | None = None, python_path: It
     except ConfigError:
         raise
     except Exception as exc:
-        raise ConfigError(f"verifiers environment {env_id!r}: load_environment(**{args!r}) failed: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"verifiers environment {env_id!r}: load_environment(**{args!r}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
     if getattr(env, "oai_tools", None):
-        raise ConfigError(f"verifiers environment {env_id!r} has tools; the adapter serves single-turn environments (SingleTurnEnv) only")
+        raise ConfigError(
+            f"verifiers environment {env_id!r} has tools; the adapter serves single-turn environments (SingleTurnEnv)"
+            " only"
+        )
     max_turns = getattr(env, "max_turns", 1)
     if max_turns not in (None, 1):
-        raise ConfigError(f"verifiers environment {env_id!r} runs {max_turns} turns; the adapter serves single-turn environments (SingleTurnEnv) only")
+        raise ConfigError(
+            f"verifiers environment {env_id!r} runs {max_turns} turns; the adapter serves single-turn environments"
+            " (SingleTurnEnv) only"
+        )
     if not callable(getattr(getattr(env, "rubric", None), "score_rollout", None)):
-        raise ConfigError(f"verifiers environment {env_id!r}: its rubric has no score_rollout(); only the classic load_environment API is supported")
+        raise ConfigError(
+            f"verifiers environment {env_id!r}: its rubric has no score_rollout(); only the classic load_environment"
+            " API is supported"
+        )
     return env
 
 
@@ -139,7 +158,11 @@ def _dataset(env: Any, split: Split) -> Iterable[Mapping[str, Any]]:
     if split == "eval" and evaluation is None and train is None:
         raise ConfigError("the environment has neither dataset nor eval_dataset")
     if split == "eval":
-        return env.get_eval_dataset() if hasattr(env, "get_eval_dataset") else (evaluation if evaluation is not None else train)
+        return (
+            env.get_eval_dataset()
+            if hasattr(env, "get_eval_dataset")
+            else (evaluation if evaluation is not None else train)
+        )
     if train is None:  # an evaluation-only environment (e.g. a benchmark): train on its eval split
         return _dataset(env, "eval")
     return env.get_dataset() if hasattr(env, "get_dataset") else train
@@ -174,13 +197,15 @@ def task_rows(env: Any, split: Split, limit: int | None = None) -> list[dict[str
         if limit is not None and index >= limit:
             break
         example_id = row.get("example_id", row.get("id", index))
-        rows.append({
-            "responses_create_params": {"input": _prompt(row, env)},
-            "answer": "" if row.get("answer") is None else str(row["answer"]),
-            "task": row.get("task") or "default",
-            "info": _info(row.get("info")),
-            "example_id": example_id,
-        })  # fmt: skip
+        rows.append(
+            {
+                "responses_create_params": {"input": _prompt(row, env)},
+                "answer": "" if row.get("answer") is None else str(row["answer"]),
+                "task": row.get("task") or "default",
+                "info": _info(row.get("info")),
+                "example_id": example_id,
+            }
+        )
     return rows
 
 
@@ -196,7 +221,11 @@ def completion_of(response: Mapping[str, Any], message_type: str = "chat") -> li
         raise ConversionError(f"response.output must be a list of items, got {type(output).__name__}")
     messages = input_items_to_messages(output)
     if message_type == "completion":
-        return "".join(m.get("content") or "" for m in messages if m.get("role") == "assistant" and isinstance(m.get("content"), str))
+        return "".join(
+            m.get("content") or ""
+            for m in messages
+            if m.get("role") == "assistant" and isinstance(m.get("content"), str)
+        )
     for message in messages:
         if message.get("role") == "assistant" and message.get("content") is None:
             message["content"] = ""
@@ -214,10 +243,16 @@ async def score(env: Any, row: Mapping[str, Any], response: Mapping[str, Any]) -
     completion = completion_of(response, getattr(env, "message_type", "chat"))
     answer, task, info = row.get("answer", ""), row.get("task") or "default", _info(row.get("info"))
     state = {
-        "prompt": prompt, "completion": completion, "answer": answer, "task": task, "info": info,
-        "example_id": row.get("example_id"), "responses": [response], "turn": 1,
+        "prompt": prompt,
+        "completion": completion,
+        "answer": answer,
+        "task": task,
+        "info": info,
+        "example_id": row.get("example_id"),
+        "responses": [response],
+        "turn": 1,
         "timing": {"generation_ms": 0.0, "scoring_ms": 0.0, "total_ms": 0.0},
-    }  # fmt: skip
+    }
     result = env.rubric.score_rollout(prompt, completion, answer, state, task=task, info=info)
     if inspect.isawaitable(result):
         result = await result

@@ -5,7 +5,7 @@
 read leniently, see `wordle_game.parse_guess`) and answers `{observation, reward, terminated, truncated,
 info}`. `/verify` gives the episode's total reward kept in the session; a session with no game of that word
 (a rollout scored again offline) is scored by replaying the trajectory's assistant messages, one action per
-model turn. Rules and marks: `wordle_game.py`; routes, sessions and replay: `nemo_gym.gymnasium_env`.
+model turn. Rules and marks: `wordle_game.py`; routes, sessions and replay: `nemo_gym.env.gymnasium`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from nemo_gym.gymnasium_env import GymnasiumEnv, StepResult
-from nemo_gym.server import ServerConfig, VerifyRequest, VerifyResult
+from nemo_gym.env.gymnasium import GymnasiumEnv, StepResult
+from nemo_gym.env.resources_server import VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig
 
 from . import wordle_game as game
 
@@ -24,7 +25,9 @@ TargetWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{5}$", to_lower
 
 class WordleConfig(ServerConfig):
     max_guesses: int = Field(6, ge=1, le=50, description="turns in a game (invalid guesses count)")
-    guess_penalty: float = Field(0.0, ge=0.0, le=1.0, description="reward of a solve: max(0, 1 - guess_penalty * (turns - 1))")
+    guess_penalty: float = Field(
+        0.0, ge=0.0, le=1.0, description="reward of a solve: max(0, 1 - guess_penalty * (turns - 1))"
+    )
     dictionary_guesses: bool = Field(True, description="accept only words of data/allowed_words.txt as guesses")
 
 
@@ -39,25 +42,42 @@ class WordleServer(GymnasiumEnv):
     config: WordleConfig
     verify_request_type = WordleVerifyRequest
     reward_range = (0.0, 1.0)
-    reset_description = "Start a game with the secret `target_word` (5 letters; else 422). Returns `{observation, info}`."
+    reset_description = (
+        "Start a game with the secret `target_word` (5 letters; else 422). Returns `{observation, info}`."
+    )
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.allowed = game.load_words("allowed_words.txt") if self.config.dictionary_guesses else None
 
     def new_episode(self, task: Any) -> Any:
-        return game.WordleEpisode(secret=task.target_word, max_guesses=self.config.max_guesses, guess_penalty=self.config.guess_penalty)
+        return game.WordleEpisode(
+            secret=task.target_word, max_guesses=self.config.max_guesses, guess_penalty=self.config.guess_penalty
+        )
 
     def reset_observation(self, episode: Any) -> tuple[str, dict[str, Any]]:
-        observation = f"The secret word has 5 letters. You have {episode.max_guesses} guesses. Reply with your first guess in capital letters."
+        observation = (
+            f"The secret word has 5 letters. You have {episode.max_guesses} guesses. Reply with your first guess in"
+            " capital letters."
+        )
         return observation, {"max_guesses": episode.max_guesses}
 
     def play(self, episode: Any, action: str) -> StepResult:
         """The guess is the reply's last 5-letter word, capitals first (`wordle_game.parse_guess`)."""
         reward, observation = episode.step(action, self.allowed)
-        return StepResult(observation=observation, reward=reward, terminated=episode.terminated, info={"turns": episode.turns, "solved": episode.solved})
+        return StepResult(
+            observation=observation,
+            reward=reward,
+            terminated=episode.terminated,
+            info={"turns": episode.turns, "solved": episode.solved},
+        )
 
     def score(self, episode: Any, finished: bool) -> VerifyResult:
         failure = None if episode.solved else "out_of_guesses" if finished else "episode_unfinished"
-        return VerifyResult(reward=float(episode.total_reward), reward_components={"solved": float(episode.solved)},
-                            turns=episode.turns, solved=episode.solved, failure_reason=failure)
+        return VerifyResult(
+            reward=float(episode.total_reward),
+            reward_components={"solved": float(episode.solved)},
+            turns=episode.turns,
+            solved=episode.solved,
+            failure_reason=failure,
+        )

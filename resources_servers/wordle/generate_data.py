@@ -1,7 +1,8 @@
 """Generate Wordle's bundled data, deterministically.
 
     python resources_servers/wordle/generate_data.py               # data/tasks.jsonl + data/example.jsonl (stdlib only)
-    python resources_servers/wordle/generate_data.py --word-lists  # first rebuild the word lists (needs the packages below)
+    python resources_servers/wordle/generate_data.py --word-lists # first rebuild the word lists (needs the packages
+    below)
 
 Word lists (`--word-lists`; `pip install wordfreq==3.1.1 english-words==2.0.2`):
 - `data/target_words.txt`: the 1,000 most frequent English 5-letter words (wordfreq's `top_n_list("en")`) that are
@@ -26,10 +27,54 @@ NUM_TARGETS = 1000
 NUM_TASKS = 100
 SEED = 20250301
 BLOCKLIST = {  # slurs, vulgar or charged words, contractions without apostrophes, brands
-    "penis", "negro", "nigga", "bitch", "whore", "pussy", "dildo", "horny", "sperm", "porno", "boobs", "titty",
-    "moron", "faggy", "singh", "pedro", "chang", "blair", "chile", "allah", "jesus", "kinky", "booty", "semen",
-    "crack", "vodka", "weedy", "tramp", "wench", "idiot", "dummy", "loser", "dumbo", "nazis", "islam", "bible",
-    "satan", "demon", "rapes", "raped", "inter", "queer", "lynch", "slave", "didnt", "wasnt", "covid", "yahoo",
+    "penis",
+    "negro",
+    "nigga",
+    "bitch",
+    "whore",
+    "pussy",
+    "dildo",
+    "horny",
+    "sperm",
+    "porno",
+    "boobs",
+    "titty",
+    "moron",
+    "faggy",
+    "singh",
+    "pedro",
+    "chang",
+    "blair",
+    "chile",
+    "allah",
+    "jesus",
+    "kinky",
+    "booty",
+    "semen",
+    "crack",
+    "vodka",
+    "weedy",
+    "tramp",
+    "wench",
+    "idiot",
+    "dummy",
+    "loser",
+    "dumbo",
+    "nazis",
+    "islam",
+    "bible",
+    "satan",
+    "demon",
+    "rapes",
+    "raped",
+    "inter",
+    "queer",
+    "lynch",
+    "slave",
+    "didnt",
+    "wasnt",
+    "covid",
+    "yahoo",
     "honda",
 }
 # Given names and surnames that web2 also lists as lower-case words (jimmy, kelly, ...): no Wordle answer is one.
@@ -52,7 +97,11 @@ def build_word_lists() -> tuple[list[str], list[str]]:
     from english_words import get_english_words_set
     from wordfreq import top_n_list
 
-    web2 = {w for w in get_english_words_set(["web2"], lower=False, alpha=True) if len(w) == 5 and w.islower() and w.isascii()}
+    web2 = {
+        w
+        for w in get_english_words_set(["web2"], lower=False, alpha=True)
+        if len(w) == 5 and w.islower() and w.isascii()
+    }
     frequent = [w for w in top_n_list("en", 60000) if len(w) == 5 and w.isascii() and w.isalpha() and w.islower()]
 
     def is_target(word: str) -> bool:
@@ -69,7 +118,11 @@ def task_rows(targets: list[str]) -> list[dict]:
     """One dataset row per drawn target word: the rules as the system prompt, the target as the task field."""
     words = random.Random(SEED).sample(targets, NUM_TASKS)
     return [
-        {"responses_create_params": {"input": [{"role": "system", "content": RULES}]}, "target_word": word, "task_id": f"wordle-{i:03d}"}
+        {
+            "responses_create_params": {"input": [{"role": "system", "content": RULES}]},
+            "target_word": word,
+            "task_id": f"wordle-{i:03d}",
+        }
         for i, word in enumerate(words)
     ]
 
@@ -80,7 +133,9 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--word-lists", action="store_true", help="rebuild data/target_words.txt and data/allowed_words.txt first")
+    parser.add_argument(
+        "--word-lists", action="store_true", help="rebuild data/target_words.txt and data/allowed_words.txt first"
+    )
     args = parser.parse_args()
     if args.word_lists:
         targets, allowed = build_word_lists()

@@ -15,8 +15,10 @@ from typing import Any, get_type_hints
 from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
-from nemo_gym.trajectory import Trajectory
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.env.trajectory import Trajectory
+from nemo_gym.serving.server import Session
 
 from . import workplace
 
@@ -36,7 +38,9 @@ class WorkplaceSeed(WorkplaceStart, SeedRequest):
 class WorkplaceVerifyRequest(WorkplaceStart, VerifyRequest):
     """`/verify` body: the row plus the rollout's `response`."""
 
-    expected_state: workplace.WorkplaceState = Field(description="the calendar and inventory the task asks for (ids ignored)")
+    expected_state: workplace.WorkplaceState = Field(
+        description="the calendar and inventory the task asks for (ids ignored)"
+    )
 
 
 def apply(state: dict[str, Any] | None, operation: str, **arguments: Any) -> dict[str, Any]:
@@ -97,20 +101,39 @@ class WorkplaceToolsServer(ResourcesServer):
         return {}
 
     @tool
-    async def create_event(self, title: str, date: str, start: str, duration_minutes: int, session: Session) -> dict[str, Any]:
-        """Create a calendar event. date: YYYY-MM-DD; start: HH:MM (24 h); duration_minutes: 1-720. Returns the event with its new event_id."""
-        return apply(session.get(STATE), "create_event", title=title, date=date, start=start, duration_minutes=duration_minutes)
+    async def create_event(
+        self, title: str, date: str, start: str, duration_minutes: int, session: Session
+    ) -> dict[str, Any]:
+        """Create a calendar event. date: YYYY-MM-DD; start: HH:MM (24 h); duration_minutes: 1-720. Returns the event with its new event_id."""  # noqa: E501
+        return apply(
+            session.get(STATE), "create_event", title=title, date=date, start=start, duration_minutes=duration_minutes
+        )
 
     @tool
     async def list_events(self, session: Session, date: str | None = None) -> dict[str, Any]:
-        """List calendar events (event_id, title, date, start, duration_minutes), all or only those on date (YYYY-MM-DD)."""
+        """List calendar events (event_id, title, date, start, duration_minutes), all or only those on date (YYYY-MM-DD)."""  # noqa: E501
         return apply(session.get(STATE), "list_events", date=date)
 
     @tool
-    async def update_event(self, event_id: str, session: Session, title: str | None = None, date: str | None = None,
-                           start: str | None = None, duration_minutes: int | None = None) -> dict[str, Any]:
-        """Change an event's title, date (YYYY-MM-DD), start (HH:MM) or duration_minutes; fields left null stay. Returns the event."""
-        return apply(session.get(STATE), "update_event", event_id=event_id, title=title, date=date, start=start, duration_minutes=duration_minutes)
+    async def update_event(
+        self,
+        event_id: str,
+        session: Session,
+        title: str | None = None,
+        date: str | None = None,
+        start: str | None = None,
+        duration_minutes: int | None = None,
+    ) -> dict[str, Any]:
+        """Change an event's title, date (YYYY-MM-DD), start (HH:MM) or duration_minutes; fields left null stay. Returns the event."""  # noqa: E501
+        return apply(
+            session.get(STATE),
+            "update_event",
+            event_id=event_id,
+            title=title,
+            date=date,
+            start=start,
+            duration_minutes=duration_minutes,
+        )
 
     @tool
     async def delete_event(self, event_id: str, session: Session) -> dict[str, Any]:
@@ -151,6 +174,13 @@ class WorkplaceToolsServer(ResourcesServer):
         events, items = workplace.canonical(state)
         expected_events, expected_items = workplace.canonical(request.expected_state)
         exact = events == expected_events and items == expected_items
-        components = {"calendar": workplace.overlap(expected_events, events), "inventory": workplace.overlap(expected_items, items)}
-        return VerifyResult(reward=float(exact), reward_components=components, replayed=replayed,
-                            failure_reason=None if exact else "final_state_differs")
+        components = {
+            "calendar": workplace.overlap(expected_events, events),
+            "inventory": workplace.overlap(expected_items, items),
+        }
+        return VerifyResult(
+            reward=float(exact),
+            reward_components=components,
+            replayed=replayed,
+            failure_reason=None if exact else "final_state_differs",
+        )

@@ -1,4 +1,5 @@
-"""Generate workplace_tools' bundled tasks, deterministically: `python resources_servers/workplace_tools/generate_data.py`.
+"""Generate workplace_tools' bundled tasks, deterministically: `python
+resources_servers/workplace_tools/generate_data.py`.
 
 Each task: a random office week (4-6 calendar events, 4-6 inventory items) drawn with `random.Random(SEED + i)`,
 and one or two requests written in plain words (schedule, move, shorten or cancel a meeting; add a product,
@@ -15,19 +16,52 @@ import datetime
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FOLDER = Path(__file__).resolve().parent
 REPO = FOLDER.parents[1]
 NUM_TASKS = 60
 SEED = 7000
 MONDAY = datetime.date(2025, 3, 10)
-TITLES = ["Team sync", "Budget review", "Vendor call", "Design critique", "1:1 with Priya", "Hiring panel", "Sprint planning",
-          "Customer demo", "Security training", "Offsite prep", "Quarterly report", "Lunch and learn", "Board prep", "Retro"]
-NEW_TITLES = ["Product roadmap", "Interview: backend role", "Fire drill briefing", "Partner workshop", "Tax filing check-in"]
-PRODUCTS = ["printer paper (ream)", "USB-C cable", "whiteboard marker", "stapler", "coffee beans (kg)", "notebook", "HDMI adapter",
-            "desk lamp", "toner cartridge", "sticky notes (pack)", "AA battery", "ethernet cable"]
+TITLES = [
+    "Team sync",
+    "Budget review",
+    "Vendor call",
+    "Design critique",
+    "1:1 with Priya",
+    "Hiring panel",
+    "Sprint planning",
+    "Customer demo",
+    "Security training",
+    "Offsite prep",
+    "Quarterly report",
+    "Lunch and learn",
+    "Board prep",
+    "Retro",
+]
+NEW_TITLES = [
+    "Product roadmap",
+    "Interview: backend role",
+    "Fire drill briefing",
+    "Partner workshop",
+    "Tax filing check-in",
+]
+PRODUCTS = [
+    "printer paper (ream)",
+    "USB-C cable",
+    "whiteboard marker",
+    "stapler",
+    "coffee beans (kg)",
+    "notebook",
+    "HDMI adapter",
+    "desk lamp",
+    "toner cartridge",
+    "sticky notes (pack)",
+    "AA battery",
+    "ethernet cable",
+]
 NEW_PRODUCTS = ["laptop stand", "webcam", "ergonomic mouse", "monitor arm", "label maker"]
 STARTS = ["09:00", "09:30", "10:00", "11:00", "13:00", "14:00", "14:30", "15:00", "16:00"]
 DURATIONS = [15, 30, 45, 60, 90]
@@ -38,10 +72,12 @@ SYSTEM = (
 )
 
 sys.path.insert(0, str(REPO))
-from nemo_gym.module_loading import script_package  # noqa: E402
-from nemo_gym.serve import load_server_class  # noqa: E402
+from nemo_gym.serving.entrypoint import load_server_class  # noqa: E402
+from nemo_gym.serving.module_loading import script_package  # noqa: E402
 
-if not __package__:  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
+if (
+    not __package__
+):  # run as a script (`python generate_data.py`): its relative imports resolve in this folder's package (PEP 366)
     __package__ = script_package(__file__)
 
 from . import workplace  # noqa: E402  # the module object app.py uses
@@ -54,15 +90,24 @@ def day_name(date: str) -> str:
 def random_week(rng: random.Random) -> dict[str, Any]:
     """An `initial_state`: events with distinct titles on the week's days, items with distinct names."""
     events = [
-        {"event_id": f"E{101 + n}", "title": title, "date": (MONDAY + datetime.timedelta(days=rng.randrange(5))).isoformat(),
-         "start": rng.choice(STARTS), "duration_minutes": rng.choice(DURATIONS)}
+        {
+            "event_id": f"E{101 + n}",
+            "title": title,
+            "date": (MONDAY + datetime.timedelta(days=rng.randrange(5))).isoformat(),
+            "start": rng.choice(STARTS),
+            "duration_minutes": rng.choice(DURATIONS),
+        }
         for n, title in enumerate(rng.sample(TITLES, rng.randint(4, 6)))
     ]
-    items = [{"item_id": f"I{101 + n}", "name": name, "quantity": rng.randint(2, 60)} for n, name in enumerate(rng.sample(PRODUCTS, rng.randint(4, 6)))]
+    items = [
+        {"item_id": f"I{101 + n}", "name": name, "quantity": rng.randint(2, 60)}
+        for n, name in enumerate(rng.sample(PRODUCTS, rng.randint(4, 6)))
+    ]
     return {"events": events, "items": items}
 
 
-# Each request picks its target from the state, changes the state with the server's operations, and says in words what to do.
+# Each request picks its target from the state, changes the state with the server's operations, and says in words what
+# to do.
 def schedule(rng: random.Random, state: dict[str, Any]) -> str:
     title, date = rng.choice(NEW_TITLES), (MONDAY + datetime.timedelta(days=rng.randrange(1, 5))).isoformat()
     start, duration = rng.choice(STARTS), rng.choice(DURATIONS)
@@ -79,7 +124,12 @@ def move(rng: random.Random, state: dict[str, Any]) -> str:
 
 def shift_day(rng: random.Random, state: dict[str, Any]) -> str:
     event = rng.choice(list(state["events"].values()))
-    date = (MONDAY + datetime.timedelta(days=rng.choice([d for d in range(5) if (MONDAY + datetime.timedelta(days=d)).isoformat() != event["date"]]))).isoformat()
+    date = (
+        MONDAY
+        + datetime.timedelta(
+            days=rng.choice([d for d in range(5) if (MONDAY + datetime.timedelta(days=d)).isoformat() != event["date"]])
+        )
+    ).isoformat()
     old = event["date"]
     workplace.update_event(state, event["event_id"], date=date)
     return f"Push '{event['title']}' from {day_name(old)} to {day_name(date)}, same time."
@@ -145,7 +195,10 @@ def task_row(index: int, tools: list[dict[str, Any]]) -> dict[str, Any]:
     kinds = [rng.choice(CALENDAR + INVENTORY)] if index % 2 == 0 else [rng.choice(CALENDAR), rng.choice(INVENTORY)]
     requests = [kind(rng, state) for kind in kinds]
     return {
-        "responses_create_params": {"input": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": " ".join(requests)}], "tools": tools},
+        "responses_create_params": {
+            "input": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": " ".join(requests)}],
+            "tools": tools,
+        },
         "initial_state": initial,
         "expected_state": as_row_state(state),
         "task_id": f"workplace-{index:03d}",

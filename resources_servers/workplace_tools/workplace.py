@@ -111,15 +111,24 @@ def load(state: WorkplaceState) -> dict[str, Any]:
             next_event += 1
         if event.event_id in events:
             raise ToolError(f"repeated event_id {event.event_id}")
-        events[event.event_id] = {"event_id": event.event_id, "title": check_text(event.title, "title"), "date": check_date(event.date),
-                                  "start": check_start(event.start), "duration_minutes": check_duration(event.duration_minutes)}
+        events[event.event_id] = {
+            "event_id": event.event_id,
+            "title": check_text(event.title, "title"),
+            "date": check_date(event.date),
+            "start": check_start(event.start),
+            "duration_minutes": check_duration(event.duration_minutes),
+        }
     for item in state.items:
         if not item.item_id:
             item = item.model_copy(update={"item_id": f"I{next_item}"})
             next_item += 1
         if item.item_id in items:
             raise ToolError(f"repeated item_id {item.item_id}")
-        items[item.item_id] = {"item_id": item.item_id, "name": check_text(item.name, "name"), "quantity": check_quantity(item.quantity)}
+        items[item.item_id] = {
+            "item_id": item.item_id,
+            "name": check_text(item.name, "name"),
+            "quantity": check_quantity(item.quantity),
+        }
     return {"events": events, "items": items, "next_event": next_event, "next_item": next_item}
 
 
@@ -150,8 +159,13 @@ def _event(state: dict[str, Any], event_id: str) -> dict[str, Any]:
 
 
 def create_event(state: dict[str, Any], title: str, date: str, start: str, duration_minutes: int) -> dict[str, Any]:
-    event = {"event_id": f"E{state['next_event']}", "title": check_text(title, "title"), "date": check_date(date),
-             "start": check_start(start), "duration_minutes": check_duration(duration_minutes)}
+    event = {
+        "event_id": f"E{state['next_event']}",
+        "title": check_text(title, "title"),
+        "date": check_date(date),
+        "start": check_start(start),
+        "duration_minutes": check_duration(duration_minutes),
+    }
     state["events"][event["event_id"]] = event
     state["next_event"] += 1
     return dict(event)
@@ -159,12 +173,21 @@ def create_event(state: dict[str, Any], title: str, date: str, start: str, durat
 
 def list_events(state: dict[str, Any], date: str | None = None) -> dict[str, Any]:
     day = check_date(date) if date else None
-    events = sorted((e for e in state["events"].values() if day is None or e["date"] == day), key=lambda e: (e["date"], e["start"], e["event_id"]))
+    events = sorted(
+        (e for e in state["events"].values() if day is None or e["date"] == day),
+        key=lambda e: (e["date"], e["start"], e["event_id"]),
+    )
     return {"events": [dict(e) for e in events]}
 
 
-def update_event(state: dict[str, Any], event_id: str, title: str | None = None, date: str | None = None,
-                 start: str | None = None, duration_minutes: int | None = None) -> dict[str, Any]:
+def update_event(
+    state: dict[str, Any],
+    event_id: str,
+    title: str | None = None,
+    date: str | None = None,
+    start: str | None = None,
+    duration_minutes: int | None = None,
+) -> dict[str, Any]:
     event = _event(state, event_id)
     changes = {
         "title": None if title is None else check_text(title, "title"),
@@ -200,7 +223,9 @@ def add_item(state: dict[str, Any], name: str, quantity: int) -> dict[str, Any]:
 
 
 def list_items(state: dict[str, Any]) -> dict[str, Any]:
-    return {"items": [dict(i) for i in sorted(state["items"].values(), key=lambda i: (_number(i["item_id"]), i["item_id"]))]}
+    return {
+        "items": [dict(i) for i in sorted(state["items"].values(), key=lambda i: (_number(i["item_id"]), i["item_id"]))]
+    }
 
 
 def update_quantity(state: dict[str, Any], item_id: str, quantity: int) -> dict[str, Any]:
@@ -214,4 +239,7 @@ def remove_item(state: dict[str, Any], item_id: str) -> dict[str, Any]:
     return {"removed": state["items"].pop(item_id)}
 
 
-OPERATIONS = {f.__name__: f for f in (create_event, list_events, update_event, delete_event, add_item, list_items, update_quantity, remove_item)}
+OPERATIONS = {
+    f.__name__: f
+    for f in (create_event, list_events, update_event, delete_event, add_item, list_items, update_quantity, remove_item)
+}

@@ -23,9 +23,10 @@ import httpx
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from nemo_gym.agent_steps import ModelCalls, StopReason, initial_input
-from nemo_gym.gymnasium_env import message_text
-from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
+from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
+from nemo_gym.env.gymnasium import message_text
+from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
 
 class GymnasiumAgentConfig(ServerConfig):
@@ -43,7 +44,11 @@ def observation_message(text: Any) -> dict[str, Any]:
 
 def reply_text(output: list[dict[str, Any]]) -> str:
     """The text of the assistant messages of one model answer, joined (the action)."""
-    return "".join(message_text(item) for item in output if item.get("type") == "message" and item.get("role", "assistant") == "assistant")
+    return "".join(
+        message_text(item)
+        for item in output
+        if item.get("type") == "message" and item.get("role", "assistant") == "assistant"
+    )
 
 
 class AggregateMetricsRequest(BaseModel):
@@ -63,7 +68,9 @@ class GymnasiumAgent(AgentServer):
         await self.client.post(env, "/seed_session", row, session_id=session_id, cookies=cookies)
         try:
             response, stop_reason = await self.episode(row, session_id, cookies)
-            verified = await self.client.post(env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies)
+            verified = await self.client.post(
+                env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
+            )
         finally:
             try:
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
@@ -79,13 +86,26 @@ class GymnasiumAgent(AgentServer):
         tools = await self.client.get(self.config.resources_server.name, "/tools", timeout_s=self.config.env_timeout_s)
         reset = next((t for t in tools if t.get("name") == "reset"), None)
         if reset is None:
-            raise HTTPException(422, f"{self.config.resources_server.name} has no reset tool: not a Gymnasium-style environment")
+            raise HTTPException(
+                422, f"{self.config.resources_server.name} has no reset tool: not a Gymnasium-style environment"
+            )
         return list((reset.get("parameters") or {}).get("properties") or {})
 
-    async def env_call(self, path: str, body: dict[str, Any], session_id: str, cookies: httpx.Cookies) -> dict[str, Any]:
-        return await self.client.post(self.config.resources_server.name, path, body, session_id=session_id, cookies=cookies, timeout_s=self.config.env_timeout_s)
+    async def env_call(
+        self, path: str, body: dict[str, Any], session_id: str, cookies: httpx.Cookies
+    ) -> dict[str, Any]:
+        return await self.client.post(
+            self.config.resources_server.name,
+            path,
+            body,
+            session_id=session_id,
+            cookies=cookies,
+            timeout_s=self.config.env_timeout_s,
+        )
 
-    async def episode(self, row: dict[str, Any], session_id: str, cookies: httpx.Cookies) -> tuple[dict[str, Any], StopReason]:
+    async def episode(
+        self, row: dict[str, Any], session_id: str, cookies: httpx.Cookies
+    ) -> tuple[dict[str, Any], StopReason]:
         """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
         params = row["responses_create_params"]
         initial = initial_input(params)

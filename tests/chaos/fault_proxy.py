@@ -11,8 +11,9 @@ Keep-alive connections are served request after request, as the pooled clients o
 
 A refused connection comes before any byte of the request, so no server can refuse one request and not
 another: the choice has to be made where the request starts. Clients that take `proxy.middleware()` (in the
-`middlewares` of `nemo_gym.client.ServerClient`, an aiohttp client middleware) have each request to the proxy
-decided there, before it connects: "refused" sends it to a port that is bound but never listened on, so the kernel answers the SYN with
+`middlewares` of `nemo_gym.serving.client.ServerClient`, an aiohttp client middleware) have each request to the proxy
+decided there, before it connects: "refused" sends it to a port that is bound but never listened on, so the kernel
+answers the SYN with
 an RST and the client's connect fails with a real ECONNREFUSED (counted in `refused_connects`); any other
 decision travels to the proxy in the `x-injected-fault` header (removed before forwarding), so each attempt
 is decided once. Requests that arrive without the header are decided by the proxy itself.
@@ -63,7 +64,7 @@ class FaultProxy:
         self._refusing.bind(("127.0.0.1", 0))
         self.refusing_port: int = self._refusing.getsockname()[1]
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
@@ -83,7 +84,9 @@ class FaultProxy:
         """An aiohttp client middleware for a client of the proxy (`ServerClient(middlewares=[...])`): its
         requests to the proxy are decided before they connect (see the module docstring); others pass untouched."""
 
-        async def decide_before_connect(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+        async def decide_before_connect(
+            request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+        ) -> aiohttp.ClientResponse:
             if f"http://{request.url.host}:{request.url.port}" != self.url:
                 return await handler(request)
             headers = {k.lower(): v for k, v in request.headers.items()}
@@ -124,7 +127,10 @@ class FaultProxy:
             while (request := await _read_request(conn, reader)) is not None:
                 decided = request.headers.get(FAULT_HEADER)
                 fault = (decided or None) if decided is not None else self.decide(request)
-                if fault in ("reset", "refused"):  # "refused" here: a client without `middleware()`; reset is the nearest
+                if fault in (
+                    "reset",
+                    "refused",
+                ):  # "refused" here: a client without `middleware()`; reset is the nearest
                     return _reset(writer)
                 if fault == "blackhole":
                     await self._closing.wait()
@@ -133,11 +139,22 @@ class FaultProxy:
                     headers = [("retry-after", "0")] if fault == "429" else []
                     await _answer(conn, writer, int(fault), b'{"detail": "injected fault"}', headers)
                 else:
-                    answer = await self._http.request(request.method, self.upstream_url + request.path, content=request.body,
-                                                      headers={k: v for k, v in request.headers.items() if k.encode() not in HOP_BY_HOP})
+                    answer = await self._http.request(
+                        request.method,
+                        self.upstream_url + request.path,
+                        content=request.body,
+                        headers={k: v for k, v in request.headers.items() if k.encode() not in HOP_BY_HOP},
+                    )
                     headers = [(k, v) for k, v in answer.headers.items() if k.encode() not in HOP_BY_HOP]
                     if fault == "reset_mid_body":
-                        writer.write(conn.send(h11.Response(status_code=answer.status_code, headers=[*headers, ("content-length", str(len(answer.content)))])))
+                        writer.write(
+                            conn.send(
+                                h11.Response(
+                                    status_code=answer.status_code,
+                                    headers=[*headers, ("content-length", str(len(answer.content)))],
+                                )
+                            )
+                        )
                         writer.write(answer.content[: len(answer.content) // 2])
                         await writer.drain()
                         return _reset(writer)
@@ -179,7 +196,9 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> P
             return None
 
 
-async def _answer(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes, headers: list[tuple[str, str]]) -> None:
+async def _answer(
+    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes, headers: list[tuple[str, str]]
+) -> None:
     writer.write(conn.send(h11.Response(status_code=status, headers=[*headers, ("content-length", str(len(body)))])))
     writer.write(conn.send(h11.Data(data=body)))
     writer.write(conn.send(h11.EndOfMessage()))

@@ -1,4 +1,4 @@
-"""Soak (issue 8, item 11): continuous collection at concurrency 256 against the scripted model, through a real
+"""Soak: continuous collection at concurrency 256 against the scripted model, through a real
 `ng_run` (simple_agent + the weather resources server + scripted_model, `tests/configs/weather_scripted.yaml`),
 for `NG_SOAK_SECONDS` seconds (default 1800). Memory (RSS) and open file descriptors of every process of the run
 (ng_run itself and each server, by the PIDs the head server reports) are sampled every `NG_SOAK_SAMPLE_S` seconds
@@ -35,7 +35,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from chaos.chaos_helpers import collect_command, read_rows, side_file
 from ng_process import NgRun
 
@@ -62,7 +61,9 @@ class Samples:
                 self.rows.setdefault(name, []).append((at_s, process.memory_info().rss, process.num_fds()))
 
 
-def sample_until(processes: dict[str, psutil.Process], samples: Samples, stop: threading.Event, every_s: float, started: float) -> None:
+def sample_until(
+    processes: dict[str, psutil.Process], samples: Samples, stop: threading.Event, every_s: float, started: float
+) -> None:
     while not stop.wait(every_s):
         if samples.steady.is_set():
             samples.take(processes, time.monotonic() - started)
@@ -85,7 +86,11 @@ def count_lines(path: Path) -> int:
 def collect(head: str, out: Path, repeats: int, log: Path) -> subprocess.Popen:
     """`ng_collect_rollouts` of `repeats` x the NUM_TASKS rows of ROWS into `out` at CONCURRENCY."""
     with log.open("ab") as handle:
-        return subprocess.Popen(collect_command(out, head, rows=ROWS, repeats=repeats, concurrency=CONCURRENCY), stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            collect_command(out, head, rows=ROWS, repeats=repeats, concurrency=CONCURRENCY),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def test_soak_memory_and_fds_stay_flat(tmp_path):
@@ -96,7 +101,9 @@ def test_soak_memory_and_fds_stay_flat(tmp_path):
     with NgRun("+config_paths=[tests/configs/weather_scripted.yaml]", "+skip_venv=true", timeout_s=240) as run:
         head = run.wait_ready()
         servers = httpx.get(f"{head}/servers", headers=run.headers, timeout=10).json()
-        processes = {"ng_run": psutil.Process(run.process.pid)} | {server["name"]: psutil.Process(server["pid"]) for server in servers}
+        processes = {"ng_run": psutil.Process(run.process.pid)} | {
+            server["name"]: psutil.Process(server["pid"]) for server in servers
+        }
         assert {"weather", "weather_agent", "policy_model"} <= processes.keys(), servers
         samples, stop, collector = Samples(), threading.Event(), None
         started = time.monotonic()
@@ -105,18 +112,24 @@ def test_soak_memory_and_fds_stay_flat(tmp_path):
         try:
             rate_out = tmp_path / "rate.jsonl"
             assert collect(head, rate_out, RATE_REPEATS, log).wait(600) == 0, log.read_text(errors="replace")[-3000:]
-            assert count_lines(rate_out) == NUM_TASKS * RATE_REPEATS and not read_rows(side_file(rate_out, "failures.jsonl"))
+            assert count_lines(rate_out) == NUM_TASKS * RATE_REPEATS and not read_rows(
+                side_file(rate_out, "failures.jsonl")
+            )
             rate_s = time.monotonic() - started
             rate = NUM_TASKS * RATE_REPEATS / rate_s
             out = tmp_path / "soak.jsonl"
             repeats = int(2 * rate * duration_s / NUM_TASKS) + 1  # more than the duration needs: stopped by SIGINT
             collector = collect(head, out, repeats, log)
             while time.monotonic() - started < duration_s:
-                assert collector.poll() is None, f"the collection ended before the soak did:\n{log.read_text(errors='replace')[-3000:]}"
+                assert collector.poll() is None, (
+                    f"the collection ended before the soak did:\n{log.read_text(errors='replace')[-3000:]}"
+                )
                 if time.monotonic() - started >= warm_up_s:
                     samples.steady.set()
                 for name, process in processes.items():
-                    assert process.is_running() and process.status() != psutil.STATUS_ZOMBIE, f"{name} died during the soak"
+                    assert process.is_running() and process.status() != psutil.STATUS_ZOMBIE, (
+                        f"{name} died during the soak"
+                    )
                 time.sleep(1.0)
             samples.steady.clear()
             collector.send_signal(signal.SIGINT)
@@ -135,14 +148,18 @@ def test_soak_memory_and_fds_stay_flat(tmp_path):
             handle.seek(-1, os.SEEK_END)
             assert handle.read() == b"\n", "the last row is torn"
 
-    report = [f"{rollouts} rollouts in one collection of {elapsed_s - rate_s:.0f} s ({rollouts / (elapsed_s - rate_s):.0f}/s) after {NUM_TASKS * RATE_REPEATS} in {rate_s:.0f} s, "
-              f"warm-up {warm_up_s:.0f} s, samples every {every_s:g} s"]  # fmt: skip
+    report = [
+        f"{rollouts} rollouts in one collection of {elapsed_s - rate_s:.0f} s ({rollouts / (elapsed_s - rate_s):.0f}/s)"
+        f" after {NUM_TASKS * RATE_REPEATS} in {rate_s:.0f} s, warm-up {warm_up_s:.0f} s, samples every {every_s:g} s"
+    ]
     problems = []
     for name, rows in samples.rows.items():
         assert len(rows) >= 2 * ENDS, f"{name}: only {len(rows)} samples after the warm-up; raise NG_SOAK_SECONDS"
         rss_growth, fd_growth = growth([row[1] for row in rows]), growth([row[2] for row in rows])
-        report.append(f"{name}: RSS {rows[0][1] / 2**20:.1f} -> {rows[-1][1] / 2**20:.1f} MiB ({rss_growth:+.1%}), "
-                      f"fds {rows[0][2]} -> {rows[-1][2]} ({fd_growth:+.1%}) over {len(rows)} samples")  # fmt: skip
+        report.append(
+            f"{name}: RSS {rows[0][1] / 2**20:.1f} -> {rows[-1][1] / 2**20:.1f} MiB ({rss_growth:+.1%}), "
+            f"fds {rows[0][2]} -> {rows[-1][2]} ({fd_growth:+.1%}) over {len(rows)} samples"
+        )
         if rss_growth >= 0.10 or fd_growth >= 0.10:
             problems.append(name)
     print("\n".join(report))

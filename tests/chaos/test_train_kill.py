@@ -1,4 +1,4 @@
-"""Trainer resume is exact after a SIGKILL anywhere (issue 8, item 4).
+"""Trainer resume is exact after a SIGKILL anywhere.
 
 `ng_train` runs as a real subprocess (its own session, so SIGKILL takes its whole process group) on the tiny
 random-weight model, attached to a real `ng_run` of the weather environment whose policy is a deterministic
@@ -36,21 +36,27 @@ from typing import Any
 
 import pytest
 import yaml
-
 from live_servers import serve
 from ng_process import BIN, REPO, NgRun, clean_env
-from nemo_gym.serve import load_server_class
+
+from nemo_gym.serving.entrypoint import load_server_class
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from nemo_gym.train.safe_checkpoint import safe_torch_load  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+from nemo_gym.train.safe_checkpoint import safe_torch_load  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.slow]
 
 DATA = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"
-PROMPT_IDS, TOOL_CALL_IDS, TOOL_OUTPUT_IDS, REPLY_IDS = [1, 2, 3], [20, 21], [40], [30, 31]  # below the tiny model's 512
+PROMPT_IDS, TOOL_CALL_IDS, TOOL_OUTPUT_IDS, REPLY_IDS = (
+    [1, 2, 3],
+    [20, 21],
+    [40],
+    [30, 31],
+)  # below the tiny model's 512
 NUM_STEPS = 5
 CALLS_PER_STEP = 6  # 2 tasks x 2 rollouts; the rollout that calls the tool makes 2 model calls, the other 1
 RANDOM_SEED = int(os.environ.get("NG_KILL_SEED", "8"))
@@ -82,7 +88,10 @@ class KillablePolicy:
                         threading.Timer(policy.kill_after_s, policy.kill, args=(policy.pgid,)).start()
                     else:
                         policy.kill(policy.pgid)
-                followup = any(isinstance(item, dict) and item.get("type") == "function_call_output" for item in body.get("input") or [])
+                followup = any(
+                    isinstance(item, dict) and item.get("type") == "function_call_output"
+                    for item in body.get("input") or []
+                )
                 if not followup:
                     policy.first_turns += 1
                     if policy.first_turns % 2 == 0:
@@ -90,7 +99,11 @@ class KillablePolicy:
                 answer = await super().responses(body)
                 generation = TOOL_CALL_IDS if answer["output"][-1]["type"] == "function_call" else REPLY_IDS
                 prompt = PROMPT_IDS + TOOL_CALL_IDS + TOOL_OUTPUT_IDS if followup else PROMPT_IDS
-                answer["output"][-1].update(prompt_token_ids=prompt, generation_token_ids=generation, generation_log_probs=[-6.0] * len(generation))
+                answer["output"][-1].update(
+                    prompt_token_ids=prompt,
+                    generation_token_ids=generation,
+                    generation_log_probs=[-6.0] * len(generation),
+                )
                 return answer
 
         self.app = Policy({"default_reply": "It is cold in San Francisco."}).build_app()
@@ -111,12 +124,28 @@ class KillablePolicy:
 def write_config(path: Path, policy_url: str) -> Path:
     config = {
         "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
-        "weather_agent": {"responses_api_agents": {"simple_agent": {
-            "entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": "weather"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}, "max_steps": 4}}},
-        "policy_model": {"responses_api_models": {"openai_model": {
-            "entrypoint": "app.py", "openai_base_url": f"{policy_url}/v1", "openai_api_key": "unused", "openai_model": "scripted", "max_retries": 0}}},
-    }  # fmt: skip
+        "weather_agent": {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "resources_server": {"type": "resources_servers", "name": "weather"},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    "max_steps": 4,
+                }
+            }
+        },
+        "policy_model": {
+            "responses_api_models": {
+                "openai_model": {
+                    "entrypoint": "app.py",
+                    "openai_base_url": f"{policy_url}/v1",
+                    "openai_api_key": "unused",
+                    "openai_model": "scripted",
+                    "max_retries": 0,
+                }
+            }
+        },
+    }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -127,19 +156,41 @@ class Trainer:
     def __init__(self, config: Path, head_url: str, model: Path, out: Path, policy: KillablePolicy):
         self.out, self.policy, self.launches = out, policy, 0
         self.argv = [
-            str(BIN / "ng_train"), f"+config_paths=[{config}]", "+skip_venv=true", f"+trainer.head_server_url={head_url}",
-            f"+trainer.input_jsonl_fpath={DATA}", "+trainer.agent_name=weather_agent", f"+trainer.output_dir={out}",
-            f"+trainer.num_steps={NUM_STEPS}", "+trainer.batch_size=2", "+trainer.group_size=2", "+trainer.num_samples_in_parallel=1",
-            f"+trainer.engine.model_path={model}", "+trainer.engine.micro_batch_size=2", "+trainer.engine.learning_rate=0.01",
-            "+trainer.checkpoint_interval=1", "+trainer.sync_weights=false", "+trainer.logging.console=false", "+trainer.logging.tensorboard=false",
-        ]  # fmt: skip
+            str(BIN / "ng_train"),
+            f"+config_paths=[{config}]",
+            "+skip_venv=true",
+            f"+trainer.head_server_url={head_url}",
+            f"+trainer.input_jsonl_fpath={DATA}",
+            "+trainer.agent_name=weather_agent",
+            f"+trainer.output_dir={out}",
+            f"+trainer.num_steps={NUM_STEPS}",
+            "+trainer.batch_size=2",
+            "+trainer.group_size=2",
+            "+trainer.num_samples_in_parallel=1",
+            f"+trainer.engine.model_path={model}",
+            "+trainer.engine.micro_batch_size=2",
+            "+trainer.engine.learning_rate=0.01",
+            "+trainer.checkpoint_interval=1",
+            "+trainer.sync_weights=false",
+            "+trainer.logging.console=false",
+            "+trainer.logging.tensorboard=false",
+        ]
 
-    def start(self, *, resume: bool, crash_at: str | None = None, kill_on_call: int | None = None, kill_after_s: float = 0.0) -> tuple[subprocess.Popen, Path]:
+    def start(
+        self, *, resume: bool, crash_at: str | None = None, kill_on_call: int | None = None, kill_after_s: float = 0.0
+    ) -> tuple[subprocess.Popen, Path]:
         self.launches += 1
         log = self.out.parent / f"{self.out.name}_launch{self.launches}.log"
         env = clean_env() | ({"NEMO_GYM_CRASH_AT": crash_at} if crash_at else {})
         with log.open("wb") as handle:
-            process = subprocess.Popen([*self.argv, f"+trainer.resume={str(resume).lower()}"], cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                [*self.argv, f"+trainer.resume={str(resume).lower()}"],
+                cwd=REPO,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.policy.restart(process.pid, kill_on_call, kill_after_s)
         return process, log
 
@@ -167,7 +218,9 @@ def latest(out: Path) -> str:
 
 def assert_complete(out: Path, tag: str) -> None:
     folder = out / "checkpoints" / tag
-    assert (folder / "trainer_state.json").is_file() and (folder / "rng_state.pt").is_file(), sorted(p.name for p in folder.iterdir())
+    assert (folder / "trainer_state.json").is_file() and (folder / "rng_state.pt").is_file(), sorted(
+        p.name for p in folder.iterdir()
+    )
     assert (folder / "mp_rank_00_model_states.pt").is_file()
 
 
@@ -176,7 +229,9 @@ def assert_same(a: Any, b: Any, where: str) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
     elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: keys {sorted(map(str, a))} != {sorted(map(str, b))}"
+        assert isinstance(b, dict) and a.keys() == b.keys(), (
+            f"{where}: keys {sorted(map(str, a))} != {sorted(map(str, b))}"
+        )
         for key in a:
             assert_same(a[key], b[key], f"{where}[{key!r}]")
     elif isinstance(a, (list, tuple)):
@@ -194,7 +249,9 @@ def assert_checkpoints_equal(reference: Path, resumed: Path) -> None:
     for step in range(1, NUM_STEPS + 1):
         tag = f"step_{step:06d}"
         ref, got = reference / "checkpoints" / tag, resumed / "checkpoints" / tag
-        files = sorted(p.name for p in ref.iterdir() if not p.name.startswith("."))  # not the temporary files of a killed write
+        files = sorted(
+            p.name for p in ref.iterdir() if not p.name.startswith(".")
+        )  # not the temporary files of a killed write
         assert files == sorted(p.name for p in got.iterdir() if not p.name.startswith(".")), tag
         for name in files:
             if name.endswith(".pt"):
@@ -203,7 +260,9 @@ def assert_checkpoints_equal(reference: Path, resumed: Path) -> None:
                 assert json.loads((ref / name).read_text()) == json.loads((got / name).read_text()), f"{tag}/{name}"
         states = safe_torch_load(str(got / "mp_rank_00_model_states.pt"))
         moments = states["optimizer"]["state"]
-        assert moments and all(torch.count_nonzero(m["exp_avg"]) for m in moments.values()), f"{tag}: AdamW moments were compared, and are not all zero"
+        assert moments and all(torch.count_nonzero(m["exp_avg"]) for m in moments.values()), (
+            f"{tag}: AdamW moments were compared, and are not all zero"
+        )
 
 
 def step_rows(out: Path) -> dict[int, dict]:
@@ -212,7 +271,9 @@ def step_rows(out: Path) -> dict[int, dict]:
     rows = {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        rows[row["step"]] = {k: v for k, v in row.items() if k not in ("time", "tokens_per_s") and not k.startswith("time_")}
+        rows[row["step"]] = {
+            k: v for k, v in row.items() if k not in ("time", "tokens_per_s") and not k.startswith("time_")
+        }
     return rows
 
 
@@ -220,7 +281,10 @@ def test_trainer_killed_anywhere_resumes_exactly(tmp_path):
     model = make_tiny_model(tmp_path / "tiny", seed=5)
     policy = KillablePolicy()
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    with serve(policy.app) as policy_url, NgRun(f"+config_paths=[{write_config(tmp_path / 'config.yaml', policy_url)}]", "+skip_venv=true") as run:
+    with (
+        serve(policy.app) as policy_url,
+        NgRun(f"+config_paths=[{write_config(tmp_path / 'config.yaml', policy_url)}]", "+skip_venv=true") as run,
+    ):
         head, config = run.wait_ready(), tmp_path / "config.yaml"
         whole = Trainer(config, head, model, reference, policy)
         returncode, text = whole.run(resume=False)
@@ -242,18 +306,25 @@ def test_trainer_killed_anywhere_resumes_exactly(tmp_path):
             before = latest(killed)
             returncode, text = chain.run(resume=True, crash_at=crash_at)
             assert returncode == -signal.SIGKILL and f"NEMO_GYM_CRASH_AT={crash_at}: SIGKILL now" in text, text[-4000:]
-            assert f"resumed from {killed / 'checkpoints' / before} at step {int(before[5:])}" in text, text[-4000:]  # the torn folder before was skipped
+            assert f"resumed from {killed / 'checkpoints' / before} at step {int(before[5:])}" in text, text[
+                -4000:
+            ]  # the torn folder before was skipped
             assert latest(killed) == expected_latest, crash_at
             assert_complete(killed, expected_latest)
             if torn:
-                assert (killed / "checkpoints" / torn).is_dir() and not (killed / "checkpoints" / torn / "rng_state.pt").exists(), crash_at
+                assert (killed / "checkpoints" / torn).is_dir() and not (
+                    killed / "checkpoints" / torn / "rng_state.pt"
+                ).exists(), crash_at
 
         rng = random.Random(RANDOM_SEED)
         for trial in range(2):  # at a random point of the remaining work: a random model call, then a random delay
             remaining_calls = CALLS_PER_STEP * (NUM_STEPS - int(latest(killed)[5:]))
             call, delay_s = rng.randint(1, remaining_calls), rng.uniform(0.0, 0.5)
             returncode, text = chain.run(resume=True, kill_on_call=call, kill_after_s=delay_s)
-            where = f"random kill {trial} (NG_KILL_SEED={RANDOM_SEED}: {delay_s:.2f} s after model call {call} of {remaining_calls})"
+            where = (
+                f"random kill {trial} (NG_KILL_SEED={RANDOM_SEED}: {delay_s:.2f} s after model call {call} of"
+                f" {remaining_calls})"
+            )
             assert returncode in (0, -signal.SIGKILL), f"{where}: {text[-4000:]}"
             assert_complete(killed, latest(killed))
             print(f"{where}: exit {returncode}, latest checkpoint {latest(killed)}")

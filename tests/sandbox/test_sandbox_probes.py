@@ -26,22 +26,33 @@ from typing import Any
 import psutil
 import pytest
 from fastapi.testclient import TestClient
-
 from live_servers import serve
-from nemo_gym.head import build_head_app
-from nemo_gym.serve import load_server_class
+
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.head import build_head_app
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_DIR = REPO / "resources_servers" / "code_exec"
-LIMITS = {"wall_time_s": 3.0, "test_timeout_s": 1.0, "cpu_time_s": 2, "memory_mb": 256, "max_processes": 16,
-          "max_output_bytes": 64 * 1024, "max_file_size_mb": 1, "max_disk_mb": 4, "max_open_files": 64}
+LIMITS = {
+    "wall_time_s": 3.0,
+    "test_timeout_s": 1.0,
+    "cpu_time_s": 2,
+    "memory_mb": 256,
+    "max_processes": 16,
+    "max_output_bytes": 64 * 1024,
+    "max_file_size_mb": 1,
+    "max_disk_mb": 4,
+    "max_open_files": 64,
+}
 DEADLINE_S = LIMITS["wall_time_s"] + 2.0
 SECRET = "ng-sandbox-canary-" + secrets.token_hex(8)
 SECRET_ENV = "NG_SANDBOX_PROBE_SECRET"
 
 
 def _load_probes():
-    spec = importlib.util.spec_from_file_location("nemo_gym_sandbox_escape_probes", Path(__file__).with_name("escape_probes.py"))
+    spec = importlib.util.spec_from_file_location(
+        "nemo_gym_sandbox_escape_probes", Path(__file__).with_name("escape_probes.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -51,7 +62,10 @@ def _load_probes():
 probes = _load_probes()
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap (scripts/setup.sh)"),
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None,
+        reason="bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap (scripts/setup.sh)",
+    ),
 ]
 
 
@@ -89,13 +103,21 @@ def context(tmp_path_factory):
     canary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     with serve(build_head_app()) as head_url:
         yield {
-            "listener": listener, "unix": unix, "canary": canary,
-            "listener_port": listener.getsockname()[1], "head_port": int(head_url.rsplit(":", 1)[1]),
-            "abstract_name": abstract_name, "canary_pid": canary.pid, "secret_env": SECRET_ENV,
-            "secret_file": str(secret_file), "host_target": str(tmp / "escaped.txt"),
+            "listener": listener,
+            "unix": unix,
+            "canary": canary,
+            "listener_port": listener.getsockname()[1],
+            "head_port": int(head_url.rsplit(":", 1)[1]),
+            "abstract_name": abstract_name,
+            "canary_pid": canary.pid,
+            "secret_env": SECRET_ENV,
+            "secret_file": str(secret_file),
+            "host_target": str(tmp / "escaped.txt"),
             "repo_config": str(SERVER_DIR / "configs" / "code_exec.yaml"),
-            "repo_data": str(SERVER_DIR / "data" / "code_tasks.jsonl"), "server_source": str(SERVER_DIR / "sandbox.py"),
-            "nemo_cache": str(Path.home() / ".cache" / "nemo_gym"), "max_disk_mb": LIMITS["max_disk_mb"],
+            "repo_data": str(SERVER_DIR / "data" / "code_tasks.jsonl"),
+            "server_source": str(SERVER_DIR / "sandbox.py"),
+            "nemo_cache": str(Path.home() / ".cache" / "nemo_gym"),
+            "max_disk_mb": LIMITS["max_disk_mb"],
             "expected_token": "ng-expected-" + secrets.token_hex(16),
         }
     canary.kill()
@@ -106,8 +128,13 @@ def context(tmp_path_factory):
 
 def answer(code: str) -> dict[str, Any]:
     text = f"My solution:\n```python\n{code}\n```"
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test",
-            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    return {
+        "id": "resp",
+        "object": "response",
+        "created_at": 0,
+        "model": "test",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
 
 
 def sandbox_leftovers(server, keep: int) -> list[psutil.Process]:
@@ -145,13 +172,18 @@ def processes_with_marker(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("probe", probes.PROBES, ids=lambda p: p.name)
 def test_probe_is_blocked_or_contained(client, server, context, probe):
     marker = f"ngprobe-{probe.name}-{secrets.token_hex(6)}"
     code = probes.PRELUDE.replace("__MARKER__", marker) + probe.code
     expected = context[probe.expected[1:]] if probe.expected.startswith("$") else probe.expected
-    row = {"responses_create_params": {"input": "escape"}, "entry_point": "escape",
-           "tests": [{"args": [context[key] for key in probe.args], "expected": expected}], "response": answer(code)}
+    row = {
+        "responses_create_params": {"input": "escape"},
+        "entry_point": "escape",
+        "tests": [{"args": [context[key] for key in probe.args], "expected": expected}],
+        "response": answer(code),
+    }
     start = time.monotonic()
     reply = client.post("/verify", json=row)
     elapsed = time.monotonic() - start
@@ -159,7 +191,9 @@ def test_probe_is_blocked_or_contained(client, server, context, probe):
     result = reply.json()
     outcome = result["test_results"][0]
     assert result["reward"] == 0.0, f"{probe.name} escaped: {outcome}"
-    assert result["failure_reason"] in probe.reasons, f"{probe.name}: {result['failure_reason']} not in {set(probe.reasons)}: {outcome}"
+    assert result["failure_reason"] in probe.reasons, (
+        f"{probe.name}: {result['failure_reason']} not in {set(probe.reasons)}: {outcome}"
+    )
     if probe.error:
         assert probe.error in (outcome["error"] or ""), f"{probe.name}: {outcome}"
     assert elapsed <= DEADLINE_S, f"{probe.name} took {elapsed:.1f} s (deadline {DEADLINE_S} s)"
@@ -174,11 +208,33 @@ def test_probe_is_blocked_or_contained(client, server, context, probe):
 
 
 def test_corpus_covers_the_promise():
-    """Issue 8, item 7: at least 40 probes, covering each family it names."""
+    """At least 40 probes, covering each family of probes."""
     names = {p.name for p in probes.PROBES}
     assert len(probes.PROBES) >= 40
-    for needed in ("loopback_listener", "head_server_http", "cloud_metadata", "dns_resolution", "pid1_environ", "parent_environ",
-                   "repo_config_file", "repo_task_data_with_answers", "write_host_path", "kill_parent", "kill_server_pid",
-                   "ptrace_pid1", "mount_tmpfs", "unshare_user_namespace", "fork_bomb", "allocate_10_gib", "infinite_loop",
-                   "stdout_1_gib", "double_forked_daemon", "disk_fill", "many_fds", "etc_shadow", "root_ssh_key", "nemo_gym_cache"):
+    for needed in (
+        "loopback_listener",
+        "head_server_http",
+        "cloud_metadata",
+        "dns_resolution",
+        "pid1_environ",
+        "parent_environ",
+        "repo_config_file",
+        "repo_task_data_with_answers",
+        "write_host_path",
+        "kill_parent",
+        "kill_server_pid",
+        "ptrace_pid1",
+        "mount_tmpfs",
+        "unshare_user_namespace",
+        "fork_bomb",
+        "allocate_10_gib",
+        "infinite_loop",
+        "stdout_1_gib",
+        "double_forked_daemon",
+        "disk_fill",
+        "many_fds",
+        "etc_shadow",
+        "root_ssh_key",
+        "nemo_gym_cache",
+    ):
         assert needed in names

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.module_loading import import_file
+from nemo_gym.serving.module_loading import import_file
 
-seccomp_filter = import_file(Path(__file__).resolve().parents[2] / "resources_servers" / "code_exec" / "seccomp_filter.py")
+seccomp_filter = import_file(
+    Path(__file__).resolve().parents[2] / "resources_servers" / "code_exec" / "seccomp_filter.py"
+)
 HEADERS = {"x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "aarch64": "/usr/include/asm-generic/unistd.h"}
 
 
@@ -18,10 +20,14 @@ def test_syscall_numbers_match_the_kernel_headers(machine):
     header = Path(HEADERS[machine])
     if not header.is_file():
         pytest.skip(f"{header} not installed (linux-libc-dev)")
-    numbers = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", header.read_text())}
+    numbers = {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", header.read_text())
+    }
     table = seccomp_filter.DENIED_SYSCALLS[machine]
     assert {name: numbers.get(name) for name in table} == table
-    assert numbers["clone"] == seccomp_filter.CLONE_SYSCALL[machine] and numbers["clone3"] == seccomp_filter.CLONE3_SYSCALL
+    assert (
+        numbers["clone"] == seccomp_filter.CLONE_SYSCALL[machine] and numbers["clone3"] == seccomp_filter.CLONE3_SYSCALL
+    )
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import episode_response, server_client
+from nemo_gym.env.testing import episode_response, server_client
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,13 @@ def test_settle(player, dealer, outcome):
 
 @pytest.mark.parametrize(
     "text, action",
-    [("I'll hit... no, STAND", "stand"), ("Hit.", "hit"), ("hitting is risky", None), ("standard play", None), ("", None)],
+    [
+        ("I'll hit... no, STAND", "stand"),
+        ("Hit.", "hit"),
+        ("hitting is risky", None),
+        ("standard play", None),
+        ("", None),
+    ],
 )
 def test_parse_action_takes_the_last_whole_word(text, action):
     assert game.parse_action(text) == action
@@ -110,9 +116,16 @@ def client():
 def test_reset_step_verify(client):
     headers = {"X-Session-Id": "s1"}
     first = client.post("/reset", json={"seed": 1000}, headers=headers).json()
-    assert first["observation"].startswith("Your hand: 4 of Spades, 8 of Spades (total 12).\nDealer shows: Ace of Clubs.")
+    assert first["observation"].startswith(
+        "Your hand: 4 of Spades, 8 of Spades (total 12).\nDealer shows: Ace of Clubs."
+    )
     step = client.post("/step", json={"action": "Stand."}, headers=headers).json()
-    assert step["reward"] == 1.0 and step["terminated"] is True and step["truncated"] is False and step["info"]["outcome"] == "win"
+    assert (
+        step["reward"] == 1.0
+        and step["terminated"] is True
+        and step["truncated"] is False
+        and step["info"]["outcome"] == "win"
+    )
     assert client.post("/step", json={"action": "hit"}, headers=headers).status_code == 409
     body = {"responses_create_params": {"input": []}, "seed": 1000, "response": answer("x")}
     verified = client.post("/verify", json=body, headers=headers).json()
@@ -141,26 +154,49 @@ def test_verify_replays_without_a_session_and_forfeits_unfinished_hands(client):
     assert won["reward"] == 1.0 and won["replayed"] is True and won["turns"] == 2
     unfinished = client.post("/verify", json={**body, "response": answer("no idea")}).json()
     assert unfinished["reward"] == -1.0 and unfinished["failure_reason"] == "episode_unfinished"
-    forfeited = client.post("/verify", json={**body, "response": answer(*["no idea"] * 10)}).json()  # max_steps invalid replies
-    assert forfeited["reward"] == -1.0 and forfeited["outcome"] == "forfeit" and forfeited["failure_reason"] == "no_decision"
+    forfeited = client.post(
+        "/verify", json={**body, "response": answer(*["no idea"] * 10)}
+    ).json()  # max_steps invalid replies
+    assert (
+        forfeited["reward"] == -1.0
+        and forfeited["outcome"] == "forfeit"
+        and forfeited["failure_reason"] == "no_decision"
+    )
     assert won["failure_reason"] is None
 
 
 @pytest.mark.parametrize(
     "output",
-    [[], [None, 3], "stand", 5, [{"type": "message", "role": "assistant", "content": {"text": "stand"}}],
-     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 21}]}]],
+    [
+        [],
+        [None, 3],
+        "stand",
+        5,
+        [{"type": "message", "role": "assistant", "content": {"text": "stand"}}],
+        [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 21}]}],
+    ],
 )
 def test_bad_model_output_is_an_unfinished_hand(client, output):
     # No valid action was ever read: the hand is scored as forfeited (-1), and the answer says why.
-    verified = client.post("/verify", json={"responses_create_params": {"input": []}, "seed": 3, "response": {"output": output}})
+    verified = client.post(
+        "/verify", json={"responses_create_params": {"input": []}, "seed": 3, "response": {"output": output}}
+    )
     assert verified.status_code == 200, verified.text
     result = verified.json()
-    assert result["reward"] == -1.0 and result["outcome"] == "unfinished" and result["failure_reason"] == "episode_unfinished"
+    assert (
+        result["reward"] == -1.0
+        and result["outcome"] == "unfinished"
+        and result["failure_reason"] == "episode_unfinished"
+    )
 
 
 def test_missing_or_malformed_seed_is_422(client):
     for fields in ({}, {"seed": "abc"}, {"seed": [1]}):
-        assert client.post("/verify", json={"responses_create_params": {"input": []}, "response": answer("stand"), **fields}).status_code == 422
+        assert (
+            client.post(
+                "/verify", json={"responses_create_params": {"input": []}, "response": answer("stand"), **fields}
+            ).status_code
+            == 422
+        )
     assert client.post("/reset", json={"seed": "x"}, headers={"X-Session-Id": "s"}).status_code == 422
     assert client.post("/step", json={"action": "stand"}, headers={"X-Session-Id": "nothing"}).status_code == 409

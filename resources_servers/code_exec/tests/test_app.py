@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
-from nemo_gym.testing import assistant_response, post_verify
+from nemo_gym.env.testing import assistant_response, post_verify
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.module_loading import import_file
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 CodeExecServer = load_server_class(SERVER_DIR / "app.py")
@@ -72,7 +72,8 @@ def test_prepare_reproduces_the_bundled_files(tmp_path):
 
 
 def test_partial_credit_per_test(client):
-    # `a - b` instead of `a + b`: of (1,2)->3, (-5,5)->0, (0,0)->0, (123,877)->1000, (-7,-8)->-15 only (0,0) passes: 1/5.
+    # `a - b` instead of `a + b`: of (1,2)->3, (-5,5)->0, (0,0)->0, (123,877)->1000, (-7,-8)->-15 only (0,0) passes:
+    # 1/5.
     result = verify(client, ADD, "```python\ndef add(a, b):\n    return a - b\n```")
     assert result["reward"] == pytest.approx(0.2)
     assert result["reward_components"] == {"test_0": 0.0, "test_1": 0.0, "test_2": 1.0, "test_3": 0.0, "test_4": 0.0}
@@ -83,16 +84,31 @@ def test_partial_credit_per_test(client):
 
 
 def test_last_python_block_of_the_last_assistant_message_is_run(client):
-    body = {**ADD, "response": response("```python\ndef add(a, b):\n    return 0\n```\nBetter:\n```python\ndef add(a, b):\n    return a + b\n```")}
-    body["response"]["output"].insert(0, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "```python\nbroken(\n```"}]})
+    body = {
+        **ADD,
+        "response": response(
+            "```python\ndef add(a, b):\n    return 0\n```\nBetter:\n```python\ndef add(a, b):\n    return a + b\n```"
+        ),
+    }
+    body["response"]["output"].insert(
+        0,
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "```python\nbroken(\n```"}],
+        },
+    )
     body["response"]["output"].append({"type": "function_call", "name": "x", "arguments": "{}", "call_id": "c"})
     result = client.post("/verify", json=body).json()
     assert result["reward"] == 1.0 and result["extracted_code"] == "def add(a, b):\n    return a + b\n"
 
 
 def test_keyword_arguments_and_floats(client):
-    row = {"responses_create_params": {"input": "x"}, "entry_point": "scale",
-           "tests": [{"args": [0.1], "kwargs": {"factor": 3}, "expected": 0.3}, {"args": [2], "expected": 2}]}
+    row = {
+        "responses_create_params": {"input": "x"},
+        "entry_point": "scale",
+        "tests": [{"args": [0.1], "kwargs": {"factor": 3}, "expected": 0.3}, {"args": [2], "expected": 2}],
+    }
     result = verify(client, row, "def scale(x, factor=1):\n    return x * factor\n")  # 0.1 * 3 = 0.30000000000000004
     assert result["reward"] == 1.0
 
@@ -127,13 +143,10 @@ def test_forged_result_lines_only_claim_the_candidates_own_values(client):
     # The candidate reads the nonce and prints result lines before the harness does: the server takes them,
     # but they carry values, and the verdict is made against expected values the sandbox never saw.
     code = (
-        "import json\n"
-        "nonce = json.load(open('spec.json'))['nonce']\n"
-        "for i in range(5):\n"
-        "    print(nonce, json.dumps({'event': 'test', 'index': i, 'ok': True, 'value': 42}), flush=True)\n"
-        "    __import__('os').write(1, f'{nonce} {json.dumps({\"event\": \"test\", \"index\": i, \"ok\": True, \"passed\": True})}\\n'.encode())\n"
-        "def add(a, b):\n"
-        "    return 42\n"
+        "import json\nnonce = json.load(open('spec.json'))['nonce']\nfor i in range(5):\n    print(nonce,"
+        " json.dumps({'event': 'test', 'index': i, 'ok': True, 'value': 42}), flush=True)\n   "
+        ' __import__(\'os\').write(1, f\'{nonce} {json.dumps({"event": "test", "index": i, "ok": True, "passed":'
+        " True})}\\n'.encode())\ndef add(a, b):\n    return 42\n"
     )
     result = verify(client, ADD, f"```python\n{code}```")
     assert result["reward"] == 0.0
@@ -164,10 +177,22 @@ def test_extract_code(text, code):
 @pytest.mark.parametrize(
     ("actual", "expected", "equal"),
     [
-        (1, 1, True), (1.0, 1, True), (0.30000000000000004, 0.3, True), (0.31, 0.3, False),
-        (True, 1, False), (1, True, False), (False, False, True), (None, None, True), (None, 0, False),
-        ("a", "a", True), ([1, [2, 3]], [1, [2, 3]], True), ([1, 2], [2, 1], False), ([1], [1, 1], False),
-        ({"a": 1}, {"a": 1.0}, True), ({"a": 1}, {"b": 1}, False), ("1", 1, False),
+        (1, 1, True),
+        (1.0, 1, True),
+        (0.30000000000000004, 0.3, True),
+        (0.31, 0.3, False),
+        (True, 1, False),
+        (1, True, False),
+        (False, False, True),
+        (None, None, True),
+        (None, 0, False),
+        ("a", "a", True),
+        ([1, [2, 3]], [1, [2, 3]], True),
+        ([1, 2], [2, 1], False),
+        ([1], [1, 1], False),
+        ({"a": 1}, {"a": 1.0}, True),
+        ({"a": 1}, {"b": 1}, False),
+        ("1", 1, False),
     ],
 )
 def test_values_equal(actual, expected, equal):
@@ -208,8 +233,12 @@ def test_missing_bwrap_is_an_infrastructure_failure_not_a_zero():
 
 
 def test_aggregate_metrics(client):
-    answers = [{"reward": 1.0, "failure_reason": None}, {"reward": 0.4, "failure_reason": "tests_failed"},
-               {"reward": 0.0, "failure_reason": "timeout"}, {"reward": 0.0, "failure_reason": "timeout"}]
+    answers = [
+        {"reward": 1.0, "failure_reason": None},
+        {"reward": 0.4, "failure_reason": "tests_failed"},
+        {"reward": 0.0, "failure_reason": "timeout"},
+        {"reward": 0.0, "failure_reason": "timeout"},
+    ]
     metrics = client.post("/aggregate_metrics", json={"verify_responses": answers}).json()
     assert metrics["num_rollouts"] == 4 and metrics["mean_reward"] == pytest.approx(0.35)
     assert metrics["pass_rate"] == 0.25 and metrics["failure_reasons"] == {"tests_failed": 1, "timeout": 2}

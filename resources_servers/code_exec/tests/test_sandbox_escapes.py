@@ -16,12 +16,19 @@ import psutil
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 CodeExecServer = load_server_class(SERVER_DIR / "app.py")
-LIMITS = {"wall_time_s": 3.0, "test_timeout_s": 1.0, "cpu_time_s": 2, "memory_mb": 256, "max_processes": 16,
-          "max_output_bytes": 64 * 1024, "max_file_size_mb": 1}
+LIMITS = {
+    "wall_time_s": 3.0,
+    "test_timeout_s": 1.0,
+    "cpu_time_s": 2,
+    "memory_mb": 256,
+    "max_processes": 16,
+    "max_output_bytes": 64 * 1024,
+    "max_file_size_mb": 1,
+}
 DEADLINE_S = LIMITS["wall_time_s"] + 2.0
 SECRET = "ng-code-exec-secret-5f0c2a"
 
@@ -40,15 +47,24 @@ def client(server):
 
 def answer(code: str) -> dict[str, Any]:
     text = f"Here is my solution:\n```python\n{code}\n```"
-    return {"id": "resp", "object": "response", "created_at": 0, "model": "test",
-            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    return {
+        "id": "resp",
+        "object": "response",
+        "created_at": 0,
+        "model": "test",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
 
 
 def escape(client: TestClient, server, code: str, args: list[Any], expected: Any) -> dict[str, Any]:
     """Verify `code`'s `escape(*args)` against `expected` (what a successful escape would return); check
     the deadline and that no sandbox process is left."""
-    row = {"responses_create_params": {"input": "escape"}, "entry_point": "escape",
-           "tests": [{"args": args, "expected": expected}], "response": answer(code)}
+    row = {
+        "responses_create_params": {"input": "escape"},
+        "entry_point": "escape",
+        "tests": [{"args": args, "expected": expected}],
+        "response": answer(code),
+    }
     before = {p.pid for p in leftover_processes(server)}  # e.g. helper processes earlier tests of the session left
     start = time.monotonic()
     reply = client.post("/verify", json=row)
@@ -114,7 +130,10 @@ def test_reading_a_secret_file_in_tmp_fails(client, server, tmp_path):
 def test_reading_host_files_fails(client, server, path):
     code = "def escape(path):\n    return open(path).read()[:50]\n"
     result = escape(client, server, code, [path], "anything")
-    assert "FileNotFoundError" in result["test_results"][0]["error"] or "PermissionError" in result["test_results"][0]["error"]
+    assert (
+        "FileNotFoundError" in result["test_results"][0]["error"]
+        or "PermissionError" in result["test_results"][0]["error"]
+    )
 
 
 def test_server_environment_is_out_of_reach(client, server, monkeypatch):
@@ -146,8 +165,10 @@ def test_fork_bomb_is_stopped(client, server):
 
 
 def test_sleeping_children_do_not_survive(client, server):
-    code = ("import os, time\ndef escape():\n    for _ in range(5):\n        if os.fork() == 0:\n"
-            "            os.setsid()\n            time.sleep(3600)\n    return 'escaped'\n")
+    code = (
+        "import os, time\ndef escape():\n    for _ in range(5):\n        if os.fork() == 0:\n"
+        "            os.setsid()\n            time.sleep(3600)\n    return 'escaped'\n"
+    )
     result = escape(client, server, code, [], "forked children outlive the sandbox")
     assert result["failure_reason"] == "tests_failed"
 
@@ -158,7 +179,9 @@ def test_infinite_loop_is_stopped_by_the_test_timeout(client, server):
 
 
 def test_infinite_loop_in_c_is_stopped_by_cpu_or_wall_time(client, server):
-    code = "import itertools\ndef escape():\n    return sum(itertools.count())\n"  # never returns to the interpreter loop
+    code = (  # never returns to the interpreter loop
+        "import itertools\ndef escape():\n    return sum(itertools.count())\n"
+    )
     result = escape(client, server, code, [], "escaped")
     assert result["failure_reason"] in {"cpu_time_limit", "timeout"}
     assert result["sandbox"]["killed_by"] in {"cpu_time", "wall_time"}
@@ -167,7 +190,10 @@ def test_infinite_loop_in_c_is_stopped_by_cpu_or_wall_time(client, server):
 
 def test_closing_stdout_does_not_outlive_the_deadline(client, server):
     # no output pipe left open, the harness's alarm ignored: only the wall-time kill can end it
-    code = "import os, signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nos.closerange(0, 1024)\ntime.sleep(3600)\n"
+    code = (
+        "import os, signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nos.closerange(0,"
+        " 1024)\ntime.sleep(3600)\n"
+    )
     result = escape(client, server, code, [], "escaped")
     assert result["failure_reason"] == "timeout"
 
@@ -202,14 +228,27 @@ def test_writing_outside_the_workdir_fails(client, server, tmp_path):
         "    open('inside.txt', 'w').write('fine')\n"  # the working directory is writable
         "    return written\n"
     )
-    paths = [str(target), "/tmp/ng_code_exec_escape", "/usr/ng_code_exec_escape", "/ng_code_exec_escape", "../ng_code_exec_escape"]
+    paths = [
+        str(target),
+        "/tmp/ng_code_exec_escape",
+        "/usr/ng_code_exec_escape",
+        "/ng_code_exec_escape",
+        "../ng_code_exec_escape",
+    ]
     result = escape(client, server, code, [paths], paths)
     assert result["test_results"][0]["error"] == "wrong answer: returned []"
-    assert not target.exists() and not Path("/tmp/ng_code_exec_escape").exists() and not Path("/usr/ng_code_exec_escape").exists()
+    assert (
+        not target.exists()
+        and not Path("/tmp/ng_code_exec_escape").exists()
+        and not Path("/usr/ng_code_exec_escape").exists()
+    )
 
 
 def test_big_file_is_capped(client, server):
-    code = "def escape():\n    with open('big', 'wb') as f:\n        f.write(b'x' * (8 * 1024 ** 2))\n    return 'escaped'\n"
+    code = (
+        "def escape():\n    with open('big', 'wb') as f:\n        f.write(b'x' * (8 * 1024 ** 2))\n    return"
+        " 'escaped'\n"
+    )
     result = escape(client, server, code, [], "escaped")
     assert result["failure_reason"] == "file_size_limit"
 

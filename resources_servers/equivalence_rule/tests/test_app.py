@@ -8,12 +8,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.env.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 app = import_file(SERVER_DIR / "app.py")
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 1/4 + 2/4?"}]}, "expected_answer": "3/4"}
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "What is 1/4 + 2/4?"}]},
+    "expected_answer": "3/4",
+}
 client = client_fixture(SERVER_DIR)
 verify = text_verifier(ROW)
 
@@ -73,7 +76,14 @@ def test_not_equivalent(client: TestClient, answer: str, reference: str) -> None
         ("0.428", {"expected_answer": "0.43"}, 0.0),
         ("0.428", {"expected_answer": "0.43", "equivalence": {"abs_tol": 0.005}}, 1.0),
         ("8, 4, 6", {"expected_answer": "4, 6, 8", "equivalence": {"ordered_lists": True}}, 0.0),
-        ("4, 6, 8", {"expected_answer": "4, 6, 8 ", "equivalence": {"ordered_lists": True, "rules": ["ordered_list", "numeric"]}}, 1.0),
+        (
+            "4, 6, 8",
+            {
+                "expected_answer": "4, 6, 8 ",
+                "equivalence": {"ordered_lists": True, "rules": ["ordered_list", "numeric"]},
+            },
+            1.0,
+        ),
         ("0.75", {"equivalence": {"rules": ["exact", "numeric"]}}, 0.0),  # fraction_decimal disabled
         ("20", {"expected_answer": "20%", "equivalence": {"percent_accepts_bare_number": False}}, 0.0),
         ("Peking", {"expected_answer": ["Beijing", "Peking"]}, 1.0),  # any reference
@@ -126,14 +136,23 @@ def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any], error: 
 
 
 def test_aggregate_metrics_counts_rules(client: TestClient) -> None:
-    rows = [{"reward": 1.0, "matched_rule": "units"}, {"reward": 1.0, "matched_rule": "units"}, {"reward": 0.0, "failure_reason": "mismatch"}]
+    rows = [
+        {"reward": 1.0, "matched_rule": "units"},
+        {"reward": 1.0, "matched_rule": "units"},
+        {"reward": 0.0, "failure_reason": "mismatch"},
+    ]
     metrics = client.post("/aggregate_metrics", json={"verify_responses": rows}).json()
     assert metrics["matched_rules"] == {"units": 2} and metrics["failure_reasons"] == {"mismatch": 1}
 
 
-ALTERNATIVES = {"fraction": lambda r: str(float(eval(r))), "percent": lambda r: str(int(r[:-1]) / 100),  # noqa: S307 a/b
-                "distance": lambda r: f"{int(r.split()[0]) * 1000} m", "parity": lambda r: {"yes": "True", "no": "False"}[r],
-                "evens": lambda r: ", ".join(reversed(r.split(", "))), "division": lambda r: f"{float(r) + 0.004:.3f}"}
+ALTERNATIVES = {
+    "fraction": lambda r: str(float(eval(r))),
+    "percent": lambda r: str(int(r[:-1]) / 100),  # noqa: S307 a/b
+    "distance": lambda r: f"{int(r.split()[0]) * 1000} m",
+    "parity": lambda r: {"yes": "True", "no": "False"}[r],
+    "evens": lambda r: ", ".join(reversed(r.split(", "))),
+    "division": lambda r: f"{float(r) + 0.004:.3f}",
+}
 
 
 def test_bundled_tasks_accept_an_equivalent_form(client: TestClient) -> None:

@@ -13,15 +13,18 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.env.testing import assistant_response, post_verify, server_client
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import assistant_response, post_verify, server_client
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 text_rules = import_file(SERVER_DIR / "text_rules.py")
 NEMO_GYM_ROWS = read_jsonl(SERVER_DIR / "tests/nemo_gym/example.jsonl")
 NEMO_GYM_ROLLOUTS = read_jsonl(SERVER_DIR / "tests/nemo_gym/example_rollouts.jsonl")
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "Capital of France?"}]}, "expected_answer": "Paris!"}
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "Capital of France?"}]},
+    "expected_answer": "Paris!",
+}
 
 
 @pytest.fixture(scope="module", params=["exact", "seq_match", "weighted_seq_match"])
@@ -41,7 +44,13 @@ def test_nemo_gym_rollouts_get_nemo_gyms_rewards_by_exact():
     normalised characters, then its closing code differs ("zmexyv..." vs "z85jwh..."); rollout 3 has no
     message; rollouts 4-5 answer "5" to a reference "6"."""
     with server_client(SERVER_DIR, {"grading_rule": "exact"}) as client:
-        rewards = [post_verify(client, {**{k: v for k, v in r.items() if k not in ("reward", "equivalence_score")}, "response": r["response"]})["reward"] for r in NEMO_GYM_ROLLOUTS]
+        rewards = [
+            post_verify(
+                client,
+                {**{k: v for k, v in r.items() if k not in ("reward", "equivalence_score")}, "response": r["response"]},
+            )["reward"]
+            for r in NEMO_GYM_ROLLOUTS
+        ]
     assert rewards == [r["reward"] for r in NEMO_GYM_ROLLOUTS] == [1.0, 0.0, 0.0, 0.0, 0.0]
 
 
@@ -65,7 +74,9 @@ def test_nemo_gym_rollouts_by_the_sequence_rules(rule, expected):
 
 def test_nemo_gym_rows_with_their_expected_answers(nemo_client):
     for row in NEMO_GYM_ROWS:
-        result = post_verify(nemo_client, {**row, "response": assistant_response(f"  {row['expected_answer'].upper()} ")})
+        result = post_verify(
+            nemo_client, {**row, "response": assistant_response(f"  {row['expected_answer'].upper()} ")}
+        )
         assert result["reward"] == 1.0  # case and outer whitespace do not count
         assert result["hashid"] == row["hashid"]  # the row comes back with the verifier fields
 
@@ -90,7 +101,9 @@ def test_rules_worked_by_hand(reply, exact, seq_match, weighted):
 def test_every_message_is_read_joined():
     """NeMo Gym joins the text of all output messages (no separator), not only the last one's."""
     response = assistant_response("ris!")
-    response["output"].insert(0, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Pa"}]})
+    response["output"].insert(
+        0, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Pa"}]}
+    )
     assert _scores("exact", ROW, response)["reward"] == 1.0
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 # A task in the shape of data/example.jsonl: submit the values of "Blazing" and "Warm", in that order;
@@ -33,14 +34,34 @@ def client() -> Iterator[TestClient]:
 def response(*calls: tuple[str, Any]) -> dict[str, Any]:
     """A Response whose output is the given function calls (name, arguments) and a closing message."""
     output: list[dict[str, Any]] = [
-        {"type": "function_call", "name": name, "arguments": args if isinstance(args, str) else json.dumps(args),
-         "call_id": f"call_{i}", "status": "completed"}
+        {
+            "type": "function_call",
+            "name": name,
+            "arguments": args if isinstance(args, str) else json.dumps(args),
+            "call_id": f"call_{i}",
+            "status": "completed",
+        }
         for i, (name, args) in enumerate(calls)
     ]
-    output.append({"id": "msg", "type": "message", "role": "assistant", "status": "completed",
-                   "content": [{"type": "output_text", "text": "done", "annotations": []}]})
-    return {"id": "resp", "created_at": 0, "model": "test", "object": "response", "output": output,
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    output.append(
+        {
+            "id": "msg",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        }
+    )
+    return {
+        "id": "resp",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def verify(client: TestClient, *calls: tuple[str, Any], **task: Any) -> dict[str, Any]:
@@ -90,7 +111,9 @@ def test_the_last_submission_counts(client: TestClient) -> None:
     assert verify(client, submit([711, 407]), submit([407]))["parsed_synonym_values"] == [407]
 
 
-@pytest.mark.parametrize("arguments", ["not json", "{}", '{"synonym_values": "711"}', '{"synonym_values": [711, "407"]}'])
+@pytest.mark.parametrize(
+    "arguments", ["not json", "{}", '{"synonym_values": "711"}', '{"synonym_values": [711, "407"]}']
+)
 def test_malformed_submission_counts_as_none(client: TestClient, arguments: str) -> None:
     answer = verify(client, ("extract_synonym_values", arguments))
     assert answer["reward"] == 0.0 and answer["parsed_synonym_values"] == [] and answer["set_overlap"] == 0.0

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 ROW = {
@@ -16,8 +17,16 @@ ROW = {
     "initial_count": 3,
     "expected_count": 6,
 }
-RESPONSE = {"id": "resp", "created_at": 0, "model": "test", "object": "response", "output": [],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+RESPONSE = {
+    "id": "resp",
+    "created_at": 0,
+    "model": "test",
+    "object": "response",
+    "output": [],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
 
 
 @pytest.fixture

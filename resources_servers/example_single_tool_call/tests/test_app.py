@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 ROW = json.loads((APP.parent / "data" / "example.jsonl").read_text().splitlines()[0])
@@ -22,17 +23,36 @@ def client() -> Iterator[TestClient]:
 
 
 def response(*output: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": list(output),
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": list(output),
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def message(text: str) -> dict[str, Any]:
-    return {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def function_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": json.dumps(arguments), "call_id": "call_1", "status": "completed"}
+    return {
+        "type": "function_call",
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "call_id": "call_1",
+        "status": "completed",
+    }
 
 
 def test_get_weather_answers_like_nemo_gym(client: TestClient) -> None:

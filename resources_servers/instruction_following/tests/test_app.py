@@ -5,21 +5,24 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
-from nemo_gym.validation import validate_data
+from nemo_gym.env.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
+from nemo_gym.env.validation import validate_data
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 ROW = {
-    "responses_create_params": {"input": [{"role": "user", "content": "Describe tea. Use no commas, at least 5 words, and a <<title>>."}]},
+    "responses_create_params": {
+        "input": [{"role": "user", "content": "Describe tea. Use no commas, at least 5 words, and a <<title>>."}]
+    },
     "key": 7,
     "prompt": "Describe tea. Use no commas, at least 5 words, and a <<title>>.",
     "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words", "detectable_format:title"],
@@ -45,7 +48,11 @@ def test_reward_is_the_fraction_of_instructions_followed(client: TestClient) -> 
     assert answer["reward"] == pytest.approx(2 / 3)
     assert answer["follow_instruction_list"] == [False, True, True]
     assert answer["follow_all_instructions"] is False
-    assert answer["reward_components"] == {"punctuation:no_comma": 0.0, "length_constraints:number_words": 1.0, "detectable_format:title": 1.0}
+    assert answer["reward_components"] == {
+        "punctuation:no_comma": 0.0,
+        "length_constraints:number_words": 1.0,
+        "detectable_format:title": 1.0,
+    }
     assert answer["mode"] == "strict" and answer["failure_reason"] is None
     assert answer["key"] == 7 and answer["instruction_id_list"] == ROW["instruction_id_list"]  # the row is echoed
     assert verify(client, "<<Tea>>\nTea is a warm drink loved everywhere.")["reward"] == 1.0
@@ -71,11 +78,16 @@ def test_all_or_nothing() -> None:
 
 def test_the_last_assistant_message_is_checked(client: TestClient) -> None:
     assert verify(client, response("draft, with commas", "<<Tea>> tea is warm and kind"))["reward"] == 1.0
-    assert verify(client, response("<<Tea>> tea is warm and kind", ""))["reward"] == 1.0  # an empty last message is skipped
+    assert (
+        verify(client, response("<<Tea>> tea is warm and kind", ""))["reward"] == 1.0
+    )  # an empty last message is skipped
 
 
 def test_repeated_instruction_ids_get_numbered_components(client: TestClient) -> None:
-    row = {"instruction_id_list": ["keywords:existence", "keywords:existence"], "kwargs": [{"keywords": ["tea"]}, {"keywords": ["cake"]}]}
+    row = {
+        "instruction_id_list": ["keywords:existence", "keywords:existence"],
+        "kwargs": [{"keywords": ["tea"]}, {"keywords": ["cake"]}],
+    }
     answer = verify(client, "I like tea.", **row)
     assert answer["reward_components"] == {"keywords:existence": 1.0, "keywords:existence#2": 0.0}
 
@@ -87,7 +99,18 @@ def test_repeated_instruction_ids_get_numbered_components(client: TestClient) ->
         (response("  \n "), "no_assistant_text"),
         ({"output": []}, "no_assistant_text"),
         ({"output": "not a list"}, "no_assistant_text"),
-        ({"output": [None, 3, "x", {"type": "message", "content": "not a list"}, {"type": "message", "content": [None, {"type": "output_text", "text": 5}]}]}, "no_assistant_text"),
+        (
+            {
+                "output": [
+                    None,
+                    3,
+                    "x",
+                    {"type": "message", "content": "not a list"},
+                    {"type": "message", "content": [None, {"type": "output_text", "text": 5}]},
+                ]
+            },
+            "no_assistant_text",
+        ),
         ({"output": [{"type": "function_call", "name": "f", "arguments": "{"}]}, "no_assistant_text"),
         (response("word " * 5_000), "response_too_long"),
     ],
@@ -129,15 +152,19 @@ def test_missing_task_fields_get_422(client: TestClient) -> None:
 def test_ifeval_rows_with_null_kwargs_are_read(client: TestClient) -> None:
     # Google's IFEval on Hugging Face lists every key of every instruction, null where unused.
     null_keys = {"num_words": None, "relation": None, "keywords": None, "end_phrase": None}
-    row = {"instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words"],
-           "kwargs": [null_keys, {**null_keys, "num_words": 3, "relation": "less than"}]}
+    row = {
+        "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words"],
+        "kwargs": [null_keys, {**null_keys, "num_words": 3, "relation": "less than"}],
+    }
     assert verify(client, "Short answer.", **row)["reward"] == 1.0
 
 
 def test_aggregate_metrics(client: TestClient) -> None:
-    rows = [verify(client, "<<Tea>>\nTea is a warm drink loved everywhere."),  # 3/3
-            verify(client, "<<Tea>>\nTea, warm."),  # 1/3 strict (title), loose the same
-            verify(client, "")]  # 0/3
+    rows = [
+        verify(client, "<<Tea>>\nTea is a warm drink loved everywhere."),  # 3/3
+        verify(client, "<<Tea>>\nTea, warm."),  # 1/3 strict (title), loose the same
+        verify(client, ""),
+    ]  # 0/3
     metrics = client.post("/aggregate_metrics", json={"verify_responses": rows}).json()
     assert metrics["num_rollouts"] == 3 and metrics["mean_reward"] == pytest.approx((1 + 1 / 3 + 0) / 3)
     assert metrics["prompt_level_strict_accuracy"] == pytest.approx(1 / 3)
@@ -175,12 +202,15 @@ def test_bundled_tasks_are_valid_and_cover_every_instruction(client: TestClient)
 # -- real processes ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_ng_run_rollouts() -> None:
     """ng_run starts this server (in its own uv environment), the simple agent and a scripted policy; the
     agent's `/run` scores the example rows end to end."""
-    config = ("+config_paths=[resources_servers/instruction_following/configs/instruction_following.yaml,"
-              "resources_servers/instruction_following/tests/scripted_policy.yaml]")
+    config = (
+        "+config_paths=[resources_servers/instruction_following/configs/instruction_following.yaml,"
+        "resources_servers/instruction_following/tests/scripted_policy.yaml]"
+    )
     with NgRun(config, timeout_s=600) as run:
         agent_url = run.server_url("instruction_following_simple_agent")
         rewards = {}

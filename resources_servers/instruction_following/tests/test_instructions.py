@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nemo_gym.module_loading import import_file
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 
@@ -19,21 +19,56 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("keywords:existence", {"keywords": ["moon", "bright"]}, "The Moon is BRIGHT tonight.", True),
     ("keywords:existence", {"keywords": ["moon", "bright"]}, "The moon is dim.", False),
     ("keywords:existence", {"keywords": ["sun"]}, "It was a sunny day.", False),  # whole words only
-    ("keywords:frequency", {"keyword": "tea", "frequency": 2, "relation": "at least"}, "Tea, more tea, and cake.", True),
+    (
+        "keywords:frequency",
+        {"keyword": "tea", "frequency": 2, "relation": "at least"},
+        "Tea, more tea, and cake.",
+        True,
+    ),
     ("keywords:frequency", {"keyword": "tea", "frequency": 2, "relation": "at least"}, "Tea and teapots.", False),
     ("keywords:frequency", {"keyword": "tea", "frequency": 2, "relation": "less than"}, "Tea and teapots.", True),
     ("keywords:frequency", {"keyword": "tea", "frequency": 1, "relation": "exactly"}, "tea tea", False),
     ("keywords:forbidden_words", {"forbidden_words": ["very", "nice"]}, "A pleasant, calm evening.", True),
     ("keywords:forbidden_words", {"forbidden_words": ["very", "nice"]}, "A Very calm evening.", False),
     ("keywords:forbidden_words", {"forbidden_words": ["nice"]}, "Nicer days ahead.", True),  # whole words only
-    ("keywords:letter_frequency", {"letter": "a", "let_frequency": 3, "let_relation": "at least"}, "A banana.", True),  # 4 a's
+    (
+        "keywords:letter_frequency",
+        {"letter": "a", "let_frequency": 3, "let_relation": "at least"},
+        "A banana.",
+        True,
+    ),  # 4 a's
     ("keywords:letter_frequency", {"letter": "a", "let_frequency": 3, "let_relation": "less than"}, "A banana.", False),
-    ("keywords:letter_frequency", {"letter": "z", "let_frequency": 1, "let_relation": "less than"}, "No such letter.", True),
-    ("language:response_language", {"language": "fr"}, "Le chat dort sur le canapé pendant que la pluie tombe dehors.", True),
-    ("language:response_language", {"language": "fr"}, "The cat sleeps on the sofa while the rain falls outside.", False),
+    (
+        "keywords:letter_frequency",
+        {"letter": "z", "let_frequency": 1, "let_relation": "less than"},
+        "No such letter.",
+        True,
+    ),
+    (
+        "language:response_language",
+        {"language": "fr"},
+        "Le chat dort sur le canapé pendant que la pluie tombe dehors.",
+        True,
+    ),
+    (
+        "language:response_language",
+        {"language": "fr"},
+        "The cat sleeps on the sofa while the rain falls outside.",
+        False,
+    ),
     ("language:response_language", {"language": "en"}, "12345 !!!", False),  # nothing to detect
-    ("length_constraints:number_sentences", {"num_sentences": 3, "relation": "exactly"}, "One. Two is Dr. Who! Three?", True),
-    ("length_constraints:number_sentences", {"num_sentences": 3, "relation": "at least"}, "Only one sentence here.", False),
+    (
+        "length_constraints:number_sentences",
+        {"num_sentences": 3, "relation": "exactly"},
+        "One. Two is Dr. Who! Three?",
+        True,
+    ),
+    (
+        "length_constraints:number_sentences",
+        {"num_sentences": 3, "relation": "at least"},
+        "Only one sentence here.",
+        False,
+    ),
     ("length_constraints:number_sentences", {"num_sentences": 2, "relation": "at most"}, "One. Two.", True),
     ("length_constraints:number_sentences", {"num_sentences": 2, "relation": "less than"}, "One. Two.", False),
     ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First part.\n***\nSecond part.", True),
@@ -44,12 +79,24 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("length_constraints:number_words", {"num_words": 5, "relation": "at least"}, "one two three four", False),
     ("length_constraints:number_words", {"num_words": 3, "relation": "at most"}, "it's fine", True),  # it, s, fine
     ("length_constraints:number_words", {"num_words": 3, "relation": "less than"}, "one two three", False),
-    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "finally"},
-     "Start here.\n\n**Finally**, the end.", True),
-    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "finally"},
-     "Start here.\n\nAt last, the end.", False),
-    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 1, "first_word": "start"},
-     "Start here.\n\nMore.\n\nAnd more.", False),  # three paragraphs
+    (
+        "length_constraints:nth_paragraph_first_word",
+        {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "finally"},
+        "Start here.\n\n**Finally**, the end.",
+        True,
+    ),
+    (
+        "length_constraints:nth_paragraph_first_word",
+        {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "finally"},
+        "Start here.\n\nAt last, the end.",
+        False,
+    ),
+    (
+        "length_constraints:nth_paragraph_first_word",
+        {"num_paragraphs": 2, "nth_paragraph": 1, "first_word": "start"},
+        "Start here.\n\nMore.\n\nAnd more.",
+        False,
+    ),  # three paragraphs
     ("detectable_content:number_placeholders", {"num_placeholders": 2}, "Dear [name], see you at [place].", True),
     ("detectable_content:number_placeholders", {"num_placeholders": 2}, "Dear [name], see you there.", False),
     ("detectable_content:postscript", {"postscript_marker": "P.S."}, "Thanks!\n\nP.S. Bring tea.", True),
@@ -63,10 +110,30 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("detectable_format:constrained_response", {}, "Yes, definitely.", False),
     ("detectable_format:constrained_response", {"options": ["Option A", "Option B"]}, "Option B", True),
     ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "A *first* and **second** part.", True),
-    ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "Only *one* here, and ** ** empty.", False),
-    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2}, "SECTION 1\nIntro.\nSECTION 2\nBody.", True),
-    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2}, "SECTION 1\nIntro and body.", False),
-    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2}, "Section 1\nA\nSection 2\nB", False),
+    (
+        "detectable_format:number_highlighted_sections",
+        {"num_highlights": 2},
+        "Only *one* here, and ** ** empty.",
+        False,
+    ),
+    (
+        "detectable_format:multiple_sections",
+        {"section_spliter": "SECTION", "num_sections": 2},
+        "SECTION 1\nIntro.\nSECTION 2\nBody.",
+        True,
+    ),
+    (
+        "detectable_format:multiple_sections",
+        {"section_spliter": "SECTION", "num_sections": 2},
+        "SECTION 1\nIntro and body.",
+        False,
+    ),
+    (
+        "detectable_format:multiple_sections",
+        {"section_spliter": "SECTION", "num_sections": 2},
+        "Section 1\nA\nSection 2\nB",
+        False,
+    ),
     ("detectable_format:json_format", {}, '{"answer": [1, 2]}', True),
     ("detectable_format:json_format", {}, '```json\n{"answer": "yes"}\n```', True),
     ("detectable_format:json_format", {}, 'Here it is: {"answer": "yes"}', False),
@@ -77,7 +144,12 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("combination:two_responses", {}, "Same.\n******\nSame.", False),
     ("combination:two_responses", {}, "One.\n******\nTwo.\n******\nThree.", False),
     ("combination:repeat_prompt", {"prompt_to_repeat": "Write about tea."}, "write about tea. Tea is a drink.", True),
-    ("combination:repeat_prompt", {"prompt_to_repeat": "Write about tea."}, "Sure! Write about tea. Tea is a drink.", False),
+    (
+        "combination:repeat_prompt",
+        {"prompt_to_repeat": "Write about tea."},
+        "Sure! Write about tea. Tea is a drink.",
+        False,
+    ),
     ("startend:end_checker", {"end_phrase": "Any other questions?"}, 'Tea is good. Any other questions?"', True),
     ("startend:end_checker", {"end_phrase": "Any other questions?"}, "Any other questions? Bye.", False),
     ("startend:start_checker", {"start_phrase": "Here is my answer"}, "  here is my answer: tea.", True),
@@ -85,8 +157,18 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("startend:quotation", {}, '"Tea is a drink."', True),
     ("startend:quotation", {}, 'Tea is a "drink".', False),
     ("startend:quotation", {}, '"', False),
-    ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": "at least"}, "TEA is GOOD. I agree.", True),  # TEA, GOOD, I
-    ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": "less than"}, "TEA is GOOD.", False),
+    (
+        "change_case:capital_word_frequency",
+        {"capital_frequency": 2, "capital_relation": "at least"},
+        "TEA is GOOD. I agree.",
+        True,
+    ),  # TEA, GOOD, I
+    (
+        "change_case:capital_word_frequency",
+        {"capital_frequency": 2, "capital_relation": "less than"},
+        "TEA is GOOD.",
+        False,
+    ),
     ("change_case:english_capital", {}, "TEA IS A DRINK, 100%.", True),
     ("change_case:english_capital", {}, "TEA IS A Drink.", False),
     ("change_case:english_lowercase", {}, "tea is a drink, 100%.", True),
@@ -96,7 +178,9 @@ CASES: list[tuple[str, dict[str, Any], str, bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("instruction_id", "kwargs", "text", "expected"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("instruction_id", "kwargs", "text", "expected"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_checker(instruction_id: str, kwargs: dict[str, Any], text: str, expected: bool) -> None:
     [bound] = instructions.bind_instructions([instruction_id], [kwargs])
     assert bound.check(text) is expected
@@ -147,8 +231,14 @@ def test_none_kwargs_are_dropped_as_in_ifevals_hf_copy() -> None:
 def test_loose_variants_drop_first_and_last_lines_and_asterisks() -> None:
     # IFEval's loose reading: the text, minus its first line, minus its last line, minus both; each also without '*'.
     assert instructions.loose_variants("Sure!\n**Body**\nBye") == [
-        "Sure!\n**Body**\nBye", "**Body**\nBye", "Sure!\n**Body**", "**Body**",
-        "Sure!\nBody\nBye", "Body\nBye", "Sure!\nBody", "Body",
+        "Sure!\n**Body**\nBye",
+        "**Body**\nBye",
+        "Sure!\n**Body**",
+        "**Body**",
+        "Sure!\nBody\nBye",
+        "Body\nBye",
+        "Sure!\nBody",
+        "Body",
     ]
     assert instructions.loose_variants("one line") == ["one line"]  # repeats dropped
 

@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.env.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 app = import_file(SERVER_DIR / "app.py")
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 1/2 + 1/4?"}]}, "expected_answer": "\\frac{3}{4}"}
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "What is 1/2 + 1/4?"}]},
+    "expected_answer": "\\frac{3}{4}",
+}
 client = client_fixture(SERVER_DIR)
 verify = text_verifier(ROW, reasoning=True)
 
@@ -79,16 +82,29 @@ def test_verifier_fields(client: TestClient) -> None:
 
 @pytest.mark.parametrize(
     "response_body",
-    [{"output": "not a list"}, {"output": [1, None, {"type": "message", "content": "text"}]}, {},
-     {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 42}]}]}],
+    [
+        {"output": "not a list"},
+        {"output": [1, None, {"type": "message", "content": "text"}]},
+        {},
+        {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 42}]}]},
+    ],
 )
 def test_malformed_model_output_scores_0(client: TestClient, response_body: dict[str, Any]) -> None:
     answer = client.post("/verify", json={**ROW, "response": response_body})
-    assert answer.status_code == 200 and answer.json()["reward"] == 0.0 and answer.json()["failure_reason"] == "no_answer"
+    assert (
+        answer.status_code == 200 and answer.json()["reward"] == 0.0 and answer.json()["failure_reason"] == "no_answer"
+    )
 
 
-@pytest.mark.parametrize(("row", "error"), [({"expected_answer": None}, "expected_answer"), ({"expected_answer": 3}, "expected_answer"),
-                                            ({"expected_answer": ""}, "expected_answer"), ({"expected_answer": "???"}, "no math expression")])
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ({"expected_answer": None}, "expected_answer"),
+        ({"expected_answer": 3}, "expected_answer"),
+        ({"expected_answer": ""}, "expected_answer"),
+        ({"expected_answer": "???"}, "no math expression"),
+    ],
+)
 def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any], error: str) -> None:
     answer = client.post("/verify", json={**ROW, **row, "response": assistant_response("\\boxed{1}", reasoning=True)})
     assert answer.status_code == 422 and error in answer.text
@@ -104,13 +120,21 @@ def test_a_hung_grading_process_is_killed_after_timeout_s() -> None:
 
 
 def test_aggregate_metrics_counts_failure_reasons(client: TestClient) -> None:
-    rows = [{"reward": 1.0, "failure_reason": None}, {"reward": 0.0, "failure_reason": "mismatch"}, {"reward": 0.0, "failure_reason": "mismatch"}]
+    rows = [
+        {"reward": 1.0, "failure_reason": None},
+        {"reward": 0.0, "failure_reason": "mismatch"},
+        {"reward": 0.0, "failure_reason": "mismatch"},
+    ]
     metrics = client.post("/aggregate_metrics", json={"verify_responses": rows}).json()
     assert metrics["failure_reasons"] == {"mismatch": 2} and metrics["mean_reward"] == pytest.approx(1 / 3)
 
 
 def test_bundled_expected_answers_are_parsable() -> None:
-    rows = [json.loads(line) for name in ("example.jsonl", "math_tasks.jsonl") for line in (SERVER_DIR / "data" / name).read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for name in ("example.jsonl", "math_tasks.jsonl")
+        for line in (SERVER_DIR / "data" / name).read_text().splitlines()
+    ]
     assert len(rows) == 65
     for row in rows:  # the generator's own answer verifies against itself
         assert app.grade(row["expected_answer"], row["expected_answer"])["equivalent"], row

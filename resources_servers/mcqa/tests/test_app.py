@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.testing import assistant_response, post_verify, server_client
+from nemo_gym.env.testing import assistant_response, post_verify, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 OPTIONS = [{"A": "Circle"}, {"B": "Square"}, {"C": "Triangle"}, {"D": "Hexagon"}, {"E": "Polygenic risk score"}]
 ROW = {
-    "responses_create_params": {"input": [{"role": "user", "content": "Which shape has four sides?\nA: Circle\nB: Square\n..."}]},
+    "responses_create_params": {
+        "input": [{"role": "user", "content": "Which shape has four sides?\nA: Circle\nB: Square\n..."}]
+    },
     "options": OPTIONS,
     "expected_answer": "B",
     "grading_mode": "strict_single_letter_boxed",
@@ -86,7 +89,13 @@ def test_lenient_boxed(client: TestClient, text: str, letter: str | None) -> Non
 
 @pytest.mark.parametrize(
     ("text", "letter"),
-    [("Answer: B", "B"), ("answer : square", "B"), (r"Answer: \text{C}", "C"), ("Answer: B because", None), ("B", None)],
+    [
+        ("Answer: B", "B"),
+        ("answer : square", "B"),
+        (r"Answer: \text{C}", "C"),
+        ("Answer: B because", None),
+        ("B", None),
+    ],
 )
 def test_lenient_answer_colon(client: TestClient, text: str, letter: str | None) -> None:
     assert verify(client, text, grading_mode="lenient_answer_colon")["extracted_answer"] == letter
@@ -153,7 +162,9 @@ def test_without_gold_the_reward_is_zero(client: TestClient) -> None:
     assert answer["reward"] == 0.0 and answer["expected_answer"] == ""
 
 
-@pytest.mark.parametrize("row", [{"grading_mode": "lenient_answer_colon_md"}, {"grading_mode": "fuzzy"}, {"options": "A,B"}])
+@pytest.mark.parametrize(
+    "row", [{"grading_mode": "lenient_answer_colon_md"}, {"grading_mode": "fuzzy"}, {"options": "A,B"}]
+)
 def test_malformed_rows_are_422(client: TestClient, row: dict[str, Any]) -> None:
     assert client.post("/verify", json={**ROW, **row, "response": response(r"\boxed{B}")}).status_code == 422
 

@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.config import load_config
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.module_loading import import_file
+from nemo_gym.env.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
 from nemo_gym.errors import ConfigError
-from nemo_gym.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = SERVER_DIR.parents[1]
@@ -191,7 +191,10 @@ def test_prepare_row_layout(tmp_path):
 
 def test_prepare_cli(tmp_path):
     out = tmp_path / "tasks.jsonl"
-    argv = [f"+output_jsonl_fpath={out}", "+generators=[{name: simple_equations, size: 2, seed: 3, config: {max_value: 10}}]"]
+    argv = [
+        f"+output_jsonl_fpath={out}",
+        "+generators=[{name: simple_equations, size: 2, seed: 3, config: {max_value: 10}}]",
+    ]
     assert prepare.main(argv) == 0
     assert [r["task_id"] for r in _rows(out)] == ["simple_equations-3-0", "simple_equations-3-1"]
 
@@ -204,7 +207,10 @@ def test_prepare_cli(tmp_path):
         ([{"name": "leg_counting", "size": 1, "config": {"min_animals": 5, "max_animals": 2}}], "bad config"),
         ([{"name": "leg_counting", "size": 1, "config": {"seed": 2}}], "not inside config"),
         ([{"name": "leg_counting", "size": 0}], "size"),
-        ([{"name": "leg_counting", "size": 1}, {"name": "leg_counting", "sise": 1}], r"generators\.1\.sise: not a key of generators\.1 \(did you mean 'size'\?\)"),
+        (
+            [{"name": "leg_counting", "size": 1}, {"name": "leg_counting", "sise": 1}],
+            r"generators\.1\.sise: not a key of generators\.1 \(did you mean 'size'\?\)",
+        ),
         ([{"name": "leg_counting", "size": 1}, {"name": "leg_counting", "size": 2}], "different seeds"),
     ],
 )
@@ -221,19 +227,24 @@ def test_example_rows_match_the_documented_command(tmp_path):
 
 
 EXAMPLE_GENERATORS = (
-    "+generators=[{name: basic_arithmetic, size: 2, seed: 0, config: {max_terms: 3, max_digits: 2}}, "
-    "{name: leg_counting, size: 1, seed: 0}, {name: simple_equations, size: 1, seed: 0}, {name: spell_backward, size: 1, seed: 0}]"
+    "+generators=[{name: basic_arithmetic, size: 2, seed: 0, config: {max_terms: 3, max_digits: 2}}, {name:"
+    " leg_counting, size: 1, seed: 0}, {name: simple_equations, size: 1, seed: 0}, {name: spell_backward, size: 1,"
+    " seed: 0}]"
 )
 
 
 # -- real processes ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.integration
 def test_ng_run_rollouts():
     """ng_run starts this server (in its own uv environment), the simple agent and a scripted policy; the
     agent's `/run` scores the example rows end to end."""
-    config = "+config_paths=[resources_servers/reasoning_gym/configs/reasoning_gym.yaml,resources_servers/reasoning_gym/tests/scripted_policy.yaml]"
+    config = (
+        "+config_paths=[resources_servers/reasoning_gym/configs/reasoning_gym.yaml,"
+        "resources_servers/reasoning_gym/tests/scripted_policy.yaml]"
+    )
     with NgRun(config, timeout_s=600) as run:
         agent_url = run.server_url("reasoning_gym_simple_agent")
         rewards = {}
@@ -254,7 +265,10 @@ def test_fallback_extraction_for_small_models():
     """SmolLM2 rarely writes \\boxed{}: "1 + 5 = 6" answers 6 for a numeric task; stated answers are read."""
     app = app_module
     assert app.extract_final_answer("1 + 5 = 6", numeric=True) == ("6", app.Extraction.LAST_NUMBER)
-    assert app.extract_final_answer("17 + 5 = 22.\nSo, the answer is 20.", numeric=True) == ("20", app.Extraction.ANSWER_IS)
+    assert app.extract_final_answer("17 + 5 = 22.\nSo, the answer is 20.", numeric=True) == (
+        "20",
+        app.Extraction.ANSWER_IS,
+    )
     assert app.extract_final_answer("The answer is: etyk", numeric=False) == ("etyk", app.Extraction.ANSWER_IS)
     assert app.extract_final_answer("I think\netyk", numeric=False) == ("etyk", app.Extraction.LAST_LINE)
     assert app.extract_final_answer("no digits here", numeric=True) == ("no digits here", app.Extraction.LAST_LINE)

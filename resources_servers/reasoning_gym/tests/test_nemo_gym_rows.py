@@ -15,16 +15,21 @@ import reasoning_gym
 from reasoning_gym.composite import DatasetSpec
 from reasoning_gym.factory import DATASETS
 
+from nemo_gym.env.testing import assistant_response, post_verify, server_client
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.testing import assistant_response, post_verify, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 NEMO_GYM_ROWS = read_jsonl(SERVER_DIR / "tests/nemo_gym/example.jsonl")
 NEMO_GYM_ROLLOUTS = read_jsonl(SERVER_DIR / "tests/nemo_gym/example_rollouts.jsonl")
 # Generators whose entries have no reference answer (null): many answers are right, the checker reads the
 # metadata. With the metadata field holding a right answer, where there is one.
-ANSWER_LESS = {"boxnet": None, "graph_color": "possible_answer", "propositional_logic": "example_answer",
-               "rubiks_cube": "example_correct_answer", "rush_hour": None}  # fmt: skip
+ANSWER_LESS = {
+    "boxnet": None,
+    "graph_color": "possible_answer",
+    "propositional_logic": "example_answer",
+    "rubiks_cube": "example_correct_answer",
+    "rush_hour": None,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,10 @@ def nemo_gym_row(entry: dict[str, Any]) -> dict[str, Any]:
 
 def generator_entries(name: str, size: int = 3) -> list[dict[str, Any]]:
     if name == "composite":  # a mix of generators; it has no default config
-        specs = [DatasetSpec(name="leg_counting", weight=1, config={}), DatasetSpec(name="spell_backward", weight=1, config={})]
+        specs = [
+            DatasetSpec(name="leg_counting", weight=1, config={}),
+            DatasetSpec(name="spell_backward", weight=1, config={}),
+        ]
         dataset = reasoning_gym.create_dataset(name, size=size, seed=0, datasets=specs)
     else:
         dataset = reasoning_gym.create_dataset(name, size=size, seed=0)
@@ -58,6 +66,7 @@ def library_score(entry: dict[str, Any], answer: str) -> float:
     return reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])(answer, entry)
 
 
+@pytest.mark.long
 def test_entries_score_the_same_after_json_but_arc_grids():
     """A row is JSON: the entry's tuples become lists. Only the ARC checkers (arc_agi, rearc) then score
     their own reference differently (0.05: they compare a tuple board with `==`); the server restores that
@@ -65,7 +74,9 @@ def test_entries_score_the_same_after_json_but_arc_grids():
     changed = set()
     for name in sorted(DATASETS):
         for entry in generator_entries(name):
-            if entry["answer"] is not None and library_score(entry, entry["answer"]) != library_score(json.loads(json.dumps(entry, default=str)), entry["answer"]):
+            if entry["answer"] is not None and library_score(entry, entry["answer"]) != library_score(
+                json.loads(json.dumps(entry, default=str)), entry["answer"]
+            ):
                 changed.add(name)
     assert changed == {"arc_agi", "rearc"}
 
@@ -103,8 +114,14 @@ def test_nemo_gym_rollouts_get_nemo_gyms_rewards(client):
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        pytest.param(lambda row: row["metadata"].pop("source_dataset"), "metadata.source_dataset", id="no-source_dataset"),
-        pytest.param(lambda row: row["metadata"].update(source_dataset="knights_knave"), "knights_knaves", id="unknown-source_dataset"),
+        pytest.param(
+            lambda row: row["metadata"].pop("source_dataset"), "metadata.source_dataset", id="no-source_dataset"
+        ),
+        pytest.param(
+            lambda row: row["metadata"].update(source_dataset="knights_knave"),
+            "knights_knaves",
+            id="unknown-source_dataset",
+        ),
         pytest.param(lambda row: row.pop("question"), "question", id="no-question"),
         pytest.param(lambda row: row.pop("answer"), "answer", id="no-answer"),
         pytest.param(lambda row: row.update(answer=3), "answer", id="answer-not-text"),
@@ -121,6 +138,7 @@ def test_malformed_nemo_gym_rows_get_422_naming_the_field(client, mutate, field)
 # -- every generator -------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_every_generator_boxed_reference_scores_what_the_library_gives(client, name):
     """For every generator of the installed reasoning-gym, in both row shapes: the reference answer written as
@@ -145,7 +163,9 @@ def test_every_generator_boxed_reference_scores_what_the_library_gives(client, n
 
 
 def test_answer_less_entries_are_accepted():
-    assert {name for name in DATASETS if name != "composite" and generator_entries(name, 1)[0]["answer"] is None} == set(ANSWER_LESS)
+    assert {
+        name for name in DATASETS if name != "composite" and generator_entries(name, 1)[0]["answer"] is None
+    } == set(ANSWER_LESS)
 
 
 def test_unparsable_answer_scores_zero_with_the_checkers_error(client):
@@ -164,7 +184,7 @@ def test_entry_its_checker_rejects_gets_422(client):
     assert answer.status_code == 422 and "own answer" in answer.text
 
 
-# -- a stated answer that ends with a period (issue 18, item 13) ------------------------------------------
+# -- a stated answer that ends with a period ----------------------------------------------------------------
 
 
 def test_stated_answer_keeps_a_period_that_belongs_to_it(client):

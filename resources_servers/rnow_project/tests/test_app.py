@@ -4,8 +4,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from nemo_gym.module_loading import import_file
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 app = import_file(SERVER_DIR / "app.py")
@@ -19,6 +19,12 @@ def test_sample_project_tools_and_example_rows():
         assert client.post("/add", json={"a": 2, "b": 3}).json() == "5"
         for row in rows:
             expected = row["metadata"]["answer"]
-            output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Answer: {expected}"}]}]
+            output = [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": f"Answer: {expected}"}],
+                }
+            ]
             answer = client.post("/verify", json={**row, "response": {"output": output}}).json()
             assert answer["reward"] == 2.0  # answered + accuracy; used_tool 0 (no tool was called)

@@ -8,12 +8,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.env.testing import assistant_response, client_fixture, server_client, text_verifier
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 app = import_file(SERVER_DIR / "app.py")
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is the capital of France?"}]}, "expected_answer": "Paris"}
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "What is the capital of France?"}]},
+    "expected_answer": "Paris",
+}
 client = client_fixture(SERVER_DIR)
 verify = text_verifier(ROW)
 
@@ -72,7 +75,11 @@ def test_server_defaults_and_row_overrides() -> None:
         ("\\boxed{Lyon}", {}, "mismatch"),
         ("\\boxed{many}", {"expected_answer": "3", "match": {"mode": "numeric"}}, "not_a_number"),
         ("\\boxed{" + "x" * 20_000 + "}", {}, "too_long"),
-        ("\\boxed{" + "ab" * 3000 + "}", {"expected_answer": "(.*a){20}", "match": {"mode": "regex"}}, "timeout"),  # catastrophic backtracking
+        (
+            "\\boxed{" + "ab" * 3000 + "}",
+            {"expected_answer": "(.*a){20}", "match": {"mode": "regex"}},
+            "timeout",
+        ),  # catastrophic backtracking
     ],
 )
 def test_failure_reasons(text: str, row: dict[str, Any], reason: str) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.env.testing import server_client
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import server_client
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 tasks = import_file(SERVER_DIR / "tasks.py")
@@ -17,7 +17,12 @@ ROWS = {name: read_jsonl(SERVER_DIR / "data" / f"{name}.jsonl") for name in ("ex
 
 
 def call(name: str, arguments: dict | str) -> dict:
-    return {"type": "function_call", "call_id": f"c_{name}", "name": name, "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+    return {
+        "type": "function_call",
+        "call_id": f"c_{name}",
+        "name": name,
+        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+    }
 
 
 def answer(text: str) -> dict:
@@ -52,8 +57,15 @@ def test_rows_advertise_the_server_tools(client):
 
 def test_two_call_task_full_reward_and_components(client):
     row = tasks.make_task(347, 29, 518)
-    result = verify(client, row, call("multiply", {"a": 347, "b": 29}), {"type": "function_call_output", "call_id": "c_multiply", "output": "10063"},
-                    call("add", {"a": 10063, "b": 518}), {"type": "function_call_output", "call_id": "c_add", "output": "10581"}, answer("The answer is 10,581."))  # fmt: skip
+    result = verify(
+        client,
+        row,
+        call("multiply", {"a": 347, "b": 29}),
+        {"type": "function_call_output", "call_id": "c_multiply", "output": "10063"},
+        call("add", {"a": 10063, "b": 518}),
+        {"type": "function_call_output", "call_id": "c_add", "output": "10581"},
+        answer("The answer is 10,581."),
+    )
     assert result["reward"] == 1.0 and result["reward_components"] == {"answer": 1.0, "calls": 1.0}
     assert result["extracted_answer"] == 10581 and result["num_tool_calls"] == 2 and result["failure_reason"] is None
 
@@ -65,7 +77,11 @@ def test_two_call_task_full_reward_and_components(client):
         ([call("multiply", {"a": 347, "b": 29}), answer("I don't know")], 0.0, "no_answer"),
         ([call("multiply", {"a": 347, "b": 29}), answer("The answer is 10063.")], 0.0, "wrong_answer"),
         ([call("multiply", "{bad json"), answer("10581")], 1.0, None),  # the answer alone is scored
-        ([call("multiply", {"a": 347, "b": 29}), call("add", {"a": 10063, "b": 518})], 0.0, "no_answer"),  # ended on calls
+        (
+            [call("multiply", {"a": 347, "b": 29}), call("add", {"a": 10063, "b": 518})],
+            0.0,
+            "no_answer",
+        ),  # ended on calls
     ],
 )
 def test_reward_is_the_exact_final_answer(client, output, reward, reason):
@@ -74,7 +90,10 @@ def test_reward_is_the_exact_final_answer(client, output, reward, reason):
 
 
 def test_missing_expected_answer_is_422(client):
-    assert client.post("/verify", json={"responses_create_params": {"input": "x"}, "response": {"output": []}}).status_code == 422
+    assert (
+        client.post("/verify", json={"responses_create_params": {"input": "x"}, "response": {"output": []}}).status_code
+        == 422
+    )
 
 
 def test_data_split_is_disjoint_and_reproducible():
@@ -94,5 +113,8 @@ def test_expert_script_solves_every_example_row(client):
         for turn in script[:-1]:
             (expected,) = turn["tool_calls"]
             result = client.post(f"/{expected['name']}", json=expected["arguments"]).json()
-            output += [call(expected["name"], expected["arguments"]), {"type": "function_call_output", "call_id": "c", "output": json.dumps(result)}]
+            output += [
+                call(expected["name"], expected["arguments"]),
+                {"type": "function_call_output", "call_id": "c", "output": json.dumps(result)},
+            ]
         assert verify(client, row, *output, answer(script[-1]["text"]))["reward"] == 1.0

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.env.testing import assistant_response, post_verify, server_client
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import assistant_response, post_verify, server_client
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 EXAMPLE_ENVS = str(SERVER_DIR / "example_envs")
@@ -55,7 +55,10 @@ def test_rows_of_both_splits():
     [
         ({"env_id": "owner/no-such-env"}, "no module 'no_such_env'"),
         ({"env_args": {"num_train": 3}}, r"takes no argument 'num_train' \(did you mean 'num_train_examples'\?\)"),
-        ({"env_args": {"num_train_examples": "many"}}, r"load_environment\(\*\*\{'num_train_examples': 'many'\}\) failed: TypeError"),
+        (
+            {"env_args": {"num_train_examples": "many"}},
+            r"load_environment\(\*\*\{'num_train_examples': 'many'\}\) failed: TypeError",
+        ),
     ],
 )
 def test_startup_errors_are_config_errors(config, message):
@@ -63,7 +66,7 @@ def test_startup_errors_are_config_errors(config, message):
         pass
 
 
-MULTI_TURN = '''
+MULTI_TURN = """
 from vf_reverse_text._classic import Rubric
 
 class Game:
@@ -73,7 +76,7 @@ class Game:
 
 def load_environment():
     return Game()
-'''
+"""
 
 
 def test_multi_turn_environment_is_refused(tmp_path):
@@ -83,12 +86,14 @@ def test_multi_turn_environment_is_refused(tmp_path):
 
 
 def test_completion_keeps_tool_calls_and_drops_reasoning():
-    response = {"output": [
-        {"type": "reasoning", "id": "rs", "summary": []},
-        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "42"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 42."}]},
-    ]}  # fmt: skip
+    response = {
+        "output": [
+            {"type": "reasoning", "id": "rs", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 42."}]},
+        ]
+    }
     chat = vf_adapter.completion_of(response)
     assert [m["role"] for m in chat] == ["assistant", "tool", "assistant"]
     assert chat[0]["tool_calls"][0]["function"]["name"] == "lookup" and chat[0]["content"] == ""

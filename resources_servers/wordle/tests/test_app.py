@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.module_loading import import_file
-from nemo_gym.testing import episode_response, server_client
+from nemo_gym.env.testing import episode_response, server_client
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 DATA = SERVER_DIR / "data"
@@ -100,14 +100,25 @@ def test_reset_step_until_solved(client):
     first = client.post("/reset", json={"target_word": "venue"}, headers=headers).json()
     assert "6 guesses" in first["observation"]
     step = client.post("/step", json={"action": "Opening with CRANE"}, headers=headers).json()
-    assert step == {"observation": "CRANE  _ _ _ Y G\nGuesses left: 5. Reply with your next 5-letter guess in capital letters.",
-                    "reward": 0.0, "terminated": False, "truncated": False, "info": {"turns": 1, "solved": False}}
+    assert step == {
+        "observation": "CRANE  _ _ _ Y G\nGuesses left: 5. Reply with your next 5-letter guess in capital letters.",
+        "reward": 0.0,
+        "terminated": False,
+        "truncated": False,
+        "info": {"turns": 1, "solved": False},
+    }
     step = client.post("/step", json={"action": "VENUE"}, headers=headers).json()
     assert step["reward"] == 1.0 and step["terminated"] is True
     again = client.post("/step", json={"action": "VENUE"}, headers=headers)
     assert again.status_code == 409 and "over" in again.text
-    verified = client.post("/verify", json={"responses_create_params": {"input": []}, "target_word": "venue", "response": answer("x")}, headers=headers).json()
-    assert verified["reward"] == 1.0 and verified["replayed"] is False and verified["turns"] == 2  # the session's game, not the replay
+    verified = client.post(
+        "/verify",
+        json={"responses_create_params": {"input": []}, "target_word": "venue", "response": answer("x")},
+        headers=headers,
+    ).json()
+    assert (
+        verified["reward"] == 1.0 and verified["replayed"] is False and verified["turns"] == 2
+    )  # the session's game, not the replay
 
 
 def test_step_without_reset_and_bad_target_are_4xx(client):
@@ -128,14 +139,24 @@ def test_sessions_are_isolated_and_freed(client):
 def test_verify_replays_the_trajectory_without_a_session(client):
     body = {"responses_create_params": {"input": []}, "target_word": "venue"}
     solved = client.post("/verify", json={**body, "response": answer("CRANE", "I bet VENUE")}).json()
-    assert solved["reward"] == 1.0 and solved["replayed"] is True and solved["turns"] == 2 and solved["failure_reason"] is None
+    assert (
+        solved["reward"] == 1.0
+        and solved["replayed"] is True
+        and solved["turns"] == 2
+        and solved["failure_reason"] is None
+    )
     lost = client.post("/verify", json={**body, "response": answer(*["SLATE"] * 7)}).json()
     assert lost["reward"] == 0.0 and lost["turns"] == 6 and lost["failure_reason"] == "out_of_guesses"
 
 
 @pytest.mark.parametrize(
     "output",
-    [[], [{"type": "message", "role": "assistant", "content": 5}], [1, "x", None], [{"type": "message", "role": "assistant", "content": [{"text": "A" * 1_000_000}]}]],
+    [
+        [],
+        [{"type": "message", "role": "assistant", "content": 5}],
+        [1, "x", None],
+        [{"type": "message", "role": "assistant", "content": [{"text": "A" * 1_000_000}]}],
+    ],
     ids=["empty", "content not text", "junk items", "huge"],
 )
 def test_bad_model_output_scores_zero_without_crashing(client, output):

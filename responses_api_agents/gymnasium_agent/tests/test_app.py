@@ -8,32 +8,48 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from live_servers import serve
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.serve import load_server_class
+
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.retry_policy import ClientTimeouts
 
 REPO = Path(__file__).resolve().parents[3]
-WORDLE_ROW = json.loads((REPO / "resources_servers/wordle/data/example.jsonl").read_text().splitlines()[0])  # target: venue
-BLACKJACK_ROW = json.loads((REPO / "resources_servers/blackjack/data/example.jsonl").read_text().splitlines()[0])  # seed 1000
+WORDLE_ROW = json.loads(
+    (REPO / "resources_servers/wordle/data/example.jsonl").read_text().splitlines()[0]
+)  # target: venue
+BLACKJACK_ROW = json.loads(
+    (REPO / "resources_servers/blackjack/data/example.jsonl").read_text().splitlines()[0]
+)  # seed 1000
 
 
 def server(path: str, config: dict, addresses: dict[str, str] | None = None):
     cls = load_server_class(REPO / path / "app.py")
-    return cls(config, name="x", client=ServerClient(addresses=addresses or {}, timeouts=ClientTimeouts(read_s=30, max_retries=0)))
+    return cls(
+        config,
+        name="x",
+        client=ServerClient(addresses=addresses or {}, timeouts=ClientTimeouts(read_s=30, max_retries=0)),
+    )
 
 
 @pytest.fixture
 def agent_url():
-    """Start environment + scripted model + agent; yield a function (environment, model config, agent config) -> agent URL."""
+    """Start environment + scripted model + agent; yield a function (environment, model config, agent config) -> agent URL."""  # noqa: E501
     with ExitStack() as stack:
 
         def start(environment: str, model: dict, agent: dict | None = None, env_config: dict | None = None) -> str:
-            env_url = stack.enter_context(serve(server(f"resources_servers/{environment}", env_config or {}).build_app()))
+            env_url = stack.enter_context(
+                serve(server(f"resources_servers/{environment}", env_config or {}).build_app())
+            )
             model_url = stack.enter_context(serve(server("responses_api_models/scripted_model", model).build_app()))
-            config = {"resources_server": {"type": "resources_servers", "name": "env"},
-                      "model_server": {"type": "responses_api_models", "name": "policy_model"}, **(agent or {})}
-            agent_server = server("responses_api_agents/gymnasium_agent", config, {"env": env_url, "policy_model": model_url})
+            config = {
+                "resources_server": {"type": "resources_servers", "name": "env"},
+                "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                **(agent or {}),
+            }
+            agent_server = server(
+                "responses_api_agents/gymnasium_agent", config, {"env": env_url, "policy_model": model_url}
+            )
             return stack.enter_context(serve(agent_server.build_app()))
 
         yield start
@@ -51,7 +67,9 @@ def texts(output: list[dict]) -> list[tuple[str, str]]:
 
 def test_wordle_solved_in_two_turns(agent_url):
     # The first observation has no CRANE: the default reply guesses it; its feedback names CRANE: guess VENUE.
-    url = agent_url("wordle", {"default_reply": "Let me open with CRANE", "rules": [{"match": "CRANE", "reply": "So: VENUE"}]})
+    url = agent_url(
+        "wordle", {"default_reply": "Let me open with CRANE", "rules": [{"match": "CRANE", "reply": "So: VENUE"}]}
+    )
     answer = run(url, WORDLE_ROW)
     roles = [role for role, _ in texts(answer["response"]["output"])]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
@@ -82,7 +100,10 @@ def test_blackjack_stand_on_seed_1000_wins(agent_url):
     url = agent_url("blackjack", {"default_reply": "I will stand."})
     answer = run(url, BLACKJACK_ROW)
     assert answer["reward"] == 1.0 and answer["outcome"] == "win" and answer["stop_reason"] == "completed"
-    assert "Dealer's hand: Ace of Clubs, Ace of Diamonds, 4 of Hearts, 10 of Spades, 7 of Hearts (total 23)" in texts(answer["response"]["output"])[-1][1]
+    assert (
+        "Dealer's hand: Ace of Clubs, Ace of Diamonds, 4 of Hearts, 10 of Spades, 7 of Hearts (total 23)"
+        in texts(answer["response"]["output"])[-1][1]
+    )
 
 
 def test_blackjack_invalid_actions_are_truncated_as_a_forfeit(agent_url):
@@ -122,8 +143,13 @@ def test_v1_responses_asks_for_a_row(agent_url):
 def test_unreachable_model_gives_502_with_failure_class():
     with ExitStack() as stack:
         env_url = stack.enter_context(serve(server("resources_servers/wordle", {}).build_app()))
-        config = {"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"}}
-        agent_server = server("responses_api_agents/gymnasium_agent", config, {"env": env_url, "policy_model": "http://127.0.0.1:9"})
+        config = {
+            "resources_server": {"type": "resources_servers", "name": "env"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        }
+        agent_server = server(
+            "responses_api_agents/gymnasium_agent", config, {"env": env_url, "policy_model": "http://127.0.0.1:9"}
+        )
         url = stack.enter_context(serve(agent_server.build_app()))
         answer = httpx.post(f"{url}/run", json=WORDLE_ROW, timeout=60)
     assert answer.status_code == 502

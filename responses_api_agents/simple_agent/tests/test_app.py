@@ -8,18 +8,25 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from live_servers import serve
-from nemo_gym.client import ClientTimeouts, ServerClient
-from nemo_gym.serve import load_server_class
+
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.retry_policy import ClientTimeouts
 
 REPO = Path(__file__).resolve().parents[3]
-WEATHER_ROW = json.loads((REPO / "resources_servers/example_single_tool_call/data/example.jsonl").read_text().splitlines()[0])
+WEATHER_ROW = json.loads(
+    (REPO / "resources_servers/example_single_tool_call/data/example.jsonl").read_text().splitlines()[0]
+)
 
 
 def server(path: str, config: dict, addresses: dict[str, str] | None = None, name: str = "x"):
     cls = load_server_class(REPO / path / "app.py")
-    return cls(config, name=name, client=ServerClient(addresses=addresses or {}, timeouts=ClientTimeouts(read_s=30, max_retries=0)))
+    return cls(
+        config,
+        name=name,
+        client=ServerClient(addresses=addresses or {}, timeouts=ClientTimeouts(read_s=30, max_retries=0)),
+    )
 
 
 @pytest.fixture
@@ -27,15 +34,23 @@ def agent_url():
     """Start resources + model + agent; yield a function (model config, agent config) -> agent URL."""
     with ExitStack() as stack:
 
-        def start(model: dict | None = None, agent: dict | None = None, resources: str = "resources_servers/example_single_tool_call") -> str:
+        def start(
+            model: dict | None = None,
+            agent: dict | None = None,
+            resources: str = "resources_servers/example_single_tool_call",
+        ) -> str:
             env_url = stack.enter_context(serve(server(resources, {}).build_app()))
-            model_url = stack.enter_context(serve(server("responses_api_models/scripted_model", model or {}).build_app()))
+            model_url = stack.enter_context(
+                serve(server("responses_api_models/scripted_model", model or {}).build_app())
+            )
             agent_config = {
                 "resources_server": {"type": "resources_servers", "name": "env"},
                 "model_server": {"type": "responses_api_models", "name": "policy_model"},
                 **(agent or {}),
             }
-            agent_server = server("responses_api_agents/simple_agent", agent_config, {"env": env_url, "policy_model": model_url})
+            agent_server = server(
+                "responses_api_agents/simple_agent", agent_config, {"env": env_url, "policy_model": model_url}
+            )
             return stack.enter_context(serve(agent_server.build_app()))
 
         yield start
@@ -44,8 +59,15 @@ def agent_url():
 def test_tool_call_then_answer_is_verified(agent_url):
     url = agent_url({"default_reply": "Cold."})
     answer = httpx.post(f"{url}/run", json=WEATHER_ROW, timeout=60).json()
-    assert [item["type"] for item in answer["response"]["output"]] == ["function_call", "function_call_output", "message"]
-    assert json.loads(answer["response"]["output"][1]["output"]) == {"city": "San Francisco", "weather_description": "The weather in San Francisco is cold."}
+    assert [item["type"] for item in answer["response"]["output"]] == [
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert json.loads(answer["response"]["output"][1]["output"]) == {
+        "city": "San Francisco",
+        "weather_description": "The weather in San Francisco is cold.",
+    }
     assert answer["reward"] == 1.0 and answer["stop_reason"] == "completed"
     assert answer["responses_create_params"] == WEATHER_ROW["responses_create_params"]  # the row comes back whole
 
@@ -81,8 +103,13 @@ def test_v1_responses_runs_the_loop_only(agent_url):
 def test_unreachable_model_gives_502_with_failure_class():
     with ExitStack() as stack:
         env_url = stack.enter_context(serve(server("resources_servers/example_single_tool_call", {}).build_app()))
-        config = {"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"}}
-        agent_server = server("responses_api_agents/simple_agent", config, {"env": env_url, "policy_model": "http://127.0.0.1:9"})
+        config = {
+            "resources_server": {"type": "resources_servers", "name": "env"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        }
+        agent_server = server(
+            "responses_api_agents/simple_agent", config, {"env": env_url, "policy_model": "http://127.0.0.1:9"}
+        )
         url = stack.enter_context(serve(agent_server.build_app()))
         answer = httpx.post(f"{url}/run", json=WEATHER_ROW, timeout=60)
     assert answer.status_code == 502
@@ -104,9 +131,24 @@ def test_every_rollout_ends_its_session(policy):
             return await call_next(request)
 
         env_url = stack.enter_context(serve(env_app))
-        model_url = stack.enter_context(serve(server("responses_api_models/scripted_model", {"default_reply": "Cold."}).build_app())) if policy == "scripted" else "http://127.0.0.1:9"
-        config = {"resources_server": {"type": "resources_servers", "name": "env"}, "model_server": {"type": "responses_api_models", "name": "policy_model"}}
-        url = stack.enter_context(serve(server("responses_api_agents/simple_agent", config, {"env": env_url, "policy_model": model_url}).build_app()))
+        model_url = (
+            stack.enter_context(
+                serve(server("responses_api_models/scripted_model", {"default_reply": "Cold."}).build_app())
+            )
+            if policy == "scripted"
+            else "http://127.0.0.1:9"
+        )
+        config = {
+            "resources_server": {"type": "resources_servers", "name": "env"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        }
+        url = stack.enter_context(
+            serve(
+                server(
+                    "responses_api_agents/simple_agent", config, {"env": env_url, "policy_model": model_url}
+                ).build_app()
+            )
+        )
         answer = httpx.post(f"{url}/run", json=WEATHER_ROW, timeout=60)
     if policy == "scripted":
         assert answer.status_code == 200 and answer.json()["reward"] == 1.0
@@ -118,10 +160,12 @@ def test_every_rollout_ends_its_session(policy):
 
 
 def test_tool_arguments_as_text_or_an_object_and_clear_errors_otherwise():
-    from nemo_gym.module_loading import import_file
+    from nemo_gym.serving.module_loading import import_file
 
     tool_arguments = import_file(REPO / "responses_api_agents/simple_agent/app.py").tool_arguments
-    assert tool_arguments('{"city": "sf"}') == {"city": "sf"} == tool_arguments({"city": "sf"})  # text, or parsed by the endpoint
+    assert (
+        tool_arguments('{"city": "sf"}') == {"city": "sf"} == tool_arguments({"city": "sf"})
+    )  # text, or parsed by the endpoint
     assert tool_arguments("") == tool_arguments(None) == {}
     for raw in ("[1]", "3", "{city: sf", ["city"], 3, "[" * 100_000):
         with pytest.raises(ValueError):  # the agent answers the model with the error (StopReason.parse_error), no crash

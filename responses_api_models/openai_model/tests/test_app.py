@@ -12,8 +12,8 @@ import pytest
 import uvicorn
 import yaml
 
-from nemo_gym.serve import load_server_class
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.entrypoint import load_server_class
 
 HERE = Path(__file__).resolve().parents[1]
 MODELS = HERE.parent
@@ -37,7 +37,12 @@ def _serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
 def client(request):
     endpoint = ScriptedModel({"model_name": "upstream", "default_reply": "Sunny in \\boxed{Oslo}."}, name="upstream")
     up, up_thread, up_url = _serve(endpoint.build_app())
-    fields = {"openai_base_url": f"{up_url}/v1", "openai_api_key": "sk-x", "openai_model": "upstream", "use_responses_api": request.param}
+    fields = {
+        "openai_base_url": f"{up_url}/v1",
+        "openai_api_key": "sk-x",
+        "openai_model": "upstream",
+        "use_responses_api": request.param,
+    }
     proxy, proxy_thread, proxy_url = _serve(OpenAIModel(fields, name="policy_model").build_app())
     with openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="unused", max_retries=0) as client:
         yield client, request.param
@@ -53,7 +58,11 @@ def test_example_rows(client):
         answer = client.responses.create(model="policy", **params)
         assert answer.status == "completed"
         kinds = [item.type for item in answer.output]
-        if params.get("tools") and responses_api and not any(i.get("type") == "function_call_output" for i in params["input"]):
+        if (
+            params.get("tools")
+            and responses_api
+            and not any(i.get("type") == "function_call_output" for i in params["input"])
+        ):
             assert kinds == ["function_call"] and answer.output[0].name == "get_weather"
         else:  # the scripted chat route answers text
             assert kinds == ["message"] and answer.output_text == "Sunny in \\boxed{Oslo}."
@@ -64,7 +73,9 @@ def test_config_yaml_validates():
     assert text.startswith("# ng_run ")
     fields = yaml.safe_load(text)["policy_model"]["responses_api_models"]["openai_model"]
     assert fields["openai_api_key"] == "${policy_api_key}"
-    resolved = {k: ("http://127.0.0.1:9/v1" if isinstance(v, str) and v.startswith("${") else v) for k, v in fields.items()}
+    resolved = {
+        k: "http://127.0.0.1:9/v1" if isinstance(v, str) and v.startswith("${") else v for k, v in fields.items()
+    }
     OpenAIModel.Config.model_validate(resolved)
 
 

@@ -5,14 +5,15 @@ The server with the real SmolLM2 on vLLM is tested in tests/test_e2e_vllm.py (ma
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import yaml
 
-from nemo_gym import openai_convert, tool_calls
-from nemo_gym.serve import load_server_class
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.model_servers import tool_calls
+from nemo_gym.serving import openai_convert
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.module_loading import import_file
 
 HERE = Path(__file__).resolve().parents[1]
 VLLMModel = load_server_class(HERE / "app.py")
@@ -62,14 +63,15 @@ def test_response_format_becomes_a_structured_output_constraint():
     import pytest
     from fastapi import HTTPException
 
-    module = sys.modules[VLLMModel.__module__]
-    constraint = module._response_format_constraint
+    constraint = import_file(HERE / "completions.py").response_format_constraint
     schema = {"type": "object", "properties": {"verdict": {"enum": ["[[A=B]]", "[[A!=B]]"]}}, "required": ["verdict"]}
     assert constraint(None) is None and constraint({"type": "text"}) is None
     assert constraint({"type": "json_object"}) == {"json_object": True}
     assert constraint({"type": "json_schema", "json_schema": {"name": "v", "schema": schema}}) == {"json": schema}
     # a Responses `text.format` reaches the model server as the same response_format
-    chat = openai_convert.responses_to_chat({"input": "hi", "text": {"format": {"type": "json_schema", "name": "v", "schema": schema}}})
+    chat = openai_convert.responses_to_chat(
+        {"input": "hi", "text": {"format": {"type": "json_schema", "name": "v", "schema": schema}}}
+    )
     assert constraint(chat["response_format"]) == {"json": schema}
     for bad in ({"type": "json_schema"}, {"type": "grammar"}, "json"):
         with pytest.raises(HTTPException) as info:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from nemo_gym.answers import last_assistant_text  # the final answer's text; never raises on malformed output
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_assistant_text  # the final answer's text; never raises on malformed output
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import Session
 
 YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 

@@ -25,9 +25,10 @@ from mcp import Client, MCPError, StdioServerParameters, Tool
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import Field
 
-from nemo_gym.answers import last_assistant_text, normalize_text, strip_thinking
-from nemo_gym.limits import read_json_object
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_assistant_text, normalize_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.limits import read_json_object
+from nemo_gym.serving.server import ServerConfig, Session
 
 PROJECT = Path(__file__).resolve().parent
 NUMBER = re.compile(r"\d+")
@@ -35,9 +36,13 @@ NO_ANSWER = {CONNECTION_CLOSED, REQUEST_TIMEOUT}  # MCP error codes that mean th
 
 
 class McpConfig(ServerConfig):
-    mcp_server_script: str = Field("mcp_server.py", description="the MCP server to start (stdio), relative to the project folder")
+    mcp_server_script: str = Field(
+        "mcp_server.py", description="the MCP server to start (stdio), relative to the project folder"
+    )
     call_timeout_s: float = Field(10.0, gt=0, description="longest one MCP tool call may take, seconds")
-    startup_timeout_s: float = Field(60.0, gt=0, description="longest listing the MCP server's tools may take at start-up, seconds")
+    startup_timeout_s: float = Field(
+        60.0, gt=0, description="longest listing the MCP server's tools may take at start-up, seconds"
+    )
 
 
 class LibraryTask(VerifyRequest):
@@ -48,13 +53,21 @@ class LibraryTask(VerifyRequest):
 
 def mcp_parameters(config: McpConfig) -> StdioServerParameters:
     """How to start the MCP server: this Python on the script, in the project folder."""
-    return StdioServerParameters(command=sys.executable, args=[str(PROJECT / config.mcp_server_script)], cwd=str(PROJECT))
+    return StdioServerParameters(
+        command=sys.executable, args=[str(PROJECT / config.mcp_server_script)], cwd=str(PROJECT)
+    )
 
 
 def function_tool(tool: Tool) -> dict[str, Any]:
     """An MCP tool as a Responses API function tool."""
     parameters = {"type": "object", "properties": {}, **tool.input_schema}
-    return {"type": "function", "name": tool.name, "description": tool.description or "", "parameters": parameters, "strict": False}
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description or "",
+        "parameters": parameters,
+        "strict": False,
+    }
 
 
 class LibraryServer(ResourcesServer):
@@ -75,14 +88,21 @@ class LibraryServer(ResourcesServer):
         self.app = app  # the MCP tools' routes are added in startup(), once the MCP server has listed them
 
     async def startup(self) -> None:
-        # entered here and left in shutdown(), in the same task (the app's lifespan), as the mcp client's task group needs
+        # entered here and left in shutdown(), in the same task (the app's lifespan), as the mcp client's task group
+        # needs
         self.exit_stack = AsyncExitStack()
         self.mcp = await self.exit_stack.enter_async_context(Client(mcp_parameters(self.config)))
         tools = (await asyncio.wait_for(self.mcp.list_tools(), self.config.startup_timeout_s)).tools
         self.mcp_tools = {tool.name: tool for tool in tools}
         self.validators = {tool.name: Draft202012Validator(tool.input_schema) for tool in tools}
         for tool in tools:  # one forwarding route per MCP tool: the framework's @tool routes need Python signatures
-            self.app.add_api_route(f"/{tool.name}", self._forwarder(tool.name), methods=["POST"], name=tool.name, description=tool.description or "")
+            self.app.add_api_route(
+                f"/{tool.name}",
+                self._forwarder(tool.name),
+                methods=["POST"],
+                name=tool.name,
+                description=tool.description or "",
+            )
 
     async def shutdown(self) -> None:
         await self.exit_stack.aclose()  # stops the MCP server process
@@ -96,7 +116,10 @@ class LibraryServer(ResourcesServer):
             arguments = await read_json_object(request)
             if isinstance(arguments, JSONResponse):
                 return arguments
-            problems = [f"{'.'.join(map(str, e.absolute_path)) or 'arguments'}: {e.message}" for e in self.validators[name].iter_errors(arguments)]
+            problems = [
+                f"{'.'.join(map(str, e.absolute_path)) or 'arguments'}: {e.message}"
+                for e in self.validators[name].iter_errors(arguments)
+            ]
             if problems:
                 return JSONResponse({"detail": problems}, status_code=422)
             return await self.call_mcp_tool(name, arguments)

@@ -17,15 +17,20 @@ from mcp.server.mcpserver.exceptions import ToolError
 BOOKS: dict[str, dict[str, Any]] = json.loads((Path(__file__).resolve().parent / "data" / "books.json").read_text())
 MAX_RESULTS = 10
 
-server = MCPServer("library", instructions="A library catalogue: search books by title or author, then read a book's details.")
+server = MCPServer(
+    "library", instructions="A library catalogue: search books by title or author, then read a book's details."
+)
 
 
 @server.tool()
 def search_books(query: str) -> list[dict[str, str]]:
-    """Find books whose title or author contains `query` (case-insensitive); returns the id, title and author of each (at most 10)."""
+    """Find books whose title or author contains `query` (case-insensitive); returns the id, title and author of each (at most 10)."""  # noqa: E501
     needle = query.strip().casefold()
-    found = [{"id": book_id, "title": book["title"], "author": book["author"]} for book_id, book in BOOKS.items()
-             if needle and (needle in book["title"].casefold() or needle in book["author"].casefold())]
+    found = [
+        {"id": book_id, "title": book["title"], "author": book["author"]}
+        for book_id, book in BOOKS.items()
+        if needle and (needle in book["title"].casefold() or needle in book["author"].casefold())
+    ]
     return found[:MAX_RESULTS]
 
 

@@ -7,8 +7,20 @@ The teacher answers them (ng_collect_rollouts); string_match scores each answer.
 import json
 from pathlib import Path
 
-CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Germany", "Berlin"), ("Egypt", "Cairo"),
-            ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Canada", "Ottawa"), ("Norway", "Oslo"), ("Greece", "Athens"), ("Cuba", "Havana")]  # fmt: skip
+CAPITALS = [
+    ("France", "Paris"),
+    ("Japan", "Tokyo"),
+    ("Italy", "Rome"),
+    ("Spain", "Madrid"),
+    ("Germany", "Berlin"),
+    ("Egypt", "Cairo"),
+    ("Kenya", "Nairobi"),
+    ("Peru", "Lima"),
+    ("Canada", "Ottawa"),
+    ("Norway", "Oslo"),
+    ("Greece", "Athens"),
+    ("Cuba", "Havana"),
+]
 SUFFIX = "\n\nPut your final answer inside \\boxed{}."
 
 
@@ -19,7 +31,11 @@ def task(index: int) -> dict:
     else:
         a, b = 2 + (index * 5) % 17, 1 + (index * 3) % 9
         question, answer, mode = f"What is {a} + {b}?", str(a + b), "numeric"
-    return {"responses_create_params": {"input": [{"role": "user", "content": question + SUFFIX}]}, "expected_answer": answer, "match": {"mode": mode}}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": question + SUFFIX}]},
+        "expected_answer": answer,
+        "match": {"mode": mode},
+    }
 
 
 def write(path: Path, rows: list[dict]) -> None:

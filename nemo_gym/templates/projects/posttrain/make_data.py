@@ -18,8 +18,12 @@ def factors(n: int) -> list[int]:
 def document(n: int) -> dict:
     parity = "even" if n % 2 == 0 else "odd"
     primes = " × ".join(map(str, factors(n))) or str(n)
-    return {"text": f"The number {n} is {parity}. Its prime factorisation is {n} = {primes}. "
-                    f"Its square is {n * n} and its double is {2 * n}. The number after it is {n + 1}."}  # fmt: skip
+    return {
+        "text": (
+            f"The number {n} is {parity}. Its prime factorisation is {n} = {primes}. "
+            f"Its square is {n * n} and its double is {2 * n}. The number after it is {n + 1}."
+        )
+    }
 
 
 def write(path: Path, rows: list[dict]) -> None:

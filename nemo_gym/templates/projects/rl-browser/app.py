@@ -26,16 +26,28 @@ from playwright.async_api import Browser, BrowserContext, Page, Playwright, Rout
 from playwright.async_api import Error as PlaywrightError
 from pydantic import Field
 
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.serving.server import ServerConfig, Session
 
 SITE = Path(__file__).resolve().parent / "site"
 PAGES = {"/": "index.html", "/newsletter": "newsletter.html", "/contact": "contact.html", "/order": "order.html"}
 FORMS = ("newsletter", "contact", "order")
 ROLLOUT_HEADER = "x-rollout-key"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 MAX_ROLLOUTS_REMEMBERED = 10_000  # rollouts whose submissions are kept for verify (the oldest are dropped first)
 MAX_ERROR_CHARS = 300
-BROWSER_GONE = re.compile(r"crashed|has been closed|target closed|disconnected", re.IGNORECASE)  # Playwright's words for a dead page or browser
+BROWSER_GONE = re.compile(
+    r"crashed|has been closed|target closed|disconnected", re.IGNORECASE
+)  # Playwright's words for a dead page or browser
 TOOL_ORDER = ["navigate", "read_page", "type_text", "click"]
 ELEMENTS_JS = """elements => elements.map(e => ({
   selector: e.id ? '#' + e.id : e.tagName.toLowerCase(),
@@ -46,10 +58,15 @@ ELEMENTS_JS = """elements => elements.map(e => ({
 
 
 class BrowserConfig(ServerConfig):
-    chromium_path: str = Field("/usr/bin/chromium", description="the system Chromium (apt-get install chromium); never a browser Playwright downloads")
+    chromium_path: str = Field(
+        "/usr/bin/chromium",
+        description="the system Chromium (apt-get install chromium); never a browser Playwright downloads",
+    )
     action_timeout_s: float = Field(3.0, gt=0, description="longest a page load, click or typing may take, seconds")
     max_text_chars: int = Field(3000, ge=100, description="read_page cuts the page text to this many characters")
-    max_open_rollouts: int = Field(32, ge=1, description="browser contexts open at once; beyond, the least recently used one is closed")
+    max_open_rollouts: int = Field(
+        32, ge=1, description="browser contexts open at once; beyond, the least recently used one is closed"
+    )
 
 
 class BrowserTask(VerifyRequest):
@@ -77,7 +94,10 @@ def shop_app(record: Any) -> FastAPI:
         fields = dict(parse_qsl((await request.body()).decode(errors="replace"), keep_blank_values=True))
         record(request.headers.get(ROLLOUT_HEADER, ""), form, fields)
         listed = "".join(f"<li>{k}: {v}</li>" for k, v in fields.items()).replace("<script", "&lt;script")
-        return HTMLResponse(f"<h1>Thank you</h1><p>We received your {form} form:</p><ul>{listed}</ul><p><a href='/'>Back to the shop</a></p>")
+        return HTMLResponse(
+            f"<h1>Thank you</h1><p>We received your {form} form:</p><ul>{listed}</ul><p><a href='/'>Back to the"
+            " shop</a></p>"
+        )
 
     return app
 
@@ -115,7 +135,9 @@ class BrowserServer(ResourcesServer):
     async def startup(self) -> None:
         chromium = Path(self.config.chromium_path)
         if not chromium.is_file():
-            raise RuntimeError(f"Chromium not found at {chromium} (chromium_path): install it with `apt-get install chromium`")
+            raise RuntimeError(
+                f"Chromium not found at {chromium} (chromium_path): install it with `apt-get install chromium`"
+            )
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
@@ -178,7 +200,7 @@ class BrowserServer(ResourcesServer):
 
     # -- the environment -------------------------------------------------------------------------------------
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """The tools in the order of use (navigate, read_page, type_text, click), not alphabetical: small models follow the order they are listed in."""
+        """The tools in the order of use (navigate, read_page, type_text, click), not alphabetical: small models follow the order they are listed in."""  # noqa: E501
         return sorted(super().tool_schemas(), key=lambda schema: TOOL_ORDER.index(schema["name"]))
 
     async def seed_session(self, row: dict[str, Any], session: Session) -> dict[str, Any]:
@@ -189,7 +211,7 @@ class BrowserServer(ResourcesServer):
 
     @tool
     async def navigate(self, url: str, session: Session) -> dict[str, Any]:
-        """Open a page of the shop by its path, e.g. "/" (the home page with links), "/newsletter", "/contact" or "/order"."""
+        """Open a page of the shop by its path, e.g. "/" (the home page with links), "/newsletter", "/contact" or "/order"."""  # noqa: E501
         target = urljoin(self.site_url + "/", url.strip())
         if not (target == self.site_url or target.startswith(self.site_url + "/")):
             return {"error": f"only the shop's pages can be opened: a path such as / or /order, not {url[:100]!r}"}
@@ -202,10 +224,10 @@ class BrowserServer(ResourcesServer):
 
     @tool
     async def read_page(self, session: Session) -> dict[str, Any]:
-        """Read the open page: its address, title, visible text, and its links, fields and buttons with the selectors to use with type_text and click."""
+        """Read the open page: its address, title, visible text, and its links, fields and buttons with the selectors to use with type_text and click."""  # noqa: E501
         page = await self.page_for(session)
         if page.url == "about:blank":
-            return {"error": "no page is open yet: call navigate first, e.g. with url \"/\""}
+            return {"error": 'no page is open yet: call navigate first, e.g. with url "/"'}
         try:
             text = await page.inner_text("body")
             elements = await page.eval_on_selector_all("a, input, textarea, select, button", ELEMENTS_JS)
@@ -225,7 +247,7 @@ class BrowserServer(ResourcesServer):
 
     @tool
     async def click(self, selector: str, session: Session) -> dict[str, Any]:
-        """Click a link or button; `selector` as read_page lists it, e.g. "#subscribe". Returns the page you are on after the click."""
+        """Click a link or button; `selector` as read_page lists it, e.g. "#subscribe". Returns the page you are on after the click."""  # noqa: E501
         page = await self.page_for(session)
         try:
             await page.click(selector)
@@ -239,8 +261,14 @@ class BrowserServer(ResourcesServer):
         surrounding spaces ignored), else 0.0 (`failure_reason`: not_submitted or wrong_values)."""
         await self.close_page(session.session_id)  # the episode is over
         with self.submissions_lock:
-            forms = [s["fields"] for s in self.submissions.get(session.session_id, []) if s["form"] == request.expected_form]
+            forms = [
+                s["fields"] for s in self.submissions.get(session.session_id, []) if s["form"] == request.expected_form
+            ]
         if not forms:
             return VerifyResult(reward=0.0, submitted_fields=None, failure_reason="not_submitted")
-        correct = _normalized(forms[-1], request.expected_fields) == _normalized(request.expected_fields, request.expected_fields)
-        return VerifyResult(reward=float(correct), submitted_fields=forms[-1], failure_reason=None if correct else "wrong_values")
+        correct = _normalized(forms[-1], request.expected_fields) == _normalized(
+            request.expected_fields, request.expected_fields
+        )
+        return VerifyResult(
+            reward=float(correct), submitted_fields=forms[-1], failure_reason=None if correct else "wrong_values"
+        )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 
-from nemo_gym.answers import last_assistant_text, last_boxed, strip_thinking
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_assistant_text, last_boxed, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import Session
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 UNBOXED_CREDIT = 0.5  # the right number without the asked \boxed{} format
@@ -40,5 +41,8 @@ class ArithmeticServer(ResourcesServer):
         number = read_number(boxed if boxed is not None else text)
         correct = number is not None and number == request.expected_answer
         reward = (1.0 if boxed is not None else UNBOXED_CREDIT) if correct else 0.0
-        return VerifyResult(reward=reward, reward_components={"correct": float(correct), "boxed": float(boxed is not None)},
-                            extracted_answer=number)
+        return VerifyResult(
+            reward=reward,
+            reward_components={"correct": float(correct), "boxed": float(boxed is not None)},
+            extracted_answer=number,
+        )

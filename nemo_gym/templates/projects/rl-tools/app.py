@@ -14,12 +14,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.answers import last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.env.answers import last_assistant_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.serving.server import Session
 
 PLANETS: dict[str, dict[str, float]] = json.loads((Path(__file__).parent / "data" / "planets.json").read_text())
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.USub: operator.neg, ast.UAdd: operator.pos}
+OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 MAX_EXPRESSION_CHARS = 200
 MAX_MAGNITUDE = 1e15  # larger intermediate results are refused (no exponentiation, so no huge numbers otherwise)
 

@@ -7,18 +7,38 @@ Arithmetic with a worked answer; every fourth conversation calls the `add` tool 
 import json
 from pathlib import Path
 
-ADD_TOOL = {"type": "function", "function": {"name": "add", "description": "Add two integers.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}  # fmt: skip
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
 
 
 def conversation(index: int) -> dict:
     a, b = 3 + (index * 7) % 40, 2 + (index * 11) % 30
     question = {"role": "user", "content": f"What is {a} + {b}?"}
     if index % 4 == 3:
-        call = {"id": f"call_{index}", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})}}
-        return {"messages": [question, {"role": "assistant", "content": None, "tool_calls": [call]},
-                             {"role": "tool", "tool_call_id": f"call_{index}", "content": str(a + b)},
-                             {"role": "assistant", "content": f"{a} + {b} = {a + b}."}], "tools": [ADD_TOOL]}  # fmt: skip
+        call = {
+            "id": f"call_{index}",
+            "type": "function",
+            "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})},
+        }
+        return {
+            "messages": [
+                question,
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{index}", "content": str(a + b)},
+                {"role": "assistant", "content": f"{a} + {b} = {a + b}."},
+            ],
+            "tools": [ADD_TOOL],
+        }
     return {"messages": [question, {"role": "assistant", "content": f"{a} + {b} = {a + b}."}]}
 
 

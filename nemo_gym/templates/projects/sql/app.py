@@ -25,13 +25,19 @@ from typing import Any, Literal
 from fastapi import HTTPException
 from pydantic import Field
 
-from nemo_gym.answers import last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, ServerConfig, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_assistant_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import ServerConfig, Session
 
 DATA = Path(__file__).resolve().parent / "data"
 FENCE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n?(.*?)```", re.IGNORECASE | re.DOTALL)
 BARE_QUERY = re.compile(r"^\s*(?:select|with)\b", re.IGNORECASE)
-READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+READ_ACTIONS = {
+    sqlite3.SQLITE_SELECT,
+    sqlite3.SQLITE_READ,
+    sqlite3.SQLITE_FUNCTION,
+    getattr(sqlite3, "SQLITE_RECURSIVE", 33),
+}
 MAX_VALUE_BYTES = 1_000_000  # longest string or blob a query may build (no zeroblob(1e9))
 FailureReason = Literal["no_sql", "sql_error", "timeout", "too_many_rows", "wrong_result"]
 
@@ -104,7 +110,11 @@ def run_query(database: Path, sql: str, *, time_limit_s: float, max_rows: int) -
         if "interrupted" in str(exc) and time.monotonic() > deadline:
             raise QueryError("timeout", f"query ran longer than {time_limit_s:g} s") from None
         raise QueryError("sql_error", str(exc)) from None
-    except (sqlite3.Error, ValueError, OverflowError) as exc:  # ValueError: e.g. a NUL character; Warning: several statements
+    except (
+        sqlite3.Error,
+        ValueError,
+        OverflowError,
+    ) as exc:  # ValueError: e.g. a NUL character; Warning: several statements
         raise QueryError("sql_error", str(exc)) from None
     finally:
         connection.close()
@@ -137,7 +147,9 @@ class SqlServer(ResourcesServer):
         self.gold_rows = lru_cache(maxsize=1024)(self._gold_rows)
 
     def _gold_rows(self, gold_sql: str) -> list[tuple[Any, ...]]:
-        return run_query(self.database, gold_sql, time_limit_s=10 * self.config.time_limit_s, max_rows=10 * self.config.max_rows)
+        return run_query(
+            self.database, gold_sql, time_limit_s=10 * self.config.time_limit_s, max_rows=10 * self.config.max_rows
+        )
 
     async def verify(self, request: SqlTask, session: Session) -> VerifyResult:
         """Run the model's query and the gold query; 1.0 when their results match (see the module docstring)."""
@@ -147,11 +159,17 @@ class SqlServer(ResourcesServer):
             raise HTTPException(422, f"the row's gold_sql fails ({exc.reason}): {exc}") from None
         sql = extract_sql(strip_thinking(last_assistant_text(request.response)))
         if sql is None:
-            return VerifyResult(reward=0.0, extracted_sql=None, failure_reason="no_sql", error="no ```sql block and no SELECT")
+            return VerifyResult(
+                reward=0.0, extracted_sql=None, failure_reason="no_sql", error="no ```sql block and no SELECT"
+            )
         try:
-            rows = await asyncio.to_thread(run_query, self.database, sql, time_limit_s=self.config.time_limit_s, max_rows=self.config.max_rows)
+            rows = await asyncio.to_thread(
+                run_query, self.database, sql, time_limit_s=self.config.time_limit_s, max_rows=self.config.max_rows
+            )
         except QueryError as exc:
             return VerifyResult(reward=0.0, extracted_sql=sql, failure_reason=exc.reason, error=str(exc))
         ordered = re.search(r"\border\s+by\b", request.gold_sql, re.IGNORECASE) is not None
         correct = same_result(rows, gold, ordered=ordered)
-        return VerifyResult(reward=float(correct), extracted_sql=sql, failure_reason=None if correct else "wrong_result", error=None)
+        return VerifyResult(
+            reward=float(correct), extracted_sql=sql, failure_reason=None if correct else "wrong_result", error=None
+        )

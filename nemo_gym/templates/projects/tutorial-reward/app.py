@@ -7,11 +7,12 @@ answer becomes a number, the reward, that GRPO then compares within each group o
 
 from __future__ import annotations
 
-# Step 1. Imports. `nemo_gym.answers` has the helpers to read a model's answer safely: model output is
-# untrusted, so they never raise and run in linear time even on a megabyte of garbage. `nemo_gym.server`
+# Step 1. Imports. `nemo_gym.env.answers` has the helpers to read a model's answer safely: model output is
+# untrusted, so they never raise and run in linear time even on a megabyte of garbage. `nemo_gym.serving.server`
 # has the base class of an environment (ResourcesServer) and the types of the /verify request and result.
-from nemo_gym.answers import last_answer_tag, last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, Session, VerifyRequest, VerifyResult
+from nemo_gym.env.answers import last_answer_tag, last_assistant_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
+from nemo_gym.serving.server import Session
 
 # Step 2. The reward's parts, named, so that changing the shaping is a one-line edit. Rewards of one task are
 # compared with each other (group-relative advantages), so what matters is the order they put answers in:

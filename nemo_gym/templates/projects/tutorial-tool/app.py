@@ -15,8 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nemo_gym.answers import last_assistant_text, strip_thinking
-from nemo_gym.server import ResourcesServer, SeedRequest, Session, VerifyRequest, VerifyResult, tool
+from nemo_gym.env.answers import last_assistant_text, strip_thinking
+from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
+from nemo_gym.env.tools import tool
+from nemo_gym.serving.server import Session
 
 INTEGER = re.compile(r"-?\d+")
 
@@ -62,7 +64,7 @@ class GuessServer(ResourcesServer):
     # is not shown to the model. What the method returns (JSON) is what the model sees as the tool's output.
     @tool
     async def guess(self, number: int, session: Session) -> dict[str, Any]:
-        """Guess the secret number. Answers "higher" (the secret is larger than your guess), "lower" (it is smaller) or "correct"."""
+        """Guess the secret number. Answers "higher" (the secret is larger than your guess), "lower" (it is smaller) or "correct"."""  # noqa: E501
         if "secret" not in session:
             return {"error": "no task in this session (the agent seeds it first)"}
         session["guesses"] += 1

@@ -1,6 +1,7 @@
 """Dev check, not a CI test: NeMo Gym 0.4.0's own equivalence_rule server and ours score the same cases alike.
 
-    .venv/bin/python resources_servers/equivalence_rule/tests/nemo_gym/compare_with_nemo_gym.py /tmp/ngbench/venv/bin/python
+    .venv/bin/python resources_servers/equivalence_rule/tests/nemo_gym/compare_with_nemo_gym.py
+    /tmp/ngbench/venv/bin/python
 
 The first argument is the Python of a virtual environment where the `nemo-gym==0.4.0` wheel is installed.
 Each case (NeMo Gym's rollouts, and a few replies, under each of its three grading rules) is sent to NeMo
@@ -16,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from nemo_gym.env.testing import assistant_response, post_verify, server_client
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.testing import assistant_response, post_verify, server_client
 
 SERVER_DIR = Path(__file__).resolve().parents[2]
 THEIRS = """
@@ -38,7 +39,10 @@ print(json.dumps(rewards))
 def cases() -> list[dict]:
     rollouts = read_jsonl(SERVER_DIR / "tests/nemo_gym/example_rollouts.jsonl")
     bodies = [{k: v for k, v in r.items() if k not in ("reward", "equivalence_score")} for r in rollouts]
-    row = {"responses_create_params": {"input": [{"role": "user", "content": "Capital of France?"}]}, "expected_answer": "Paris!"}
+    row = {
+        "responses_create_params": {"input": [{"role": "user", "content": "Capital of France?"}]},
+        "expected_answer": "Paris!",
+    }
     replies = ["Paris", "  PARIS!\n", "The answer is   Paris!", "", "Paris is the capital.\n\nParis!", "p a r i s !"]
     bodies += [{**row, "response": assistant_response(reply)} for reply in replies]
     return [{"rule": rule, "body": body} for rule in ("exact", "seq_match", "weighted_seq_match") for body in bodies]
@@ -47,7 +51,13 @@ def cases() -> list[dict]:
 def main(nemo_gym_python: str) -> int:
     todo = cases()
     # Run outside this repository, so `resources_servers` is the wheel's package, not ours.
-    answer = subprocess.run([nemo_gym_python, "-c", THEIRS], input=json.dumps(todo), capture_output=True, text=True, cwd=tempfile.gettempdir())
+    answer = subprocess.run(
+        [nemo_gym_python, "-c", THEIRS],
+        input=json.dumps(todo),
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     if answer.returncode:
         sys.exit(f"NeMo Gym's side failed:\n{answer.stderr}")
     theirs = json.loads(answer.stdout.strip().splitlines()[-1])

@@ -22,10 +22,37 @@ __all__ = ["load_environment"]
 
 SYSTEM_PROMPT = "Reverse the text you are given, character by character. Answer with the reversed text only."
 WORDS = [
-    "apple", "river", "stone", "cloud", "green", "table", "light", "music", "ocean", "tiger",
-    "paper", "house", "bread", "chair", "dream", "earth", "flame", "grape", "heart", "lemon",
-    "mouse", "night", "plant", "queen", "sugar", "train", "water", "youth", "zebra", "honey",
-]  # fmt: skip
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "table",
+    "light",
+    "music",
+    "ocean",
+    "tiger",
+    "paper",
+    "house",
+    "bread",
+    "chair",
+    "dream",
+    "earth",
+    "flame",
+    "grape",
+    "heart",
+    "lemon",
+    "mouse",
+    "night",
+    "plant",
+    "queen",
+    "sugar",
+    "train",
+    "water",
+    "youth",
+    "zebra",
+    "honey",
+]
 
 
 def lcs_reward(completion, answer, parser) -> float:
@@ -34,11 +61,16 @@ def lcs_reward(completion, answer, parser) -> float:
     return difflib.SequenceMatcher(None, guess, answer).ratio()
 
 
-def load_environment(num_train_examples: int = 24, num_eval_examples: int = 6, seed: int = 0, system_prompt: str = SYSTEM_PROMPT) -> SingleTurnEnv:
+def load_environment(
+    num_train_examples: int = 24, num_eval_examples: int = 6, seed: int = 0, system_prompt: str = SYSTEM_PROMPT
+) -> SingleTurnEnv:
     """Texts of two words from a fixed list; the first `num_train_examples` rows train, the next evaluate."""
     rng = random.Random(seed)
     texts = [f"{rng.choice(WORDS)} {rng.choice(WORDS)}" for _ in range(num_train_examples + num_eval_examples)]
-    rows = [{"question": f"Reverse this text: {text}", "answer": text[::-1], "task": "reverse-text", "info": {"text": text}} for text in texts]
+    rows = [
+        {"question": f"Reverse this text: {text}", "answer": text[::-1], "task": "reverse-text", "info": {"text": text}}
+        for text in texts
+    ]
     parser = Parser()
     return SingleTurnEnv(
         dataset=rows[:num_train_examples],

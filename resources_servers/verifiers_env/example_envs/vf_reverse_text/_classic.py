@@ -35,7 +35,12 @@ class RolloutScore:
 
 
 class Rubric:
-    def __init__(self, funcs: list[Callable[..., Any]] | None = None, weights: list[float] | None = None, parser: Parser | None = None):
+    def __init__(
+        self,
+        funcs: list[Callable[..., Any]] | None = None,
+        weights: list[float] | None = None,
+        parser: Parser | None = None,
+    ):
         self.reward_funcs = list(funcs or [])
         self.reward_weights = list(weights or [1.0] * len(self.reward_funcs))
         self.parser = parser or Parser()
@@ -52,8 +57,24 @@ class Rubric:
         result = func(**{k: v for k, v in available.items() if takes_all or k in parameters})
         return float(await result if inspect.isawaitable(result) else result)
 
-    async def score_rollout(self, prompt: Messages, completion: Messages, answer: str, state: dict[str, Any], task: str = "default", info: dict[str, Any] | None = None) -> RolloutScore:
-        available = dict(prompt=prompt, completion=completion, answer=answer, state=state, task=task, info=info or {}, parser=self.parser)
+    async def score_rollout(
+        self,
+        prompt: Messages,
+        completion: Messages,
+        answer: str,
+        state: dict[str, Any],
+        task: str = "default",
+        info: dict[str, Any] | None = None,
+    ) -> RolloutScore:
+        available = dict(
+            prompt=prompt,
+            completion=completion,
+            answer=answer,
+            state=state,
+            task=task,
+            info=info or {},
+            parser=self.parser,
+        )
         scores = await asyncio.gather(*(self.call_reward_func(f, **available) for f in self.reward_funcs))
         metrics = {f.__name__: s for f, s in zip(self.reward_funcs, scores)}
         return RolloutScore(reward=sum(s * w for s, w in zip(scores, self.reward_weights)), metrics=metrics)
@@ -62,8 +83,16 @@ class Rubric:
 class SingleTurnEnv:
     max_turns = 1
 
-    def __init__(self, dataset: list[dict[str, Any]] | None = None, eval_dataset: list[dict[str, Any]] | None = None, system_prompt: str | None = None,
-                 few_shot: list[dict[str, Any]] | None = None, parser: Parser | None = None, rubric: Rubric | None = None, message_type: str = "chat"):  # fmt: skip
+    def __init__(
+        self,
+        dataset: list[dict[str, Any]] | None = None,
+        eval_dataset: list[dict[str, Any]] | None = None,
+        system_prompt: str | None = None,
+        few_shot: list[dict[str, Any]] | None = None,
+        parser: Parser | None = None,
+        rubric: Rubric | None = None,
+        message_type: str = "chat",
+    ):
         if dataset is None and eval_dataset is None:
             raise ValueError("Either dataset or eval_dataset must be provided")
         self.system_prompt, self.few_shot, self.message_type = system_prompt, few_shot, message_type

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +31,23 @@ def client() -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """A Responses `Response` whose output is one assistant message saying `text`."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def reward(client: TestClient, row: dict[str, Any], text: str) -> float:
@@ -55,8 +72,15 @@ def test_no_yes_or_no_gets_0(client: TestClient, text: str) -> None:
 
 def test_row_without_a_valid_expected_answer_is_422(client: TestClient) -> None:
     row = ROWS["example"][0]
-    assert client.post("/verify", json={**row, "expected_answer": "maybe", "response": response("yes")}).status_code == 422
-    assert client.post("/verify", json={"responses_create_params": row["responses_create_params"], "response": response("yes")}).status_code == 422
+    assert (
+        client.post("/verify", json={**row, "expected_answer": "maybe", "response": response("yes")}).status_code == 422
+    )
+    assert (
+        client.post(
+            "/verify", json={"responses_create_params": row["responses_create_params"], "response": response("yes")}
+        ).status_code
+        == 422
+    )
 
 
 def test_bundled_answers_are_right() -> None:

@@ -8,16 +8,20 @@ Run from the project folder: `pytest tests` (this Python, with the mcp package) 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 BOOKS = json.loads((PROJECT / "data" / "books.json").read_text())
 
 
@@ -34,10 +38,23 @@ def client(server: Any) -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """A Responses `Response` whose output is one assistant message saying `text`."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def test_the_mcp_tools_are_the_server_tools(client: TestClient) -> None:
@@ -49,8 +66,12 @@ def test_the_mcp_tools_are_the_server_tools(client: TestClient) -> None:
 
 def test_calls_go_to_the_mcp_server(client: TestClient) -> None:
     found = client.post("/search_books", json={"query": "lindqvist"}).json()
-    assert found == {"result": [{"id": "bk-101", "title": "The Silent Orbit", "author": "Mara Lindqvist"},
-                                {"id": "bk-104", "title": "Night Ferry to Turku", "author": "Mara Lindqvist"}]}
+    assert found == {
+        "result": [
+            {"id": "bk-101", "title": "The Silent Orbit", "author": "Mara Lindqvist"},
+            {"id": "bk-104", "title": "Night Ferry to Turku", "author": "Mara Lindqvist"},
+        ]
+    }
     assert client.post("/book_details", json={"book_id": "bk-108"}).json() == {"id": "bk-108", **BOOKS["bk-108"]}
 
 
@@ -71,17 +92,27 @@ def test_a_body_that_is_not_a_json_object_is_4xx(client: TestClient) -> None:
         assert 400 <= answer.status_code < 500, answer.text
 
 
-@pytest.mark.parametrize("row", ROWS["example"], ids=lambda row: row["responses_create_params"]["input"][-1]["content"][:40])
+@pytest.mark.parametrize(
+    "row", ROWS["example"], ids=lambda row: row["responses_create_params"]["input"][-1]["content"][:40]
+)
 def test_right_answer_gets_1(client: TestClient, row: dict[str, Any]) -> None:
     answer = client.post("/verify", json={**row, "response": response(f"The answer is {row['expected_answer']}.")})
     assert answer.status_code == 200 and answer.json()["reward"] == 1.0
 
 
-@pytest.mark.parametrize(("expected", "text", "reward"), [
-    ("312", "It has 312 pages.", 1.0), ("312", "It has 3120 pages.", 0.0), ("312", "It has 31 pages.", 0.0),
-    ("Mara Lindqvist", "It was written by mara lindqvist!", 1.0), ("Mara Lindqvist", "By Mara.", 0.0),
-    ("C4", "Shelf c4.", 1.0), ("C4", "Shelf C44.", 0.0), ("1987", "", 0.0),
-])
+@pytest.mark.parametrize(
+    ("expected", "text", "reward"),
+    [
+        ("312", "It has 312 pages.", 1.0),
+        ("312", "It has 3120 pages.", 0.0),
+        ("312", "It has 31 pages.", 0.0),
+        ("Mara Lindqvist", "It was written by mara lindqvist!", 1.0),
+        ("Mara Lindqvist", "By Mara.", 0.0),
+        ("C4", "Shelf c4.", 1.0),
+        ("C4", "Shelf C44.", 0.0),
+        ("1987", "", 0.0),
+    ],
+)
 def test_reward(client: TestClient, expected: str, text: str, reward: float) -> None:
     row = {**ROWS["example"][0], "expected_answer": expected}
     assert client.post("/verify", json={**row, "response": response(text)}).json()["reward"] == reward
@@ -97,11 +128,13 @@ def test_bundled_answers_match_the_catalogue() -> None:
 
 
 def test_a_dead_mcp_server_fails_the_call_instead_of_scoring_it() -> None:
-    """No answer from the MCP server is an infrastructure failure (503: the rollout goes to the failures file), not a tool error."""
+    """No answer from the MCP server is an infrastructure failure (503: the rollout goes to the failures file), not a tool error."""  # noqa: E501
     import psutil
 
     with TestClient(load_server_class(PROJECT / "app.py")(name="mcp").build_app()) as client:
-        started = [p for p in psutil.Process().children(recursive=True) if any("mcp_server.py" in part for part in p.cmdline())]
+        started = [
+            p for p in psutil.Process().children(recursive=True) if any("mcp_server.py" in part for part in p.cmdline())
+        ]
         mcp_server = max(started, key=lambda p: p.create_time())  # this client's (another test's may still run)
         mcp_server.kill()
         mcp_server.wait(10)

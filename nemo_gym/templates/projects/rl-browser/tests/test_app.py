@@ -8,27 +8,54 @@ Needs /usr/bin/chromium (`apt-get install chromium`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
-ANSWER = {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
-          "output": [{"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}]}
-FORM_FIELDS = {"newsletter": ("#subscribe", ["email"]), "contact": ("#send", ["name", "message"]), "order": ("#place-order", ["product", "quantity"])}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
+ANSWER = {
+    "id": "resp_test",
+    "created_at": 0,
+    "model": "test",
+    "object": "response",
+    "parallel_tool_calls": False,
+    "tool_choice": "auto",
+    "tools": [],
+    "output": [
+        {
+            "id": "msg_test",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+        }
+    ],
+}
+FORM_FIELDS = {
+    "newsletter": ("#subscribe", ["email"]),
+    "contact": ("#send", ["name", "message"]),
+    "order": ("#place-order", ["product", "quantity"]),
+}
 
-pytestmark = pytest.mark.skipif(not Path("/usr/bin/chromium").is_file(), reason="needs the system Chromium: apt-get install chromium")
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/bin/chromium").is_file(), reason="needs the system Chromium: apt-get install chromium"
+)
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(load_server_class(PROJECT / "app.py")({"action_timeout_s": 1.0}, name="rl_browser").build_app()) as client:
+    with TestClient(
+        load_server_class(PROJECT / "app.py")({"action_timeout_s": 1.0}, name="rl_browser").build_app()
+    ) as client:
         yield client
 
 
@@ -53,18 +80,25 @@ def fill_and_submit(client: TestClient, session: str, form: str, values: dict[st
     listed = [e["selector"] for e in call(client, session, "read_page")["elements"]]
     assert all(f"#{field}" in listed for field in fields) and button in listed
     for field in fields:
-        assert call(client, session, "type_text", selector=f"#{field}", text=values.get(field, "")) == {"typed": values.get(field, ""), "into": f"#{field}"}
+        assert call(client, session, "type_text", selector=f"#{field}", text=values.get(field, "")) == {
+            "typed": values.get(field, ""),
+            "into": f"#{field}",
+        }
     assert call(client, session, "click", selector=button)["url"] == f"/{form}"  # the shop's thank-you page
 
 
-ONE_ROW_PER_FORM = [next(r for r in ROWS["example"] + ROWS["train"] if r["expected_form"] == form) for form in FORM_FIELDS]
+ONE_ROW_PER_FORM = [
+    next(r for r in ROWS["example"] + ROWS["train"] if r["expected_form"] == form) for form in FORM_FIELDS
+]
 
 
 @pytest.mark.parametrize("row", ONE_ROW_PER_FORM, ids=lambda row: row["expected_form"])
 def test_submitting_the_right_values_gets_1(client: TestClient, row: dict[str, Any]) -> None:
     session = f"right-{id(row)}"
     client.post("/seed_session", json=row, headers={"X-Session-Id": session})
-    fill_and_submit(client, session, row["expected_form"], {k: f"  {v.upper()} " for k, v in row["expected_fields"].items()})  # case and spaces are ignored
+    fill_and_submit(
+        client, session, row["expected_form"], {k: f"  {v.upper()} " for k, v in row["expected_fields"].items()}
+    )  # case and spaces are ignored
     result = verify(client, session, row)
     assert (result["reward"], result["failure_reason"]) == (1.0, None)
     assert verify(client, session, row)["reward"] == 1.0  # verify is deterministic
@@ -75,7 +109,11 @@ def test_wrong_values_or_no_submission_get_0(client: TestClient) -> None:
     client.post("/seed_session", json=row, headers={"X-Session-Id": "wrong"})
     fill_and_submit(client, "wrong", "newsletter", {"email": "someone.else@example.com"})
     result = verify(client, "wrong", row)
-    assert (result["reward"], result["failure_reason"], result["submitted_fields"]) == (0.0, "wrong_values", {"email": "someone.else@example.com"})
+    assert (result["reward"], result["failure_reason"], result["submitted_fields"]) == (
+        0.0,
+        "wrong_values",
+        {"email": "someone.else@example.com"},
+    )
     client.post("/seed_session", json=row, headers={"X-Session-Id": "idle"})
     call(client, "idle", "navigate", url="/newsletter")
     call(client, "idle", "type_text", selector="#email", text=row["expected_fields"]["email"])  # typed, never submitted
@@ -129,7 +167,9 @@ def test_a_dead_browser_fails_the_call_instead_of_scoring_it() -> None:
         return {p for p in psutil.Process().children(recursive=True) if "chrom" in p.name().lower()}
 
     before = chromium_processes()  # another test's browser may still run
-    with TestClient(load_server_class(PROJECT / "app.py")({"action_timeout_s": 1.0}, name="rl_browser").build_app()) as client:
+    with TestClient(
+        load_server_class(PROJECT / "app.py")({"action_timeout_s": 1.0}, name="rl_browser").build_app()
+    ) as client:
         assert call(client, "dead", "navigate", url="/")["title"] == "Corner Shop"
         for process in chromium_processes() - before:  # this client's Chromium, all its processes
             process.kill()

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +31,23 @@ def client() -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """A Responses `Response` whose output is one assistant message saying `text`."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def verify(client: TestClient, row: dict[str, Any], text: str) -> dict[str, Any]:
@@ -54,7 +71,11 @@ def test_partial_credit_and_zero(client: TestClient) -> None:
     assert verify(client, row, "\\boxed{193}")["reward"] == 0.0
     assert verify(client, row, "\\boxed{192.0}")["reward"] == 1.0  # the same number
     result = verify(client, row, "I cannot compute that.")
-    assert result["reward"] == 0.0 and result["extracted_answer"] is None and result["reward_components"] == {"correct": 0.0, "boxed": 0.0}
+    assert (
+        result["reward"] == 0.0
+        and result["extracted_answer"] is None
+        and result["reward_components"] == {"correct": 0.0, "boxed": 0.0}
+    )
 
 
 def test_thinking_is_ignored(client: TestClient) -> None:
@@ -71,7 +92,9 @@ def test_bundled_answers_are_right() -> None:
     questions = set()
     for rows in ROWS.values():
         for row in rows:
-            a, op, b = re.fullmatch(r"What is (\d+) ([-+*]) (\d+)\?", row["responses_create_params"]["input"][-1]["content"]).groups()
+            a, op, b = re.fullmatch(
+                r"What is (\d+) ([-+*]) (\d+)\?", row["responses_create_params"]["input"][-1]["content"]
+            ).groups()
             assert row["expected_answer"] == {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
             questions.add((a, op, b))
     assert len(questions) == len(ROWS["train"]) + len(ROWS["example"])

@@ -6,16 +6,20 @@ Run from the project folder: `pytest tests` (this Python) or `ng_test +entrypoin
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 PLANETS = json.loads((PROJECT / "data" / "planets.json").read_text())
 
 
@@ -27,10 +31,23 @@ def client() -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """A Responses `Response` whose output is one assistant message saying `text`."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def test_lookup(client: TestClient) -> None:
@@ -44,7 +61,9 @@ def test_calculator(client: TestClient, expression: str, result: float) -> None:
     assert client.post("/calculator", json={"expression": expression}).json() == {"result": result}
 
 
-@pytest.mark.parametrize("expression", ["__import__('os')", "2 ** 1000", "1 / 0", "1e300 * 1e300", "(" * 300, "x + 1", "9" * 300])
+@pytest.mark.parametrize(
+    "expression", ["__import__('os')", "2 ** 1000", "1 / 0", "1e300 * 1e300", "(" * 300, "x + 1", "9" * 300]
+)
 def test_calculator_refuses_anything_else(client: TestClient, expression: str) -> None:
     answer = client.post("/calculator", json={"expression": expression})
     assert answer.status_code == 200 and set(answer.json()) == {"error"}
@@ -61,7 +80,9 @@ def test_rows_advertise_the_server_tools(client: TestClient) -> None:
     assert all(row["responses_create_params"]["tools"] == tools for rows in ROWS.values() for row in rows)
 
 
-@pytest.mark.parametrize("row", ROWS["example"], ids=lambda row: row["responses_create_params"]["input"][-1]["content"][:40])
+@pytest.mark.parametrize(
+    "row", ROWS["example"], ids=lambda row: row["responses_create_params"]["input"][-1]["content"][:40]
+)
 def test_right_final_answer_gets_1(client: TestClient, row: dict[str, Any]) -> None:
     value = row["expected_answer"]
     for text in (f"The answer is {value:g}", f"That makes {value:,.2f}"):

@@ -7,16 +7,20 @@ Run from the project folder: `pytest tests` (this Python) or `ng_test +entrypoin
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +31,23 @@ def client() -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """What the agent sends as `response`: an OpenAI Responses `Response` whose output is one assistant message."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def verify(client: TestClient, row: dict[str, Any], text: str) -> dict[str, Any]:

@@ -7,16 +7,20 @@ Run from the project folder: `pytest tests` (this Python) or `ng_test +entrypoin
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.serve import load_server_class
+from nemo_gym.serving.entrypoint import load_server_class
 
 PROJECT = Path(__file__).resolve().parents[1]
-ROWS = {name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()] for name in ("train", "example")}
+ROWS = {
+    name: [json.loads(line) for line in (PROJECT / "data" / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("train", "example")
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +31,23 @@ def client() -> Iterator[TestClient]:
 
 def response(text: str) -> dict[str, Any]:
     """What the agent sends as `response`: an OpenAI Responses `Response` whose output is one assistant message."""
-    message = {"id": "msg_test", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    return {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "output": [message],
-            "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}
+    message = {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    return {
+        "id": "resp_test",
+        "created_at": 0,
+        "model": "test",
+        "object": "response",
+        "output": [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def guess(client: TestClient, session: str, number: int) -> dict[str, Any]:
@@ -50,7 +67,11 @@ def test_binary_search_finds_the_secret_and_gets_1(client: TestClient, row: dict
         if hint == "correct":
             break
         low, high = (middle + 1, high) if hint == "higher" else (low, middle - 1)
-    answer = client.post("/verify", json={**row, "response": response(f"The secret number is {middle}.")}, headers={"X-Session-Id": session})
+    answer = client.post(
+        "/verify",
+        json={**row, "response": response(f"The secret number is {middle}.")},
+        headers={"X-Session-Id": session},
+    )
     assert answer.json()["reward"] == 1.0 and 1 <= answer.json()["guesses"] <= 6
 
 
@@ -66,9 +87,13 @@ def test_hints_and_state_are_per_rollout(client: TestClient) -> None:
     assert guess(client, "a", 67)["guesses_so_far"] == 1
 
 
-@pytest.mark.parametrize(("text", "reward"), [("It is 67.", 1.0), ("67", 1.0), ("It is 66.", 0.0), ("I give up.", 0.0), ("67? no, 68", 0.0)])
+@pytest.mark.parametrize(
+    ("text", "reward"), [("It is 67.", 1.0), ("67", 1.0), ("It is 66.", 0.0), ("I give up.", 0.0), ("67? no, 68", 0.0)]
+)
 def test_reward_reads_the_last_number(client: TestClient, text: str, reward: float) -> None:
-    answer = client.post("/verify", json={**ROWS["example"][0], "response": response(text)}, headers={"X-Session-Id": "verify"})
+    answer = client.post(
+        "/verify", json={**ROWS["example"][0], "response": response(text)}, headers={"X-Session-Id": "verify"}
+    )
     assert answer.status_code == 200 and answer.json()["reward"] == reward
 
 
@@ -77,7 +102,9 @@ def test_bad_calls(client: TestClient) -> None:
     assert "error" in client.post("/guess", json={"number": 5}, headers={"X-Session-Id": "never-seeded"}).json()
     assert client.post("/seed_session", json={"responses_create_params": {}}).status_code == 422  # no secret in the row
     not_a_number = client.post("/seed_session", json={**ROWS["example"][0], "secret": "seven"})
-    assert not_a_number.status_code == 422 and not_a_number.json()["detail"][0]["loc"] == ["secret"]  # the framework says which field
+    assert not_a_number.status_code == 422 and not_a_number.json()["detail"][0]["loc"] == [
+        "secret"
+    ]  # the framework says which field
 
 
 def test_rows_advertise_the_tool_and_secrets_are_in_range(client: TestClient) -> None:
@@ -87,4 +114,6 @@ def test_rows_advertise_the_tool_and_secrets_are_in_range(client: TestClient) ->
     for rows in ROWS.values():
         for row in rows:
             assert row["responses_create_params"]["tools"] == tools and row["low"] <= row["secret"] <= row["high"]
-            assert str(row["secret"]) not in row["responses_create_params"]["input"][-1]["content"].replace(f"from {row['low']} to {row['high']}", "")
+            assert str(row["secret"]) not in row["responses_create_params"]["input"][-1]["content"].replace(
+                f"from {row['low']} to {row['high']}", ""
+            )

@@ -1,0 +1,312 @@
+"""Rollout collection (`ng_collect_rollouts`): send dataset rows through agents and write rollouts as JSONL.
+
+One rollout per (task index, repeat index): the row (with `responses_create_params` overrides merged over its
+own, `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) is POSTed to the agent's `/run`; the verify answer
+merged over the row, with the two indices and `agent_ref`, is one line of the output, appended and flushed as
+it completes. At most `num_samples_in_parallel` rollouts are in flight.
+
+Files next to the output `<out>.jsonl` (docs/architecture.md, Data formats):
+    <out>_materialized_inputs.jsonl  one row per (task, repeat) as dispatched
+    <out>_failures.jsonl             rollouts that failed for infrastructure reasons (a `ServerError`, or an
+                                     answer without a numeric reward): `failure_class`, `message`, indices,
+                                     `transient` (whether a retry could have helped), `timestamp`, and the
+                                     `response` a failed /verify got when the agent returns it (simple_agent
+                                     does). Never in the output, never scored as reward 0. Absent when every
+                                     rollout has a row.
+    <out>_aggregate_metrics.json     `{"agents": [{agent_ref, agent_metrics, source}], "collection": {...}}`
+    <out>_state.json                 fingerprint of the materialized input rows and num_repeats (for resume)
+(written by `nemo_gym.collect.sink.RolloutFiles` with `nemo_gym.collect.files`, which also reads them back to
+resume, and `nemo_gym.collect.aggregate_metrics`). The collection itself runs in memory
+(`nemo_gym.collect.engine.collect`:
+task rows in, rollouts and failure records out, `collect` here too); the files are its sink, which `ng_train`
+uses for its per-step rollout files as well.
+
+Retries: a `/run` call is retried (up to `max_retries`, by `ServerClient`) only after a transient failure
+(`nemo_gym.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
+typed body names no deterministic failure class). A deterministic failure (a 4xx such as 422, an agent's 502
+with an inner `judge_unparsable`, `bad_answer`, `sandbox_unavailable`, ...) is recorded at once: running the
+same rollout again would fail the same way. Every call has a total deadline, so a collection against a
+black-holed server ends with `timeout` records after at most `ClientTimeouts.worst_case_s()` per rollout.
+
+Resume (the default): rerunning the same command runs only the (task, repeat) pairs without a row; a crash's
+incomplete last line is cut off first, pairs only in the failures file are retried. A different input (rows,
+limit, overrides, agent or num_repeats) is refused; `+resume=false` moves the old files aside as `.bak`.
+
+Servers gone (`nemo_gym.collect.liveness`): the head server is probed every second, and after a rollout fails
+`unavailable` (connection refused or reset, after the retries) its agent too. A head server that refuses (its
+`ng_run` has ended), or an agent that has refused for `servers_gone_s` while the head server answers, stops the
+collection within seconds: the rollouts not finished are not written to the failures file (they did not fail for
+a reason of their own), and rerunning the same command after restarting the servers collects them. An agent that
+answers its probe (one refused call, a restart shorter than `servers_gone_s`) does not stop it: that rollout is an
+`unavailable` record.
+
+Exit status of `collect_main`: 0 every rollout has a row, 1 some failed (see the failures file), 3 the servers
+stopped answering (restart them and rerun to resume), 130 interrupted (Ctrl-C; rerun to resume). Errors before any
+rollout (bad input line, unknown agent, changed input) raise `NemoGymError` subclasses; the CLI prints them and exits 2.
+
+Compared with NeMo Gym's collector: as in its current version a row's own `agent_ref` wins over `agent_name`
+(its first versions let `agent_name` override every row); an HTTP failure is a failures-file record instead of an
+exception that stops the run; resume is on by default (NeMo Gym: `resume_from_cache=false`) and refuses an
+output made from another input; the whole input is validated before the first rollout.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.collect.engine import (
+    CollectResult,
+    collect,
+    read_tasks,
+    read_tasks_with_lines,
+)
+from nemo_gym.collect.files import OutputPaths, count_lines
+from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
+from nemo_gym.collect.sink import RolloutFiles
+from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
+from nemo_gym.errors import ServersGoneError
+from nemo_gym.processes import run_interruptible
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.head import discover_head_url
+from nemo_gym.serving.responses_params import ResponsesCreateParams
+from nemo_gym.serving.retry_policy import ClientTimeouts
+
+__all__ = ["SERVERS_GONE_EXIT", "CollectConfig", "CollectSummary", "collect_main", "collect_rollouts", "load_tasks"]
+
+SERVERS_GONE_EXIT = 3  # collect_main's exit status when the servers stopped answering (`ServersGoneError`)
+
+
+class CollectConfig(BaseModel):
+    """Parameters of `ng_collect_rollouts`."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent_name: str | None = Field(
+        None, description="agent instance for rows without an agent_ref (a row's own agent_ref wins)"
+    )
+    input_jsonl_fpath: str = Field(
+        description="input JSONL: one task a line, each with a responses_create_params object"
+    )
+    output_jsonl_fpath: str = Field(
+        description=(
+            "output JSONL of rollouts; side files <stem>_failures.jsonl, _materialized_inputs.jsonl,"
+            " _aggregate_metrics.json, _state.json go next to it"
+        )
+    )
+    limit: int | None = Field(None, ge=1, description="use only the first `limit` rows of the input")
+    num_repeats: int = Field(1, ge=1, description="rollouts per task (e.g. 4 for mean@4 or a GRPO group of 4)")
+    num_samples_in_parallel: int = Field(32, ge=1, description="most rollouts in flight at once")
+    responses_create_params: ResponsesCreateParams = Field(
+        default_factory=dict,
+        description=(
+            "merged over each row's responses_create_params, e.g. {temperature: 0.7, max_output_tokens: 512} (Responses"
+            " API create parameters)"
+        ),
+    )
+    head_server_url: str | None = Field(
+        None, description="head server URL; default $NEMO_GYM_HEAD_URL or the only running ng_run"
+    )
+    resume: bool = Field(
+        True,
+        description=(
+            "keep finished rollouts of an earlier run of the same command and run only the missing ones; false starts"
+            " over (old files moved aside as .bak)"
+        ),
+    )
+    request_timeout_s: float = Field(600.0, gt=0, description="deadline of one /run call, seconds")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        description=(
+            "retries of a /run call after a transient failure (connection error, timeout, 429, 502/503/504 without a"
+            " deterministic inner failure class)"
+        ),
+    )
+    progress: bool = Field(True, description="show a progress bar")
+    watchdog_s: float = Field(
+        DEFAULT_WATCHDOG_S,
+        ge=0,
+        description=(
+            "report (stderr, state file, aggregate metrics) when no rollout has completed for this many seconds, naming"
+            " those in flight; 0 disables"
+        ),
+    )
+    servers_gone_s: float = Field(
+        DEFAULT_SERVERS_GONE_S,
+        ge=0,
+        description=(
+            "stop (exit 3) when an agent has refused every connection for this many seconds, the head server answering;"
+            " a head server that refuses stops it at once"
+        ),
+    )
+
+
+@dataclass
+class CollectSummary:
+    """What a collection did. Counts are rollouts; `wall_s` and `rollouts_per_s` cover this run only."""
+
+    output_jsonl_fpath: str
+    rollouts_expected: int
+    rollouts_done: int
+    rollouts_this_run: int
+    rollouts_resumed: int
+    failures_by_class: dict[str, int]
+    mean_reward: float | None
+    wall_s: float
+    retries: int
+    failures_jsonl_fpath: str
+    watchdog: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rollouts_missing(self) -> int:
+        return self.rollouts_expected - self.rollouts_done
+
+    @property
+    def rollouts_per_s(self) -> float:
+        return self.rollouts_this_run / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.rollouts_missing == 0 else 1
+
+    @classmethod
+    def of(cls, result: CollectResult, paths: OutputPaths) -> CollectSummary:
+        """The summary of a collection into the files `paths`."""
+        return cls(
+            output_jsonl_fpath=str(paths.output),
+            rollouts_expected=result.rollouts_expected,
+            rollouts_done=result.rollouts_done,
+            rollouts_this_run=len(result.rollouts),
+            rollouts_resumed=result.rollouts_resumed,
+            failures_by_class=result.failures_by_class,
+            mean_reward=result.mean_reward,
+            wall_s=result.wall_s,
+            retries=result.retries,
+            failures_jsonl_fpath=str(paths.failures),
+            watchdog=result.watchdog,
+        )
+
+    def as_metrics(self) -> dict[str, Any]:
+        """The `collection` part of `<out>_aggregate_metrics.json`."""
+        return {
+            "rollouts_expected": self.rollouts_expected,
+            "rollouts_done": self.rollouts_done,
+            "rollouts_this_run": self.rollouts_this_run,
+            "rollouts_resumed": self.rollouts_resumed,
+            "rollouts_failed": self.rollouts_missing,
+            "failures_by_class": self.failures_by_class,
+            "mean_reward": self.mean_reward,
+            "wall_s": self.wall_s,
+            "rollouts_per_s": self.rollouts_per_s,
+            "retries": self.retries,
+            "watchdog": self.watchdog,
+        }
+
+    def format(self) -> str:
+        mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
+        lines = [
+            (
+                f"Rollouts: {self.rollouts_done}/{self.rollouts_expected} in {self.output_jsonl_fpath} "
+                f"({self.rollouts_this_run} this run, {self.rollouts_resumed} from an earlier run)"
+            ),
+            f"Mean reward: {mean}",
+            f"Wall time: {self.wall_s:.1f} s, {self.rollouts_per_s:.2f} rollouts/s, {self.retries} retries",
+        ]
+        if self.rollouts_missing:
+            classes = ", ".join(f"{name}: {n}" for name, n in sorted(self.failures_by_class.items())) or "none this run"
+            lines.append(
+                f"Failed: {self.rollouts_missing} rollouts ({classes}); they are in {self.failures_jsonl_fpath}, "
+                "not in the output. Rerun the same command to retry them."
+            )
+        return "\n".join(lines)
+
+
+# -- input -----------------------------------------------------------------------------------------------
+def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
+    """The input rows of `cfg`, validated and materialized (`nemo_gym.collect.engine.read_tasks` with the config's
+    input, `agent_name`, `limit` and `responses_create_params`). Every row is checked before any rollout starts.
+
+    Raises:
+        DataError: a line is not a JSON object, has no `responses_create_params` object or one with a key that is
+            no Responses API create parameter (`nemo_gym.serving.responses_params`), has a malformed
+            `agent_ref`, or has no agent (no `agent_ref` and no `agent_name`); or the input has no rows.
+    """
+    return read_tasks(
+        cfg.input_jsonl_fpath,
+        agent_name=cfg.agent_name,
+        limit=cfg.limit,
+        responses_create_params=cfg.responses_create_params,
+    )
+
+
+# -- the run --------------------------------------------------------------------------------------------
+async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectSummary:
+    """Collect the rollouts of `cfg` through `client`; see the module docstring for the files and resume.
+
+    The in-memory collector (`nemo_gym.collect.engine.collect`) with the files as its sink (`RolloutFiles`).
+
+    Raises:
+        DataError: a bad input line (before any rollout) or a corrupt earlier output.
+        ConfigError: the earlier output was made from a different input.
+        ServerError: an agent is not known to the head server (before any rollout).
+        ServersGoneError: the head server or an agent stopped answering; finished rollouts are on disk, the others
+            are not in the failures file: resume completes them.
+        asyncio.CancelledError: cancelled (Ctrl-C); finished rollouts are on disk, resume completes the rest.
+    """
+    tasks, line_numbers = read_tasks_with_lines(
+        cfg.input_jsonl_fpath,
+        agent_name=cfg.agent_name,
+        limit=cfg.limit,
+        responses_create_params=cfg.responses_create_params,
+    )
+    files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
+    files.check_input(tasks, cfg.num_repeats)
+    result = await collect(
+        tasks,
+        client,
+        num_repeats=cfg.num_repeats,
+        concurrency=cfg.num_samples_in_parallel,
+        sinks=[files],
+        where=lambda i: f"{cfg.input_jsonl_fpath}:{line_numbers[i]}",
+        progress=cfg.progress,
+        watchdog_s=cfg.watchdog_s,
+        servers_gone_s=cfg.servers_gone_s,
+    )
+    return CollectSummary.of(result, files.paths)
+
+
+# -- entry ----------------------------------------------------------------------------------------------
+def collect_main(cfg: CollectConfig) -> int:
+    """`ng_collect_rollouts`: collect, print the summary; returns the exit status (0, 1, 3 or 130)."""
+    head_url = discover_head_url(cfg.head_server_url)
+    timeouts = ClientTimeouts(read_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
+
+    async def run() -> CollectSummary:
+        async with ServerClient(
+            head_url, timeouts=timeouts, max_connections=max(64, 2 * cfg.num_samples_in_parallel)
+        ) as client:
+            return await collect_rollouts(cfg, client)
+
+    paths = OutputPaths.for_output(cfg.output_jsonl_fpath)
+    try:
+        summary = run_interruptible(run())  # SIGINT / SIGTERM: finished rollouts stay saved, exit 130
+    except KeyboardInterrupt:
+        print(
+            f"\nInterrupted: {count_lines(paths.output)} finished rollouts are saved in {paths.output}. Rerun the same"
+            " command to collect only the missing ones.",
+            file=sys.stderr,
+        )
+        return 130
+    except ServersGoneError as exc:
+        print(
+            f"\nng_collect_rollouts: {exc}. {count_lines(paths.output)} finished rollouts are saved in {paths.output};"
+            " the others are not recorded as failures. Restart the servers (ng_run) and rerun the same command to"
+            " collect the missing ones.",
+            file=sys.stderr,
+        )
+        return SERVERS_GONE_EXIT
+    print(summary.format())
+    return summary.exit_status

@@ -1,0 +1,491 @@
+"""Rollout collection in memory: task rows in, rollouts and failure records out (`collect`).
+
+The engine under `ng_collect_rollouts` (`nemo_gym.collect.command`, which adds the files and their resume as a sink,
+`nemo_gym.collect.sink.RolloutFiles`) and under `ng_train`'s rollouts (rows in memory; the per-step files are a
+sink too). One rollout per (task index, repeat index): the task row with `agent_ref`, `_ng_task_index` and
+`_ng_rollout_index` is POSTed to its agent's `/run`; the verify answer merged over the row is a rollout; a failed
+rollout (a `ServerError`, or an answer without a numeric finite reward) is a failure record with its class, never
+a reward of 0. At most `concurrency` rollouts are in flight. A rollout that failed `unavailable` is recorded only
+once its agent answers a probe: when the head server (also probed every second) or the agent is gone, the collection
+stops instead and the rollouts not finished are left for a resume (`nemo_gym.collect.liveness`).
+
+Task rows are checked before any rollout: the row checks of `materialize_task` (a bad row named by its location:
+`file:line` for rows read from a file by `read_tasks`, else `row <i>`), then every agent's address and the row
+schema of its environment (`check_agents`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator
+from tqdm import tqdm
+
+from nemo_gym.collect.aggregate_metrics import is_reward
+from nemo_gym.collect.files import Pair, now
+from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
+from nemo_gym.collect.watchdog import CollectWatchdog
+from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
+from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.responses_params import unknown_keys
+
+__all__ = [
+    "BAD_VERIFY_ANSWER",
+    "CollectResult",
+    "CollectSink",
+    "collect",
+    "check_agents",
+    "materialize_task",
+    "read_tasks",
+    "read_tasks_with_lines",
+    "run_rollout",
+]
+
+BAD_VERIFY_ANSWER = "bad_verify_answer"
+
+
+# -- task rows ------------------------------------------------------------------------------------------------
+def materialize_task(
+    row: dict[str, Any],
+    where: str,
+    *,
+    agent_name: str | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, `agent_ref`
+    resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped.
+
+    Raises:
+        DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
+            create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
+    """
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        got = "it is missing" if params is None else f"got {type(params).__name__}"
+        raise DataError(f"{where}: needs a `responses_create_params` object ({got})")
+    if problems := unknown_keys(params):
+        raise DataError(f"{where}: responses_create_params: {'; '.join(problems)}")
+    agent_ref = row.get(AGENT_REF_KEY)
+    if agent_ref is None and agent_name:
+        agent_ref = {"name": agent_name}
+    elif agent_ref is not None and not (isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str)):
+        raise DataError(f'{where}: agent_ref must be an object {{"name": "<agent instance>"}}, got {agent_ref!r}')
+    task = {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
+    task["responses_create_params"] = {**params, **(responses_create_params or {})}
+    task[AGENT_REF_KEY] = agent_ref
+    return task
+
+
+def _materialize_all(
+    located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
+) -> list[dict[str, Any]]:
+    """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
+    (at most 10 shown), or one for no rows at all."""
+    tasks: list[dict[str, Any]] = []
+    without_agent: list[str] = []
+    for where, row in located:
+        tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
+        if tasks[-1][AGENT_REF_KEY] is None:
+            without_agent.append(where)
+    if without_agent:
+        more = f" and {len(without_agent) - 10} more" if len(without_agent) > 10 else ""
+        raise DataError(
+            f"{', '.join(without_agent[:10])}{more}: row has no agent_ref; pass +agent_name=<agent instance> or add"
+            " agent_ref to the rows"
+        )
+    if not tasks:
+        raise DataError(f"{source}: no rows")
+    return tasks
+
+
+def read_tasks_with_lines(
+    path: str,
+    *,
+    agent_name: str | None = None,
+    limit: int | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """`read_tasks`, and the line number of each task in `path`."""
+    line_numbers: list[int] = []
+
+    def located() -> Iterator[tuple[str, dict[str, Any]]]:
+        for line_no, row in iter_jsonl(path, limit=limit):  # lazily: a bad line is reported after the rows before it
+            line_numbers.append(line_no)
+            yield f"{path}:{line_no}", row
+
+    return _materialize_all(located(), agent_name, responses_create_params, path), line_numbers
+
+
+def read_tasks(
+    path: str,
+    *,
+    agent_name: str | None = None,
+    limit: int | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The task rows of a JSONL file (its first `limit`), each checked and materialized (`materialize_task`).
+
+    Raises:
+        DataError: (`file:line: ...`) a line that is not a JSON object, a bad row (see `materialize_task`), rows
+            with no agent (no `agent_ref` and no `agent_name`: all named); or the file has no rows.
+    """
+    return read_tasks_with_lines(
+        path, agent_name=agent_name, limit=limit, responses_create_params=responses_create_params
+    )[0]
+
+
+async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:
+    """Resolve every agent's address and check every task against its environment's row schema, before any
+    rollout. `where(i)` names task i in an error (e.g. `file:line`).
+
+    Raises:
+        ServerError: an agent is not known to the head server. DataError: `where(i): task field ...`.
+    """
+    schemas: dict[str, dict[str, Any] | None] = {}
+    for name in sorted({task[AGENT_REF_KEY]["name"] for task in tasks}):
+        await client.server_url(name)
+        try:
+            schemas[name] = await client.get(name, "/row_schema")
+        except ServerHTTPError as exc:
+            if exc.status_code not in (404, 405):  # agents and environments without the route (NeMo Gym's)
+                raise
+            schemas[name] = None
+    validators = {name: Draft202012Validator(schema) for name, schema in schemas.items() if schema}
+    for index, task in enumerate(tasks if validators else []):
+        validator = validators.get(task[AGENT_REF_KEY]["name"])
+        error = next(iter(validator.iter_errors(task)), None) if validator else None
+        if error is not None:
+            path = ".".join(str(p) for p in error.absolute_path) or "row"
+            raise DataError(
+                f"{where(index)}: task field {path}: {error.message} (required by the environment of agent"
+                f" {task[AGENT_REF_KEY]['name']!r})"
+            )
+
+
+# -- one rollout --------------------------------------------------------------------------------------------
+def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {
+        TASK_INDEX_KEY: row[TASK_INDEX_KEY],
+        ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
+        AGENT_REF_KEY: row[AGENT_REF_KEY],
+        "failure_class": failure_class,
+        "message": message[:4000],
+        **extra,
+        "timestamp": now(),
+    }
+
+
+def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
+    """A failure record for a ServerError; an agent's typed body `{"error": {"type", "message"}}` gives the class."""
+    failure = typed_failure(exc)
+    extra: dict[str, Any] = {"transient": is_transient(exc)}
+    if failure.status_code is not None:
+        extra["status_code"] = failure.status_code
+    if failure.failed_server:
+        extra["failed_server"] = failure.failed_server
+    if failure.response is not None:  # the trajectory a failed /verify got (simple_agent): to debug the verifier
+        extra["response"] = failure.response
+    return _failure_record(row, failure.failure_class, failure.message, **extra)
+
+
+async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
+    `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
+    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
+    try:
+        answer = await client.post(row[AGENT_REF_KEY]["name"], "/run", row)
+    except ServerError as exc:
+        return None, _server_failure(row, exc)
+    except ValueError as exc:  # a 2xx answer that is not JSON
+        return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
+    if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
+        got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
+        return None, _failure_record(
+            row, BAD_VERIFY_ANSWER, f"verify answer has no numeric finite `reward` (got {got})"
+        )
+    keys = {
+        TASK_INDEX_KEY: row[TASK_INDEX_KEY],
+        ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
+        AGENT_REF_KEY: row[AGENT_REF_KEY],
+    }
+    return {**row, **answer, **keys}, None
+
+
+# -- sinks and the result ---------------------------------------------------------------------------------------
+class CollectSink(Protocol):
+    """Where a collection also goes as it runs (files: `nemo_gym.collect.sink.RolloutFiles`). `collect` calls `open`
+    once, `add` for each finished rollout and `stalled` for each watchdog stall, `close` once (also when cancelled),
+    then `finish` once when it was not cancelled."""
+
+    def open(
+        self, tasks: list[dict[str, Any]], num_repeats: int
+    ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
+        """After the checks, before any rollout: (reward of each pair an earlier run finished: not run again,
+        the failure record of each pair an earlier run failed: run again)."""
+        ...
+
+    def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
+        """A finished rollout (a row, or a failure record), as it completes."""
+        ...
+
+    def stalled(self, stall: dict[str, Any]) -> None:
+        """A watchdog stall record (`nemo_gym.collect.watchdog`)."""
+        ...
+
+    def close(self, failures: dict[Pair, dict[str, Any]]) -> None:
+        """At the end, also when cancelled: the failure record of each pair still without a row."""
+        ...
+
+    async def finish(self, result: CollectResult, client: ServerClient) -> None:
+        """After a collection that was not cancelled."""
+        ...
+
+
+@dataclass
+class CollectResult:
+    """What `collect` did. Counts are rollouts; `wall_s` covers this run only.
+
+    rollouts: this run's rollout rows, in completion order; failures: the failure record of each pair still without
+    a row (in pair order); rollouts_resumed: pairs a sink's earlier run had finished (not run again);
+    failures_by_class: this run's failed attempts by class; mean_reward: over every finished pair (earlier ones too).
+    """
+
+    rollouts: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    rollouts_expected: int
+    rollouts_resumed: int
+    failures_by_class: dict[str, int]
+    mean_reward: float | None
+    wall_s: float
+    retries: int
+    watchdog: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rollouts_done(self) -> int:
+        return self.rollouts_resumed + len(self.rollouts)
+
+    @property
+    def rollouts_per_s(self) -> float:
+        return len(self.rollouts) / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class _Progress:
+    """Mutable state of a run: the finished and failed pairs, rewards, the progress bar."""
+
+    bar: tqdm
+    done: dict[Pair, float]
+    failures: dict[Pair, dict[str, Any]]
+    reward_sum: float = 0.0
+    reward_count: int = 0
+    started_s: float = field(default_factory=time.monotonic)
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
+    failure_classes: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        previous = [r for r in self.done.values() if math.isfinite(r)]
+        self.reward_sum, self.reward_count = sum(previous), len(previous)
+
+    @classmethod
+    def start(
+        cls, done: dict[Pair, float], failures: dict[Pair, dict[str, Any]], total: int, *, show: bool
+    ) -> _Progress:
+        """The state at the start of a run of `total` rollouts, `done` of them by an earlier run, with its progress
+        bar on stderr (hidden unless `show`)."""
+        bar = tqdm(
+            total=total,
+            initial=len(done),
+            desc="Collecting rollouts",
+            unit="rollout",
+            disable=not show,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+        return cls(bar, done, failures)
+
+    def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
+        record = rollout if rollout is not None else failure
+        pair = (record[TASK_INDEX_KEY], record[ROLLOUT_INDEX_KEY])
+        if rollout is not None:
+            self.rollouts.append(rollout)
+            self.done[pair] = float(rollout["reward"])
+            self.failures.pop(pair, None)
+            self.reward_sum += self.done[pair]
+            self.reward_count += 1
+        else:
+            self.failures[pair] = failure
+            self.failure_classes[failure["failure_class"]] += 1
+        self._update()
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.reward_count if self.reward_count else None
+
+    def result(self, expected: int, resumed: int, retries: int, watchdog: dict[str, Any]) -> CollectResult:
+        """What the run did, now (counts in rollouts)."""
+        return CollectResult(
+            rollouts=self.rollouts,
+            failures=[self.failures[pair] for pair in sorted(self.failures)],
+            rollouts_expected=expected,
+            rollouts_resumed=resumed,
+            failures_by_class=dict(self.failure_classes),
+            mean_reward=self.mean_reward,
+            wall_s=time.monotonic() - self.started_s,
+            retries=retries,
+            watchdog=watchdog,
+        )
+
+    def _update(self) -> None:
+        elapsed_s = max(time.monotonic() - self.started_s, 1e-9)
+        mean = self.mean_reward
+        postfix = {
+            "rollouts/s": f"{len(self.rollouts) / elapsed_s:.2f}",
+            "mean_reward": "n/a" if mean is None else f"{mean:.3f}",
+            "failed": sum(self.failure_classes.values()),
+        }
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+
+async def _dispatch(
+    client: ServerClient,
+    rows: Iterator[dict[str, Any]],
+    num_parallel: int,
+    on_done: Callable[..., None],
+    watchdog: CollectWatchdog,
+    liveness: ServerLiveness,
+) -> None:
+    """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`;
+    `watchdog` is told when each rollout starts and ends; `liveness` watches the head server and checks the servers
+    after each `unavailable` failure before it is recorded.
+
+    When the servers are gone (`liveness` raises ServersGoneError) or on cancellation, the workers are cancelled
+    (their rollouts are not recorded, to be redone on resume) and the exception propagates.
+    """
+
+    async def worker() -> None:
+        for row in rows:  # one shared iterator: next() never interleaves in asyncio
+            pair, agent = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]), row[AGENT_REF_KEY]["name"]
+            watchdog.started(pair)
+            rollout, failure = await run_rollout(client, row)
+            if failure is not None and failure["failure_class"] == UNAVAILABLE:
+                await liveness.check(agent)  # ServersGoneError: this rollout is left for the resume
+            else:
+                liveness.answered(agent)
+            watchdog.finished(pair)
+            on_done(rollout, failure)
+
+    workers = [asyncio.create_task(worker()) for _ in range(num_parallel)]
+    watchers = [asyncio.create_task(watchdog.run()), asyncio.create_task(liveness.watch())]
+    all_workers = asyncio.gather(*workers)
+    try:
+        running: set[asyncio.Future] = {all_workers, *watchers}
+        while all_workers in running:  # until every worker is done, or a worker or a watcher raises
+            finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for future in finished:
+                future.result()
+    finally:
+        for task in [*workers, *watchers]:
+            task.cancel()
+        await asyncio.gather(all_workers, *workers, *watchers, return_exceptions=True)
+
+
+@dataclass
+class _Sinks:
+    """The sinks of a collection as one `CollectSink` (each call goes to every sink, in order)."""
+
+    sinks: Sequence[CollectSink]
+
+    def open(
+        self, tasks: list[dict[str, Any]], num_repeats: int
+    ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
+        """What every sink's earlier run finished, and the failures of the pairs none of them finished."""
+        done: dict[Pair, float] = {}
+        failures: dict[Pair, dict[str, Any]] = {}
+        for sink in self.sinks:
+            earlier_done, earlier_failures = sink.open(tasks, num_repeats)
+            done.update(earlier_done)
+            failures.update(earlier_failures)
+        return done, {pair: record for pair, record in failures.items() if pair not in done}
+
+    def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
+        for sink in self.sinks:
+            sink.add(rollout, failure)
+
+    def stalled(self, stall: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.stalled(stall)
+
+    def close(self, failures: dict[Pair, dict[str, Any]]) -> None:
+        for sink in self.sinks:
+            sink.close(failures)
+
+    async def finish(self, result: CollectResult, client: ServerClient) -> None:
+        for sink in self.sinks:
+            await sink.finish(result, client)
+
+
+async def collect(
+    rows: Sequence[dict[str, Any]],
+    client: ServerClient,
+    *,
+    num_repeats: int = 1,
+    concurrency: int = 32,
+    agent_name: str | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+    sinks: Sequence[CollectSink] = (),
+    where: Callable[[int], str] | None = None,
+    progress: bool = False,
+    watchdog_s: float = 0.0,
+    servers_gone_s: float = DEFAULT_SERVERS_GONE_S,
+) -> CollectResult:
+    """`num_repeats` rollouts of each task row through its agent, at most `concurrency` in flight; nothing is
+    written unless a sink is given (see the module docstring; `sinks` also give the pairs to resume).
+
+    `rows` are task rows (checked and materialized here with `agent_name` and `responses_create_params`, see
+    `materialize_task`); `where(i)` names row i in an error (default `row <i>`, 0-based); `watchdog_s` reports stalls
+    (0: off);
+    `servers_gone_s`: how long an agent may refuse every connection before the collection stops
+    (`nemo_gym.collect.liveness`).
+
+    Raises:
+        DataError: a bad row, or one its environment's row schema refuses (before any rollout).
+        ServerError: an agent is not known to the head server (before any rollout).
+        ServersGoneError: the head server or an agent stopped answering; the rollouts not finished are not recorded.
+        asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
+    """
+    where = where or (lambda index: f"row {index}")
+    tasks = _materialize_all(
+        [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
+    )
+    await check_agents(client, tasks, where)
+    every_sink = _Sinks(sinks)
+    done, failures = every_sink.open(tasks, num_repeats)
+    pending = [(t, r) for t in range(len(tasks)) for r in range(num_repeats) if (t, r) not in done]
+    resumed, total = len(done), len(tasks) * num_repeats
+    state = _Progress.start(done, failures, total, show=progress)
+    retries_before = client.retries_used
+
+    def on_done(rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
+        state.add(rollout, failure)
+        every_sink.add(rollout, failure)
+
+    watchdog = CollectWatchdog(watchdog_s, lambda pair: tasks[pair[0]][AGENT_REF_KEY]["name"], every_sink.stalled)
+    liveness = ServerLiveness(client, (task[AGENT_REF_KEY]["name"] for task in tasks), servers_gone_s=servers_gone_s)
+    try:
+        dispatched = ({**tasks[t], TASK_INDEX_KEY: t, ROLLOUT_INDEX_KEY: r} for t, r in pending)
+        await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
+    finally:  # also when cancelled or the servers are gone: every sink holds what finished
+        state.bar.close()
+        every_sink.close(state.failures)
+    result = state.result(total, resumed, client.retries_used - retries_before, watchdog.metrics())
+    await every_sink.finish(result, client)
+    return result

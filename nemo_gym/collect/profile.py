@@ -1,0 +1,216 @@
+"""Reward profiling (`ng_profile`): per-task reward statistics from collected rollouts.
+
+For each task of the input JSONL that has rollouts (matched by `_ng_task_index`), the output has one row: the
+task row plus
+
+    avg_reward     mean reward of the task's rollouts
+    std_reward     SAMPLE standard deviation: sqrt(sum((r - mean)^2) / (n - 1)); 0.0 for one rollout
+    min_reward, max_reward, median_reward
+    total_samples  number of rollouts
+and with `pass_threshold`:
+    pass_rate         passed / total (a rollout passes when reward >= pass_threshold)
+    pass_rate_total   total rollouts
+    pass_rate_passed  rollouts that passed
+    pass_threshold    the threshold used
+
+Source of the numbers: NeMo Gym 0.4.0's `ng_reward_profile` (`nemo_gym.upstream.reward_profile` here writes its output
+shape): avg/std/min/max/median_reward equal its per-task `mean/reward`, `std/reward`, `min/reward`,
+`max/reward`, `median/reward` (pandas `DataFrame.std`, ddof=1, with 0 for a task of one rollout) and
+`total_samples` its `num_rollouts`; tests/test_reward_profile_parity.py runs both on the same files. The field
+names and the pass-rate fields come from the per-task profile of NeMo Gym's collector before 0.4.0
+(`ng_collect_rollouts +output_profiled_jsonl_fpath=... +pass_threshold=...`, `>=` threshold), which divided
+by n (population std: [1, 0] gave 0.5 where the sample std is 0.7071); 0.4.0 dropped it, and we follow
+0.4.0's definition, the same one the GRPO advantages use (`nemo_gym.rl.advantages`). Other differences: a
+rollout without a numeric reward is an error here (the old collector counted it as 0.0); `_ng_*` keys are
+dropped from the task row and the old `task_name: null` is not added; tasks without rollouts are omitted from
+the output and listed in the summary.
+
+The input is either the collector's input (task index = position among non-blank rows) or its
+`_materialized_inputs.jsonl` (rows carry `_ng_task_index`; the first row of each index is the task).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.env.metrics import describe
+from nemo_gym.errors import DataError
+from nemo_gym.jsonl import TASK_INDEX_KEY, iter_jsonl, write_jsonl
+
+__all__ = ["ProfileConfig", "ProfileSummary", "profile_rollouts", "profile_main", "reward_stats"]
+
+MAX_LISTED = 20
+
+
+class ProfileConfig(BaseModel):
+    """Parameters of `ng_profile`."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_jsonl_fpath: str = Field(
+        description="the tasks: the collector's input JSONL (or its _materialized_inputs.jsonl)"
+    )
+    rollouts_jsonl_fpath: str = Field(
+        description="the rollouts written by ng_collect_rollouts (rows carry _ng_task_index and reward)"
+    )
+    output_jsonl_fpath: str = Field(
+        description=(
+            "output JSONL: one row per task with avg_reward, std_reward, min_reward, max_reward, total_samples (and"
+            " pass_rate...)"
+        )
+    )
+    pass_threshold: float | None = Field(
+        None,
+        description=(
+            "a rollout passes when reward >= pass_threshold; adds pass_rate, pass_rate_total, pass_rate_passed,"
+            " pass_threshold"
+        ),
+    )
+
+
+def reward_stats(rewards: list[float], pass_threshold: float | None = None) -> dict[str, Any]:
+    """Statistics of one task's rewards (non-empty list); see the module docstring for the fields."""
+    d = describe(rewards)
+    stats: dict[str, Any] = {
+        "avg_reward": d["mean"],
+        "std_reward": d["std"],
+        "min_reward": d["min"],
+        "max_reward": d["max"],
+        "median_reward": d["median"],
+        "total_samples": len(rewards),
+    }
+    if pass_threshold is not None:
+        passed = sum(1 for r in rewards if r >= pass_threshold)
+        stats |= {
+            "pass_rate": passed / len(rewards),
+            "pass_rate_total": len(rewards),
+            "pass_rate_passed": passed,
+            "pass_threshold": pass_threshold,
+        }
+    return stats
+
+
+@dataclass
+class ProfileSummary:
+    """Totals of a profile. `group_mean_reward` maps `agent:<name>` / `dataset:<name>` to the mean reward."""
+
+    tasks: int
+    tasks_profiled: int
+    tasks_without_rollouts: list[int]
+    samples: int
+    mean_reward: float | None
+    pass_threshold: float | None
+    pass_rate: float | None
+    tasks_all_same_reward: int
+    group_mean_reward: dict[str, float] = field(default_factory=dict)
+    output_jsonl_fpath: str = ""
+
+    def format(self) -> str:
+        mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
+        lines = [
+            f"Tasks: {self.tasks_profiled}/{self.tasks} profiled, {self.samples} samples, mean reward {mean}",
+            f"Tasks whose samples all have the same reward (no learning signal for GRPO): {self.tasks_all_same_reward}",
+        ]
+        if self.pass_threshold is not None and self.pass_rate is not None:
+            lines.append(f"Pass rate (reward >= {self.pass_threshold}): {self.pass_rate:.4f} of samples")
+        for group, value in sorted(self.group_mean_reward.items()):
+            lines.append(f"  {group}: mean reward {value:.4f}")
+        if self.tasks_without_rollouts:
+            shown = ", ".join(map(str, self.tasks_without_rollouts[:MAX_LISTED]))
+            more = (
+                f" and {len(self.tasks_without_rollouts) - MAX_LISTED} more"
+                if len(self.tasks_without_rollouts) > MAX_LISTED
+                else ""
+            )
+            lines.append(
+                f"Tasks without rollouts (omitted from the output): {len(self.tasks_without_rollouts)}: {shown}{more}"
+            )
+        if self.output_jsonl_fpath:
+            lines.append(f"Profile: {self.output_jsonl_fpath}")
+        return "\n".join(lines)
+
+
+def _load_tasks(path: str) -> dict[int, dict[str, Any]]:
+    """Task index → task row (without `_ng_*` keys)."""
+    tasks: dict[int, dict[str, Any]] = {}
+    for position, (line_no, row) in enumerate(iter_jsonl(path)):
+        index = row.get(TASK_INDEX_KEY, position)
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise DataError(f"{path}:{line_no}: {TASK_INDEX_KEY} must be an integer, got {index!r}")
+        if index not in tasks:
+            tasks[index] = {k: v for k, v in row.items() if not k.startswith("_ng_")}
+    return tasks
+
+
+def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> tuple[dict[int, list[float]], dict[str, list[float]]]:
+    """Rewards per task index, and per group (`agent:<agent_ref name>`, `dataset:<dataset>`)."""
+    by_task: dict[int, list[float]] = defaultdict(list)
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for line_no, row in iter_jsonl(path):
+        index, reward = row.get(TASK_INDEX_KEY), row.get("reward")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise DataError(
+                f"{path}:{line_no}: rollout has no integer {TASK_INDEX_KEY} (was it written by ng_collect_rollouts?)"
+            )
+        if index not in tasks:
+            raise DataError(
+                f"{path}:{line_no}: {TASK_INDEX_KEY}={index} is not a task of the input ({len(tasks)} tasks); is it the"
+                " right input file?"
+            )
+        if not isinstance(reward, (int, float)) or isinstance(reward, bool):
+            raise DataError(f"{path}:{line_no}: rollout has no numeric reward (got {reward!r})")
+        by_task[index].append(float(reward))
+        agent_ref = row.get("agent_ref") or tasks[index].get("agent_ref") or {}
+        by_group[f"agent:{agent_ref.get('name', 'unknown') if isinstance(agent_ref, dict) else 'unknown'}"].append(
+            float(reward)
+        )
+        dataset = row.get("dataset", tasks[index].get("dataset"))
+        if isinstance(dataset, str):
+            by_group[f"dataset:{dataset}"].append(float(reward))
+    return by_task, by_group
+
+
+def profile_rollouts(
+    input_jsonl_fpath: str,
+    rollouts_jsonl_fpath: str,
+    output_jsonl_fpath: str,
+    pass_threshold: float | None = None,
+) -> ProfileSummary:
+    """Write the per-task profile (rows sorted by task index) and return the summary.
+
+    Raises:
+        DataError: a bad line in either file (`file:line:`), a rollout without a numeric reward, or a rollout
+            whose `_ng_task_index` is not a task of the input.
+    """
+    tasks = _load_tasks(input_jsonl_fpath)
+    by_task, by_group = _load_rewards(rollouts_jsonl_fpath, tasks)
+    rows = [{**tasks[i], **reward_stats(by_task[i], pass_threshold)} for i in sorted(by_task)]
+    write_jsonl(output_jsonl_fpath, rows)
+
+    all_rewards = [r for rewards in by_task.values() for r in rewards]
+    passed = sum(1 for r in all_rewards if pass_threshold is not None and r >= pass_threshold)
+    return ProfileSummary(
+        tasks=len(tasks),
+        tasks_profiled=len(by_task),
+        tasks_without_rollouts=sorted(set(tasks) - set(by_task)),
+        samples=len(all_rewards),
+        mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
+        pass_threshold=pass_threshold,
+        pass_rate=passed / len(all_rewards) if all_rewards and pass_threshold is not None else None,
+        tasks_all_same_reward=sum(1 for rewards in by_task.values() if min(rewards) == max(rewards)),
+        group_mean_reward={group: statistics.fmean(rewards) for group, rewards in by_group.items()},
+        output_jsonl_fpath=output_jsonl_fpath,
+    )
+
+
+def profile_main(cfg: ProfileConfig) -> int:
+    """`ng_profile`: write the profile and print the summary. Returns 0 (errors raise `NemoGymError`)."""
+    summary = profile_rollouts(
+        cfg.input_jsonl_fpath, cfg.rollouts_jsonl_fpath, cfg.output_jsonl_fpath, cfg.pass_threshold
+    )
+    print(summary.format())
+    return 0

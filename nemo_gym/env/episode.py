@@ -1,0 +1,102 @@
+"""The steps every agent server shares: how an episode ended (`StopReason`) and the call of the policy model.
+
+An agent's `/run` loops over model calls; each is `await calls.step(params, input_items)`: the policy model's
+`POST /v1/responses` on the episode so far, its output items, and, when the episode must end because of the
+model, why (`max_tokens`: the answer is incomplete, `context_overflow`: the prompt was refused as too long).
+`calls.final_response(trajectory)` is the episode's `Response`: the last answer with the whole trajectory as
+`output` and the usage summed over the calls.
+
+    calls = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s)
+    for _ in range(max_steps):
+        output, stop = await calls.step(params, [*initial_input(params), *trajectory])
+        trajectory.extend(output)
+        if stop:
+            break
+        ...
+    return calls.final_response(trajectory), stop_reason
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import Enum
+from typing import Any
+
+from nemo_gym.errors import ServerHTTPError
+from nemo_gym.serving.client import ServerClient
+
+__all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow"]
+
+
+class StopReason(str, Enum):
+    """How an episode ended: the `stop_reason` of a rollout row (its value), counted in `stop_reasons` metrics."""
+
+    # the episode ended by itself: the model answered without a tool call, or the environment said terminated
+    completed = "completed"
+    max_steps = (  # the agent's step limit (max_steps / max_turns model calls), or the environment said truncated
+        "max_steps"
+    )
+    max_tokens = "max_tokens"  # the model ran out of output tokens (its response's status is incomplete)
+    context_overflow = "context_overflow"  # the model server refused the prompt as too long
+    tool_error = "tool_error"  # the last tool call failed (its error went back to the model)
+    parse_error = "parse_error"  # the last tool call's arguments were not valid JSON
+    timeout = "timeout"  # the episode ran out of time (for agents with a time limit; the bundled agents have none)
+
+
+def initial_input(params: dict[str, Any]) -> list[Any]:
+    """The input items of a Responses create body `params` (a string `input` is one user message)."""
+    initial = params.get("input", [])
+    return [{"role": "user", "content": initial}] if isinstance(initial, str) else initial
+
+
+def is_context_overflow(exc: ServerHTTPError) -> bool:
+    """Whether a model server's HTTP error refuses the prompt as too long (a 400 that speaks of the context)."""
+    return exc.status_code == 400 and "context" in exc.body.lower()
+
+
+class ModelCalls:
+    """The policy-model calls of one episode: each `step` calls `/v1/responses` and says whether the episode must
+    end; the last answer and the usage summed over the calls make the episode's final `Response`."""
+
+    def __init__(self, client: ServerClient, model_server: str, session_id: str, timeout_s: float):
+        self.client, self.model_server, self.session_id, self.timeout_s = client, model_server, session_id, timeout_s
+        self.last_response: dict[str, Any] = {}  # the last answer of the model ({} before the first)
+        self.usage: Counter[str] = Counter()  # the integer usage fields, summed over the answers
+
+    async def step(
+        self, params: dict[str, Any], input_items: list[dict[str, Any]], *, overflow_ends: bool = True
+    ) -> tuple[list[dict[str, Any]], StopReason | None]:
+        """Call the model with the create body `params` on `input_items`; returns its output items and
+        `max_tokens` (the answer is incomplete: its output is returned too), `context_overflow` (no answer: the
+        prompt was refused as too long; `[]`) or None (the episode may go on).
+
+        Raises:
+            nemo_gym.errors.ServerError: the call failed otherwise, or with a context overflow when `overflow_ends`
+                is false (e.g. the task's own prompt is too long: a failure, not an episode's end).
+        """
+        try:
+            response = await self.client.post(
+                self.model_server,
+                "/v1/responses",
+                {**params, "input": input_items},
+                session_id=self.session_id,
+                timeout_s=self.timeout_s,
+            )
+        except ServerHTTPError as exc:
+            if overflow_ends and is_context_overflow(exc):
+                return [], StopReason.context_overflow
+            raise
+        self.last_response = response
+        self.usage.update(
+            {key: value for key, value in (response.get("usage") or {}).items() if isinstance(value, int)}
+        )
+        output = response.get("output") or []
+        return output, StopReason.max_tokens if response.get("status") == "incomplete" else None
+
+    def final_response(self, trajectory: list[dict[str, Any]]) -> dict[str, Any]:
+        """The episode's `Response`: the last answer with `output` = `trajectory` and the usage summed over the
+        calls."""
+        final = {**self.last_response, "output": trajectory}
+        if self.usage:
+            final["usage"] = {**(self.last_response.get("usage") or {}), **self.usage}
+        return final

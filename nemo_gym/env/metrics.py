@@ -1,0 +1,151 @@
+"""Statistics of rewards and of the numbers of verify answers: `describe` (NeMo Gym 0.4.0's five statistics, used by
+`ng_profile` and `ng_reward_profile`) and NeMo Gym 0.4.0's `/aggregate_metrics` answer (`nemo_gym_aggregate_metrics`,
+which every `ResourcesServer` answers beside its own metrics), with the per-group statistics it is made of
+(`profile_groups`, also the rows of `ng_reward_profile`'s files: `nemo_gym.upstream.reward_profile`).
+
+Statistics over the values a field has in a group (fields a rollout lacks are skipped, as pandas skips NaN): `std` is
+the sample standard deviation (divides by n - 1); a group of one rollout has std 0.0 for each of its fields, and a
+field with one value among several rollouts has no std key (NeMo Gym: `DataFrame.std`, ddof=1, whose NaNs it replaces
+by 0 only when the whole group has no std). Numbers are floats; means are exact sums, so they may differ from pandas's
+in the last bits (tests/test_reward_profile_parity.py compares with a relative tolerance of 1e-12).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+__all__ = ["STATS", "describe", "is_number", "numeric_fields", "profile_groups", "nemo_gym_aggregate_metrics"]
+
+Pair = tuple[int, int]  # (task index, rollout index)
+
+
+STATS = ("mean", "max", "min", "median", "std")  # the statistics of `describe`, in NeMo Gym 0.4.0's order
+
+
+def describe(values: list[float]) -> dict[str, float]:
+    """`mean`, `max`, `min`, `median` and `std` of `values` (non-empty), each a float.
+
+    `std` is the sample standard deviation, sqrt(sum((v - mean)^2) / (n - 1)), and 0.0 for a single value: the
+    `std` of NeMo Gym 0.4.0's reward profile (pandas `DataFrame.std`, ddof=1). The mean is an exact sum
+    (`statistics.fmean`), so it can differ from pandas's in the last bits.
+    """
+    return {
+        "mean": statistics.fmean(values),
+        "max": float(max(values)),
+        "min": float(min(values)),
+        "median": float(statistics.median(values)),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float))  # booleans included: they count as 0/1
+
+
+def _usage(rollout: dict[str, Any]) -> dict[str, Any]:
+    response = rollout.get("response")
+    usage = response.get("usage") if isinstance(response, dict) else None
+    return usage if isinstance(usage, dict) else {}
+
+
+def numeric_fields(rollout: dict[str, Any]) -> dict[str, int | float]:
+    """The fields profiled for one rollout: top-level numbers and booleans (as 0/1) with `response.usage`'s numbers
+    merged over them, without `_ng_task_index` and `_ng_rollout_index`."""
+    merged = {**rollout, **_usage(rollout)}
+    return {
+        k: int(v) if isinstance(v, bool) else v
+        for k, v in merged.items()
+        if is_number(v) and k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)
+    }
+
+
+def _rollout_info(pair: Pair, rollout: dict[str, Any]) -> dict[str, Any]:
+    info: dict[str, Any] = {"rollout_id": f"{pair[0]}:{pair[1]}", TASK_INDEX_KEY: pair[0], ROLLOUT_INDEX_KEY: pair[1]}
+    if "reward" in rollout:
+        info["reward"] = rollout["reward"]
+    skip = {TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, "reward", "response"}
+    for k, v in [*_usage(rollout).items(), *((k, v) for k, v in rollout.items() if k not in skip)]:
+        if is_number(v):
+            info[k] = int(v) if isinstance(v, bool) else v
+    return info
+
+
+def _group_stats(rollouts: list[dict[str, int | float]], field_order: list[str]) -> dict[str, float]:
+    """`<stat>/<field>` over one group's rollouts (their `numeric_fields`); see the module docstring for std."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for fields in rollouts:
+        for k, v in fields.items():
+            values[k].append(v)
+    described = {k: describe(v) for k, v in values.items()}
+    for k, v in values.items():
+        if len(v) == 1 and len(rollouts) > 1:  # one value among several rollouts: no std (pandas: NaN, dropped)
+            del described[k]["std"]
+    return {f"{stat}/{k}": described[k][stat] for stat in STATS for k in field_order if stat in described.get(k, {})}
+
+
+def profile_groups(
+    inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of `<stem>_reward_profiling.jsonl` (one per task with rollouts) and of `<stem>_agent_metrics.json`
+    (one per agent name) for materialized rows and their rollouts, both keyed by (task, rollout); see the module
+    docstring for the fields. `rollouts` must be sorted by key; every rollout's pair is in `inputs`."""
+    fields = {pair: numeric_fields(rollout) for pair, rollout in rollouts.items()}
+    field_order = list(dict.fromkeys(k for f in fields.values() for k in f))
+    expected: dict[int, int] = defaultdict(int)
+    for task, _ in inputs:
+        expected[task] += 1
+    by_task: dict[int, list[Pair]] = defaultdict(list)
+    by_agent: dict[str, list[Pair]] = defaultdict(list)
+    for pair in rollouts:  # sorted by (task, rollout)
+        by_task[pair[0]].append(pair)
+        by_agent[inputs[pair]["agent_ref"]["name"]].append(pair)
+
+    task_rows = []
+    for task in sorted(by_task):
+        pairs = by_task[task]
+        sample = {k: v for k, v in inputs[pairs[0]].items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
+        task_rows.append(
+            {
+                TASK_INDEX_KEY: task,
+                **_group_stats([fields[p] for p in pairs], field_order),
+                "sample": sample,
+                "num_rollouts": len(pairs),
+                "expected_num_rollouts": expected[task],
+                "missing_num_rollouts": expected[task] - len(pairs),
+                "reward_profile_completion_pct": 100.0 * len(pairs) / expected[task],
+                "rollout_infos": [_rollout_info(p, rollouts[p]) for p in pairs],
+            }
+        )
+    agent_rows = [
+        {**_group_stats([fields[p] for p in by_agent[name]], field_order), "agent_ref": {"name": name}}
+        for name in sorted(by_agent)
+    ]
+    return task_rows, agent_rows
+
+
+def nemo_gym_aggregate_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+    """NeMo Gym 0.4.0's `/aggregate_metrics` answer (`AggregateMetrics`) for verify answers: `group_level_metrics`
+    (one `profile_groups` task row per `_ng_task_index`), `agent_metrics` (the statistics over all of them) and
+    `key_metrics` (its `mean/*` entries, NeMo Gym's default headline). Answers without indices count as task 0,
+    numbered in order, as NeMo Gym does; `{}`-valued keys for no answers."""
+    if not verify_responses:
+        return {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+    inputs: dict[Pair, dict[str, Any]] = {}
+    rollouts: dict[Pair, dict[str, Any]] = {}
+    for answer in verify_responses:
+        task, rollout = answer.get(TASK_INDEX_KEY, 0), answer.get(ROLLOUT_INDEX_KEY, 0)
+        while (task, rollout) in rollouts:  # repeated or missing indices: the next free rollout number
+            rollout += 1
+        inputs[task, rollout] = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: rollout, "agent_ref": {"name": "agent"}}
+        rollouts[task, rollout] = answer
+    task_rows, agent_rows = profile_groups(inputs, dict(sorted(rollouts.items())))
+    agent_metrics = {k: v for k, v in agent_rows[0].items() if k != "agent_ref"}
+    return {
+        "group_level_metrics": task_rows,
+        "agent_metrics": agent_metrics,
+        "key_metrics": {k: v for k, v in agent_metrics.items() if k.startswith("mean/")},
+    }

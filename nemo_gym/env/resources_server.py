@@ -1,0 +1,216 @@
+"""The base of an environment: `ResourcesServer`, with its tools (methods marked `@tool`), `seed_session` and `verify`,
+and the typed bodies of `/seed_session` and `/verify`.
+
+    class MyServer(ResourcesServer):
+        @tool
+        async def get_weather(self, city: str) -> dict:
+            "Weather in a city."
+            return {"city": city, "weather": "cold"}
+
+        async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
+            return VerifyResult(reward=float(bool(Trajectory.of(request.response).calls_named("get_weather"))))
+
+Routes (the framework's; a server never registers one): `POST /<tool>`, `GET /tools`, `GET /row_schema`,
+`POST /seed_session`, `POST /verify` (`?close_session=true`: the answer also ends the session, as
+`POST /close_session` does), `POST /aggregate_metrics`, and `BaseServer`'s `/health` and `/close_session`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.env.metrics import nemo_gym_aggregate_metrics
+from nemo_gym.env.tools import arguments_model, function_tool_schema, tool_methods
+from nemo_gym.serving.api_schema import AGGREGATE_BODY, json_body, model_schema, row_schema
+from nemo_gym.serving.client import SESSION_COOKIE
+from nemo_gym.serving.server import BaseServer, Session, request_body, validated
+
+__all__ = ["SeedRequest", "VerifyRequest", "VerifyResult", "ResourcesServer"]
+
+
+class SeedRequest(BaseModel):
+    """The `/seed_session` body: the dataset row (every field kept). A server that reads task fields when it seeds
+    declares them on a subclass, its `seed_request_type`: the row is validated (422) and `seed_session` gets it typed.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+class VerifyRequest(BaseModel):
+    """The `/verify` body: the dataset row (any extra task fields are kept) plus the rollout's `response`
+    (an OpenAI Responses `Response` as a dict; `output` holds the whole trajectory: `nemo_gym.env.trajectory`
+    reads it). A server declares the task fields it reads on a subclass and names it `verify_request_type`:
+    the framework validates every body with it (422 when invalid)."""
+
+    model_config = ConfigDict(extra="allow")
+    responses_create_params: dict[str, Any]
+    response: dict[str, Any]
+
+
+class VerifyResult(BaseModel):
+    """What `verify` returns: `reward` plus any verifier fields (kept in the rollout row)."""
+
+    model_config = ConfigDict(extra="allow")
+    reward: float
+    reward_components: dict[str, float] | None = None
+
+
+class _VerifyQuery(BaseModel):
+    """`/verify`'s query parameters (pydantic's booleans: true/false, 1/0, yes/no, on/off)."""
+
+    close_session: bool = Field(False, description="true: the answer also ends the session (as POST /close_session)")
+
+
+_VERIFY_QUERY_PARAMETERS = [
+    {"name": name, "in": "query", "required": False, "schema": schema, "description": schema["description"]}
+    for name, schema in _VerifyQuery.model_json_schema()["properties"].items()
+]
+
+
+class ResourcesServer(BaseServer):
+    """An environment: tools (methods marked `@tool`), `seed_session` and `verify`.
+
+    Routes: see the module docstring. `POST /aggregate_metrics` answers what `aggregate_metrics` returns, plus NeMo
+    Gym 0.4.0's `group_level_metrics`, `agent_metrics` and `key_metrics`
+    (`nemo_gym.env.metrics.nemo_gym_aggregate_metrics`).
+    """
+
+    server_type = "resources_servers"
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    verify_request_type: ClassVar[type[VerifyRequest]] = VerifyRequest  # a subclass declares required task fields
+    seed_request_type: ClassVar[type[SeedRequest] | None] = None  # a subclass: seed_session gets the row as it
+
+    async def seed_session(self, row: dict[str, Any] | SeedRequest, session: Session) -> dict[str, Any]:
+        """Start the rollout's state from the dataset row: a dict, or the `seed_request_type` instance when the
+        server sets one (a row it rejects got a 422 before this is called). Returns data for the agent (default `{}`).
+        """
+        return {}
+
+    async def verify(self, request: VerifyRequest, session: Session) -> VerifyResult:
+        """Score the rollout. Must be implemented; the reward lies in `reward_range`."""
+        raise NotImplementedError
+
+    async def aggregate_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+        """Metrics over many verify answers: mean/min/max reward and the count (override to add more)."""
+        rewards = [float(r["reward"]) for r in verify_responses if isinstance(r, dict) and "reward" in r]
+        if not rewards:
+            return {"num_rollouts": 0}
+        return {
+            "num_rollouts": len(rewards),
+            "mean_reward": sum(rewards) / len(rewards),
+            "min_reward": min(rewards),
+            "max_reward": max(rewards),
+        }
+
+    def row_schema(self) -> dict[str, Any]:
+        """JSON Schema of a dataset row (`nemo_gym.serving.api_schema.row_schema`). The collector checks every row
+        against it before the first rollout, so a row missing a task field fails with `file:line`."""
+        return row_schema(self.verify_request_type, self.seed_request_type)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
+
+    def add_routes(self, app: FastAPI) -> None:
+        for name, fn in tool_methods(self).items():
+            self.add_tool_route(app, name, fn)
+        app.add_api_route("/tools", self.tool_schemas, methods=["GET"])
+        app.add_api_route("/row_schema", self.row_schema, methods=["GET"])
+        app.add_api_route(
+            "/seed_session",
+            self._seed_route,
+            methods=["POST"],
+            openapi_extra=json_body({"type": "object", "description": "a dataset row"}),
+        )
+        # The query parameter is read in the route rather than declared to FastAPI, whose declared parameters bring
+        # its own 422 schema into /openapi.json, while this route answers 422 as the others do (`ERROR_RESPONSES`).
+        verify_body = json_body(model_schema(self.verify_request_type, self.openapi_components), required=True)
+        app.add_api_route(
+            "/verify",
+            self._verify_route,
+            methods=["POST"],
+            openapi_extra={**verify_body, "parameters": _VERIFY_QUERY_PARAMETERS},
+        )
+        app.add_api_route(
+            "/aggregate_metrics",
+            self._aggregate_route,
+            methods=["POST"],
+            openapi_extra=json_body(AGGREGATE_BODY, required=True),
+        )
+
+    def add_tool_route(self, app: FastAPI, name: str, fn: Callable) -> None:
+        """`POST /<name>` calling `fn` with the body as its arguments (typed from its hints, 422 when they break them;
+        a parameter annotated `Session` gets the rollout's session). `add_routes` adds one per `@tool` method; a
+        server whose tools are not methods (e.g. read from a project, as rnow_project's) adds its own with it."""
+        model, session_param = arguments_model(name, fn)
+        schema = json_body(model_schema(model, self.openapi_components))
+        app.add_api_route(
+            f"/{name}",
+            self._tool_route(fn, model, session_param),
+            methods=["POST"],
+            name=name,
+            description=inspect.getdoc(fn) or "",
+            openapi_extra=schema,
+        )
+
+    def _tool_route(self, fn: Callable, model: type[BaseModel], session_param: str | None) -> Callable:
+        """The route function of one tool: its body as the tool's arguments."""
+
+        async def call_tool(request: Request) -> Any:
+            arguments = validated(model, await request_body(request))
+            kwargs = {field: getattr(arguments, field) for field in model.model_fields}
+            if session_param:
+                kwargs[session_param] = self.session_for(request)
+            if inspect.iscoroutinefunction(fn):
+                return await fn(**kwargs)
+            return await run_in_threadpool(fn, **kwargs)  # a plain def tool must not block the event loop
+
+        return call_tool
+
+    async def _seed_route(self, request: Request) -> JSONResponse:
+        row = await request_body(request)
+        typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
+        session = self.session_for(request)
+        session.clear()
+        answer = await self.seed_session(typed, session)
+        result = JSONResponse(answer or {})
+        result.set_cookie(SESSION_COOKIE, session.session_id, httponly=True)
+        return result
+
+    async def _verify_route(self, request: Request) -> dict[str, Any]:
+        """`close_session=true`: the session ends with this answer (an agent's last call of the rollout, so it makes
+        no separate `/close_session` call); after a failed verify it stays, for `/close_session`."""
+        body = await request_body(request)
+        query = validated(_VerifyQuery, dict(request.query_params))
+        verify_request = validated(self.verify_request_type, body)
+        session = self.session_for(request)
+        result = await self.verify(verify_request, session)
+        if query.close_session:
+            self.end_session(session.session_id)
+        # Keep verifier fields that are null (e.g. mcqa's `extracted_answer: null`, as NeMo Gym writes them):
+        # dropping them would let a stale value of the same name in the body show through.
+        exclude = {"reward_components"} if result.reward_components is None else None
+        return {**body, **result.model_dump(exclude=exclude)}
+
+    async def _aggregate_route(self, request: Request) -> Any:
+        responses = (await request_body(request)).get("verify_responses")
+        if not isinstance(responses, list) or not all(_is_verify_answer(r) for r in responses):
+            return JSONResponse(
+                {"detail": 'body must be {"verify_responses": [{"reward": <number>, ...}, ...]}'}, status_code=422
+            )
+        # ours, over NeMo Gym 0.4.0's AggregateMetrics (group_level_metrics, agent_metrics, key_metrics): a superset
+        return {**nemo_gym_aggregate_metrics(responses), **await self.aggregate_metrics(responses)}
+
+
+def _is_verify_answer(item: Any) -> bool:
+    """A verify answer: an object whose `reward`, when present, is a number."""
+    if not isinstance(item, dict):
+        return False
+    reward = item.get("reward", 0.0)
+    return isinstance(reward, (int, float)) and not isinstance(reward, bool)

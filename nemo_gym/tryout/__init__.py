@@ -1,0 +1,1 @@
+"""`ng_try`: a few rollouts (or SFT examples) of a project, shown readably before training."""
