@@ -47,7 +47,7 @@ import yaml
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.layout import nemo_gym_home
 from nemo_gym.orchestration.venvs import VenvBuildError, ensure_built, find_links_args, run_logged, uv_executable
-from nemo_gym.processes import die_with_parent, free_port, signal_group
+from nemo_gym.processes import die_with_parent, free_ports, signal_group
 from nemo_gym.server_instances import ServerInstance
 
 __all__ = [
@@ -329,16 +329,8 @@ class RayHead:
         raise AssertionError("unreachable")
 
     async def _start_once(self) -> str:
-        ports = {
-            name: free_port()
-            for name in (
-                "port",
-                "dashboard-agent-listen-port",
-                "dashboard-agent-grpc-port",
-                "metrics-export-port",
-                "runtime-env-agent-port",
-            )
-        }
+        names = ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port")
+        ports = dict(zip((*names, "runtime-env-agent-port"), free_ports(len(names) + 1), strict=True))
         command = self.start_command(ports)
         env = {
             **{
