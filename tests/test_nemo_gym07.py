@@ -11,13 +11,12 @@ Runs, all real processes on loopback:
 Collected: by NeMo Gym's `ng_collect_rollouts` on its run (through the environment servers, as 0.7.0 collects), by
 ours on our run (through the agent, and through the environment server), and by NeMo Gym's on our run. Row by row,
 (task, repeat) for (task, repeat), every rollout must be the same: reward, every verifier field NeMo Gym's row has,
-and the response (the fake's replies are a function of the request's bytes, so the same response means the policy got
-byte-identical requests from our openai_model and from NeMo Gym's).
+and the response (its output: text, tool calls and their arguments; not the ids and token counts the fake derives
+from request bytes, see `assert_same_rollouts`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,42 +29,46 @@ from nemo_gym_peer import BENCH_DIR
 from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
 from test_nemo_gym_interop import Process, _wait_http, wait_for
 
-from nemo_gym.collect.profile import profile_rollouts
 from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 
-# resources server folders of the 0.7.0 wheel, each run with its config `configs/<folder>.yaml`: environment servers
-# (legacy_agent in every one), tool calls, multi-reward, a gymnasium agent, a judge, the new offline servers
+# resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
+# `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one), tool calls, multi-reward,
+# session state, multi-step, gymnasium agents, a judge, and new offline servers (lc_niah, ragtruth, citation_if,
+# string_match). Left out: spartqa (0.7.0's own ng_run refuses its config: its datasets' `license`), configs
+# whose judge names a model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack
+# (an unseeded deck: two runs differ), wordle (the fake policy's text is no guess: 0.7.0's own /run answers 500),
+# ruler2 (imports editdistance, which it does not declare)
 ENVIRONMENTS = (
     "example_single_tool_call",
     "example_tool_call_multireward",
     "example_session_state_mgmt",
     "example_multi_turn_gymnasium",
-    "blackjack",
+    "example_multi_step",
     "mcqa",
     "gpqa_diamond",
-    "spartqa",
     "lc_niah",
     "ragtruth",
     "citation_if",
-    "abstention",
-    "circle_count",
-    "simpleqa",
+    "string_match",
     "xlam_fc",
     "workplace_assistant",
     "frontierscience_judge",
+    "equivalence_rule:lc",
+    "arc_agi",
 )
 REPEATS = 2
-BATCH = 6  # environments per pair of runs
+BATCH = 8  # environments per pair of runs
 # keys of a rollout row that are the collector's own, not the environment's
 COLLECTOR_KEYS = ("_ng_", "ng_trajectory", "ng_perf")
 
 
-def config_path(folder: str) -> str:
-    return f"resources_servers/{folder}/configs/{folder}.yaml"
+def config_path(spec: str) -> str:
+    folder, _, config = spec.partition(":")
+    return f"resources_servers/{folder}/configs/{config or folder}.yaml"
 
 
 def instances(folder: str) -> dict[str, str]:
@@ -80,8 +83,8 @@ def instances(folder: str) -> dict[str, str]:
     }
 
 
-def example_rows(folder: str) -> Path:
-    return peer07_site_packages() / "resources_servers" / folder / "data" / "example.jsonl"
+def example_rows(spec: str) -> Path:
+    return peer07_site_packages() / "resources_servers" / spec.partition(":")[0] / "data" / "example.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +107,16 @@ def fake_policy(tmp_path_factory, peer07) -> str:
 
 
 def policy_overrides(fake_policy: str) -> list[str]:
-    return [f"+policy_base_url={fake_policy}", "+policy_api_key=dummy-key", "+policy_model_name=fake-policy"]
+    """The policy, and the judge of the configs that define their own (frontierscience_judge: NVIDIA's hosted API by
+    default), both the fake: as a judge its text is no verdict, which 0.7.0 masks."""
+    return [
+        f"+policy_base_url={fake_policy}",
+        "+policy_api_key=dummy-key",
+        "+policy_model_name=fake-policy",
+        f"++judge_base_url={fake_policy}",
+        "++judge_api_key=dummy-key",
+        "++judge_model_name=fake-policy",
+    ]
 
 
 class TheirRun:
@@ -160,7 +172,7 @@ def our_run(work: Path, folders: tuple[str, ...], fake_policy: str) -> NgRun:
 
 
 def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
-    out = work / f"{label}_{folder}.jsonl"
+    out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
     host, port = head_url.removeprefix("http://").rsplit(":", 1)
     command = [
         str(peer07_venv() / "bin" / "ng_collect_rollouts"),
@@ -177,7 +189,7 @@ def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label
 
 
 def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
-    out = work / f"{label}_{folder}.jsonl"
+    out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
     command = [
         str(Path(sys.executable).parent / "ng_collect_rollouts"),
         f"+agent_name={agent}",
@@ -197,15 +209,39 @@ def by_rollout(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return {(row["_ng_task_index"], row["_ng_rollout_index"]): row for row in read_jsonl(path)}
 
 
-def assert_same_rollouts(reference: Path, other: Path) -> None:
+# fields of a Responses object that the fake policy derives from the request's bytes (its ids hash them, its token
+# counts are their length): our openai_model's request equals NeMo Gym's as JSON but not always as bytes
+# (docs/coming_from.md, NeMo Gym 0.7.0), so from the second request of a rollout on these may differ
+BYTE_DERIVED = ("id", "usage", "created_at")
+
+
+def _without_byte_derived(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_byte_derived(v) for k, v in value.items() if k not in BYTE_DERIVED}
+    if isinstance(value, list):
+        return [_without_byte_derived(v) for v in value]
+    return value
+
+
+def assert_same_rollouts(reference: Path, other: Path, agent_ref: str | None = None) -> None:
     """Every rollout of `reference` (NeMo Gym's own) has its twin in `other`: the same reward, the same value of each
-    environment field the reference row has (the collectors' own `_ng_*` keys aside), the same response."""
+    environment field the reference row has (the collectors' own `_ng_*` keys aside; `agent_ref` by its agent's name:
+    ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`), the same response (its output items, text, tool
+    calls and arguments, status; the ids and token counts the fake derives from request bytes aside). `agent_ref`:
+    the name every row of `other` records instead (ours records the instance it sent the row to, an environment
+    server too; 0.7.0 records the agent behind it, and the server in `_ng_environment_server`)."""
     theirs, ours = by_rollout(reference), by_rollout(other)
     assert set(theirs) == set(ours), (reference.name, sorted(theirs), sorted(ours))
     for key, row in theirs.items():
         for field, value in row.items():
-            if not field.startswith(COLLECTOR_KEYS):
-                assert ours[key].get(field) == value, (other.name, key, field, value, ours[key].get(field))
+            mine = ours[key].get(field)
+            if field.startswith(COLLECTOR_KEYS):
+                continue
+            if field == "agent_ref":
+                mine, value = (mine or {}).get("name"), agent_ref or value["name"]
+            elif field == "response":
+                mine, value = _without_byte_derived(mine), _without_byte_derived(value)
+            assert mine == value, (other.name, key, field, value, mine)
 
 
 @pytest.fixture(scope="module")
@@ -242,22 +278,8 @@ def test_row_by_row_against_nemo_gym_07(collected, folder):
     files = collected[folder]
     rows = read_jsonl(files["theirs"])
     assert len(rows) == REPEATS * len(read_jsonl(example_rows(folder)))
-    for label in ("ours", "ours_env", "theirs_on_ours"):
-        assert_same_rollouts(files["theirs"], files[label])
-
-
-def test_masked_samples_are_profiled_as_nemo_gym_07_masks_them(collected, tmp_path):
-    """Where a judge failed (the fake policy is no judge), 0.7.0 masks the rollout (`mask_sample`, reward 0.0 that
-    measures nothing): our ng_profile leaves those out of its statistics and counts them by failure_kind."""
-    masked = {
-        folder: [row for row in read_jsonl(files["theirs"]) if row.get("mask_sample")]
-        for folder, files in collected.items()
-    }
-    folder = next((f for f, rows in masked.items() if rows), None)
-    if folder is None:
-        pytest.fail(f"no environment masked a rollout: {sorted(masked)}")
-    files = collected[folder]
-    materialized = files["ours"].with_name(f"{files['ours'].stem}_materialized_inputs.jsonl")
-    summary = profile_rollouts(str(materialized), str(files["ours"]), str(tmp_path / "profile.jsonl"))
-    assert summary.masked_samples == len(masked[folder]) and sum(summary.masked_reasons.values()) == len(masked[folder])
-    print(json.dumps({f: len(rows) for f, rows in masked.items()}))
+    env_server = instances(folder)["environment_servers"]
+    rows_with_agent = any("agent_ref" in row for row in read_jsonl(example_rows(folder)))
+    assert_same_rollouts(files["theirs"], files["ours"])
+    assert_same_rollouts(files["theirs"], files["ours_env"], agent_ref=None if rows_with_agent else env_server)
+    assert_same_rollouts(files["theirs"], files["theirs_on_ours"])
