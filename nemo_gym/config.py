@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from nemo_gym.errors import ConfigError
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
+from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 
 __all__ = [
     "LoadedConfig",
@@ -188,7 +188,7 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
     folder `<root>/<server_type>/<implementation>` exists runs from there (its `implementation_dir`, unless set),
     as NeMo Gym resolves a server folder next to its config. YAML files of this repository are left as they are."""
     parts = yaml_path.resolve().parts
-    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in SERVER_TYPES:
+    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
         return
     root = Path(*parts[:-4])
     if root == REPO_ROOT:

@@ -22,10 +22,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LAYERS", "REPO_ROOT", "SERVER_TYPES", "layer_of", "nemo_gym_home"]
+__all__ = ["LAYERS", "NEMO_GYM_ONLY_SERVER_TYPES", "REPO_ROOT", "SERVER_TYPES", "layer_of", "nemo_gym_home"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+# NeMo Gym 0.7.0's server type that only NeMo Gym folders have (`environment_servers/legacy_agent`, ...): run with the
+# release (nemo_gym.orchestration.launch_upstream), never a folder of ours
+NEMO_GYM_ONLY_SERVER_TYPES = ("environment_servers",)
 
 # layer -> the folders (and top modules) in it, top layer first; a module may import its own layer and those below it
 LAYERS: dict[str, tuple[str, ...]] = {

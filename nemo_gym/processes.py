@@ -14,7 +14,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["die_with_parent", "signal_group", "run_interruptible", "free_port"]
+__all__ = ["die_with_parent", "signal_group", "run_interruptible", "free_port", "free_ports"]
 
 T = TypeVar("T")
 
@@ -40,6 +40,22 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct TCP ports free now on `host`, for processes that bind by themselves (the NeMo Gym servers of
+    a run, a Ray head's services). Every socket stays bound until all are drawn: drawn one at a time (`free_port`),
+    the kernel can hand out a port it has just released, and two servers of one run got the same port. The window
+    between this answer and each process's own bind remains (`NemoGymLauncher.lost_port` starts them again).
+
+    Raises:
+        OSError: `host` is not an address of this machine, or no port is left.
+    """
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 def signal_group(pid: int, sig: int) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from nemo_gym.config import IMPLEMENTATION_DIR_KEY, LoadedConfig, did_you_mean, instance_sections
 from nemo_gym.errors import ConfigError
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
+from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 from nemo_gym.paths import PathEscapeError, resolve_inside
 
 __all__ = ["FRAMEWORKS", "ServerInstance", "server_instances"]
@@ -160,10 +160,10 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
     instances = []
     for name, server_type, implementation, fields in instance_sections(loaded.values):
         where = f"{loaded.origin(name)}: key '{name}.{server_type}'"
-        if server_type not in SERVER_TYPES:
+        if server_type not in SERVER_TYPES and server_type not in NEMO_GYM_ONLY_SERVER_TYPES:
             raise ConfigError(
                 f"{where}: unknown server type {server_type!r}{did_you_mean(server_type, SERVER_TYPES)}; use one of"
-                f" {', '.join(SERVER_TYPES)}"
+                f" {', '.join(SERVER_TYPES)} (a NeMo Gym 0.7.0 folder also {', '.join(NEMO_GYM_ONLY_SERVER_TYPES)})"
             )
         instance = ServerInstance(name, server_type, str(implementation), dict(fields), loaded.origin(name))
         if instance.fields.get(
@@ -222,7 +222,7 @@ def _check_implementation_dir(instance: ServerInstance) -> None:
 
 def _references(value: Any, path: str = "") -> Iterator[tuple[str, dict[str, str]]]:
     if isinstance(value, dict):
-        if set(value) == {"type", "name"} and value["type"] in SERVER_TYPES:
+        if set(value) == {"type", "name"} and value["type"] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
             yield path.rstrip("."), value
             return
         for key, inner in value.items():

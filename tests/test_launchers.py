@@ -21,6 +21,7 @@ from nemo_gym.orchestration.launch import Environment, RunContext, build_environ
 from nemo_gym.orchestration.launch_local import LocalLauncher
 from nemo_gym.orchestration.launch_upstream import NemoGymLauncher
 from nemo_gym.orchestration.venvs import VenvBuildError
+from nemo_gym.processes import free_ports
 from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import ALLOWED_PEERS_FILE
 from nemo_gym.serving.head import ServerRegistry
@@ -229,3 +230,93 @@ def test_ray_head_is_started_again_after_rays_startup_timeout(tmp_path):
         asyncio.run(start(other))
     counts = sorted(int(p.read_text()) for p in tmp_path.glob("count_*"))
     assert counts == [1, 2]
+
+
+def test_free_ports_are_distinct_within_one_draw():
+    """Each socket stays bound until all are drawn, so one draw never repeats a port (one at a time, it did)."""
+    ports = free_ports(200)
+    assert len(set(ports)) == 200 and all(1024 <= port < 65536 for port in ports)
+
+
+def test_nemo_gym_servers_that_lose_their_port_start_again_on_fresh_ports(tmp_path, monkeypatch):
+    """Issue 29 item 6a: a drawn port can be taken before the server binds it (two instances of one run once got the
+    same port; the second died with EADDRINUSE and the run stopped). Forced here: the first draw hands both servers a
+    port this test holds; both die with "Address already in use", and ng_run starts the NeMo Gym servers again on
+    fresh ports, each with the others' new addresses in its config dict, until they answer. A server that dies for
+    another reason is not started again, and a port that stays taken stops the run after UPSTREAM_PORT_ATTEMPTS."""
+    import socket
+    from types import SimpleNamespace
+
+    from nemo_gym.orchestration.run import Run
+
+    monkeypatch.setattr(launch_upstream, "RayHead", FakeRayHead)
+    (tmp_path / "logs").mkdir()
+    folders = {}
+    for name in ("first", "second"):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        (folders[name] / "app.py").write_text(STAND_IN)
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    draws: list[list[int]] = []
+
+    def drawing(taken_draws: int):
+        def draw(count: int, host: str = "127.0.0.1") -> list[int]:
+            draws.append([taken] * count if len(draws) < taken_draws else free_ports(count, host))
+            return draws[-1]
+
+        return draw
+
+    def run_with(launcher: NemoGymLauncher) -> tuple[Run, RunContext]:
+        registry = ServerRegistry()
+        context = RunContext(
+            "run-1",
+            tmp_path,
+            "http://127.0.0.1:1234",
+            None,
+            registry,
+            pythons={name: Path(sys.executable) for name in folders},
+        )
+        run = object.__new__(Run)  # the parts of a Run that wait for servers, without its head server and config
+        run.options = SimpleNamespace(startup_timeout_s=60.0, log_lines=20, stop_grace_s=1.0)
+        run.launchers, run.upstream, run.ray, run.stop_event = [launcher], launcher, None, asyncio.Event()
+        run.head_app = SimpleNamespace(state=SimpleNamespace(servers=registry))
+        return run, context
+
+    async def scenario(taken_draws: int) -> NemoGymLauncher:
+        draws.clear()
+        monkeypatch.setattr(launch_upstream, "free_ports", drawing(taken_draws))
+        instances = [instance(name, folder, framework="nemo_gym") for name, folder in folders.items()]
+        launcher = NemoGymLauncher(instances, everyone=instances, values={}, default_version="0.4.0")
+        run, context = run_with(launcher)
+        try:
+            await launcher.start(context)
+            await run._wait_ready_upstream(context)
+            return launcher
+        finally:
+            await launcher.stop(1.0)
+
+    try:
+        launcher = asyncio.run(scenario(taken_draws=2))
+        assert [len(d) for d in draws] == [2, 2, 2] and draws[0] == draws[1] == [taken, taken]
+        urls = [server.url for server in launcher.servers]
+        assert urls == [f"http://127.0.0.1:{port}" for port in draws[2]] and len(set(urls)) == 2
+        assert all(server.healthy for server in launcher.servers)
+        # the config dict the last start gave `second` names `first` at its new port
+        config = yaml.safe_load((folders["second"] / "config_dict.yaml").read_text())
+        assert config["first"]["resources_servers"]["first"]["port"] == draws[2][0]
+        assert "Address already in use" in (tmp_path / "logs" / "first.log").read_text()
+
+        with pytest.raises(ServerStartError, match="Address already in use"):
+            asyncio.run(scenario(taken_draws=Run.UPSTREAM_PORT_ATTEMPTS))
+        assert len(draws) == Run.UPSTREAM_PORT_ATTEMPTS
+    finally:
+        held.close()
+
+    (folders["first"] / "app.py").write_text("raise SystemExit('broken: not a port problem')\n")
+    (folders["second"] / "app.py").write_text("raise SystemExit('broken: not a port problem')\n")
+    with pytest.raises(ServerStartError, match="not a port problem"):
+        asyncio.run(scenario(taken_draws=0))
+    assert len(draws) == 1

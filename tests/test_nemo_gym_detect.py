@@ -61,3 +61,76 @@ def test_no_server_folder_of_this_repository_is_taken_for_nemo_gym():
         for folder in sorted((REPO_ROOT / server_type).iterdir()):
             if (folder / "app.py").is_file():
                 assert detect_framework(folder, "app.py") is None, folder
+
+
+def _instance(root: Path, server_type: str, name: str, **fields: object):
+    from nemo_gym.server_instances import ServerInstance
+
+    folder = root / server_type / name
+    return ServerInstance(
+        name, server_type, name, {"entrypoint": "app.py", "implementation_dir": str(folder), **fields}
+    )
+
+
+def test_the_release_a_nemo_gym_folder_needs(tmp_path):
+    """Issue 29: the NeMo Gym release a folder runs with. Its tree's release first (an unpacked wheel's dist-info, a
+    checkout's package_info.py); else 0.7.0 for an environment server (a server type 0.7.0 introduced) or for a folder
+    that imports, itself or through a sibling, a module 0.4.0's package lacks (`nemo_gym.judge`); else None (the run's
+    default); an instance's `nemo_gym_version` field wins over all of them."""
+    from nemo_gym.orchestration.upstream_servers import release_version
+    from nemo_gym.upstream.detect import NEWEST_RELEASE, detect_release
+
+    plain = nemo_gym_tree(tmp_path / "plain")
+    write(plain / "resources_servers" / "judged" / "app.py", "from nemo_gym.judge import JudgeClient\n")
+    write(plain / "resources_servers" / "via" / "app.py", "from resources_servers.judged.app import JudgeClient\n")
+    write(plain / "environment_servers" / "legacy_agent" / "app.py", "from nemo_gym.server_utils import x\n")
+    assert detect_release(_instance(plain, "resources_servers", "mcqa")) is None
+    assert detect_release(_instance(plain, "resources_servers", "judged")) == NEWEST_RELEASE == "0.7.0"
+    assert detect_release(_instance(plain, "resources_servers", "via")) == "0.7.0"
+    assert detect_release(_instance(plain, "environment_servers", "legacy_agent")) == "0.7.0"
+
+    wheel = nemo_gym_tree(tmp_path / "wheel")
+    (wheel / "nemo_gym-0.6.0.dist-info").mkdir()
+    write(wheel / "resources_servers" / "judged" / "app.py", "from nemo_gym.judge import JudgeClient\n")
+    assert detect_release(_instance(wheel, "resources_servers", "judged")) == "0.6.0"
+    checkout = nemo_gym_tree(tmp_path / "checkout")
+    write(
+        checkout / "nemo_gym" / "package_info.py",
+        'MAJOR = 0\nMINOR = 8\nPATCH = 0\nPRE_RELEASE = "rc1"\nVERSION = (MAJOR, MINOR, PATCH, PRE_RELEASE)\n',
+    )
+    assert detect_release(_instance(checkout, "resources_servers", "mcqa")) == "0.8.0rc1"
+
+    assert release_version(_instance(plain, "resources_servers", "mcqa"), "0.4.0") == "0.4.0"
+    assert release_version(_instance(plain, "resources_servers", "judged"), "0.4.0") == "0.7.0"
+    assert (
+        release_version(_instance(wheel, "resources_servers", "judged", nemo_gym_version="0.5.1"), "0.4.0") == "0.5.1"
+    )
+
+
+def test_nemo_gym_07s_own_config_loads(tmp_path):
+    """0.7.0's resources_servers/mcqa/configs/mcqa.yaml, from its tree: the `environment_servers` instance is no longer
+    an unknown server type (`ConfigError … unknown server type 'environment_servers'` before), and every instance
+    runs from that tree's folders."""
+    from nemo_gym.config import load_config
+    from nemo_gym.server_instances import server_instances
+
+    root = nemo_gym_tree(tmp_path / "ng07")
+    (root / "nemo_gym-0.7.0.dist-info").mkdir()
+    write(
+        root / "responses_api_agents" / "simple_agent" / "app.py", "from nemo_gym.base_responses_api_agent import x\n"
+    )
+    write(root / "environment_servers" / "legacy_agent" / "app.py", "from nemo_gym.base_environment_server import x\n")
+    config = root / "resources_servers" / "mcqa" / "configs" / "mcqa.yaml"
+    write(
+        config,
+        "mcqa:\n  resources_servers:\n    mcqa:\n      entrypoint: app.py\n"
+        "mcqa_simple_agent:\n  responses_api_agents:\n    simple_agent:\n      entrypoint: app.py\n"
+        "      resources_server: {type: resources_servers, name: mcqa}\n"
+        "mcqa_environment_server:\n  environment_servers:\n    legacy_agent:\n      entrypoint: app.py\n"
+        "      agent_server: {type: responses_api_agents, name: mcqa_simple_agent}\n",
+    )
+    instances = {i.name: i for i in server_instances(load_config([f"+config_paths=[{config}]"]))}
+    assert set(instances) == {"mcqa", "mcqa_simple_agent", "mcqa_environment_server"}
+    env_server = instances["mcqa_environment_server"]
+    assert env_server.implementation_dir == root / "environment_servers" / "legacy_agent"
+    assert detect_framework(env_server.implementation_dir, "app.py") == FRAMEWORK

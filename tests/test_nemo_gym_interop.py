@@ -339,15 +339,27 @@ def test_nemo_gym_servers_are_registered_and_allowed(our_run):
 
 def test_discovery_answer_holds_addresses_only(our_run):
     """NeMo Gym's discovery routes on our head: instance names, types, hosts and ports, nothing else (no fields, no
-    secrets)."""
+    secrets); for NeMo Gym 0.7.0's collector, each agent also fronted by a `legacy_agent` environment server entry at
+    the agent's own address, whose only other field is its agent reference."""
     answer = httpx.get(f"{our_run.head_url}/global_config_dict_yaml", headers=our_run.headers, timeout=10)
     config = yaml.safe_load(answer.json())
     assert "dummy-key" not in answer.text and "openai_base_url" not in answer.text
     assert set(config["head_server"]) == {"host", "port"}
+    relays = {}
     for name, value in config.items():
         if name != "head_server":
             (fields,) = [f for impl in value.values() for f in impl.values()]
-            assert set(fields) == {"host", "port"}, name
+            if "environment_servers" in value:
+                assert set(fields) == {"host", "port", "agent_server"}, name
+                relays[fields["agent_server"]["name"]] = (fields["host"], fields["port"])
+            else:
+                assert set(fields) == {"host", "port"}, name
+    agents = {name for name, value in config.items() if "responses_api_agents" in value}
+    assert set(relays) == agents and all(
+        relays[agent] == tuple(config[agent]["responses_api_agents"]["simple_agent"].values()) for agent in agents
+    )
     instances = httpx.get(f"{our_run.head_url}/server_instances", headers=our_run.headers, timeout=10).json()
-    assert {i["process_name"] for i in instances} == set(config) - {"head_server"}
+    assert {i["process_name"] for i in instances} == set(config) - {"head_server"} - {
+        name for name, value in config.items() if "environment_servers" in value
+    }
     assert all(set(i) == {"process_name", "server_type", "name", "host", "port", "url"} for i in instances)

@@ -219,3 +219,41 @@ def test_peer_nemo_gym_rollouts(tmp_path):
         assert (row["pass_rate"], row["pass_rate_passed"], row["pass_rate_total"]) == (1.0, 1, 1)
     assert summary.mean_reward == 2.0 and summary.pass_rate == 1.0 and summary.tasks_all_same_reward == 5
     assert summary.group_mean_reward == {"agent:example_tool_call_multireward_simple_agent": 2.0}
+
+
+def test_masked_rollouts_are_left_out_of_the_statistics_and_counted(tmp_path, capsys):
+    """NeMo Gym 0.7.0's `mask_sample: true` (a judge that failed: reward 0.0 that measures nothing) is left out of every
+    statistic, as 0.7.0's reward_profile.select_measured does, and counted per task, by failure_kind, and as fully
+    masked tasks. Task 0: [1, 0, masked 0.0, 1, 0 with a failure_kind but unmasked] -> mean 2/4 over 4 samples (2/5
+    if the masked 0.0 counted); task 1: every rollout masked -> omitted and listed; task 2: no rollouts."""
+    tasks = [{"responses_create_params": {"input": f"t{i}"}} for i in range(3)]
+    judge_failed = {"mask_sample": True, "failure_kind": "judge_failed"}
+    rollouts = [
+        rollout(0, 0, 1.0),
+        rollout(0, 1, 0.0),
+        rollout(0, 2, 0.0, **judge_failed),
+        rollout(0, 3, 1.0),
+        rollout(1, 0, 0.0, **judge_failed),
+        rollout(1, 1, None, mask_sample=True),  # a masked rollout's reward need not be a number
+        rollout(0, 4, 0.0, mask_sample=False, failure_kind="judge_failed"),  # named, not masked: measured
+    ]
+    paths = write_jsonl(tmp_path / "t.jsonl", tasks), write_jsonl(tmp_path / "r.jsonl", rollouts)
+    summary = profile_rollouts(*paths, str(tmp_path / "p.jsonl"), pass_threshold=1.0)
+    [row] = read_jsonl(tmp_path / "p.jsonl")
+    assert row["avg_reward"] == pytest.approx(2 / 4) and row["total_samples"] == 4 and row["masked_samples"] == 1
+    assert (row["pass_rate_passed"], row["pass_rate_total"]) == (2, 4)
+    assert (summary.samples, summary.masked_samples, summary.masked_reasons) == (
+        4,
+        3,
+        {"judge_failed": 2, "unspecified": 1},
+    )
+    assert (summary.tasks_profiled, summary.tasks_fully_masked, summary.tasks_without_rollouts) == (1, [1], [2])
+    assert summary.mean_reward == pytest.approx(0.5)
+    text = summary.format()
+    assert "left out of the statistics: 3 (judge_failed: 2, unspecified: 1)" in text
+    assert "Tasks whose rollouts were all masked (omitted from the output): 1: 1" in text
+    assert "Tasks without rollouts (omitted from the output): 1: 2" in text
+    # without masks the row has no masked_samples field (NeMo Gym's shape unchanged)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [rollout(0, 0, 1.0)])
+    profile_rollouts(paths[0], plain, str(tmp_path / "p2.jsonl"))
+    assert "masked_samples" not in read_jsonl(tmp_path / "p2.jsonl")[0]

@@ -81,7 +81,15 @@ def fake_draw(order: list[str], counts: list[int]):
     return draw
 
 
-REWARDS = {"A": [1.0, 1.0], "B": [0.0, 0.0], "C": [1.0, 0.0], "D": [0.0, 0.0], "E": [0.0, 1.0], "F": [1.0]}
+REWARDS = {
+    "A": [1.0, 1.0],
+    "B": [0.0, 0.0],
+    "C": [1.0, 0.0],
+    "D": [0.0, 0.0],
+    "E": [0.0, 1.0],
+    "F": [1.0],
+    "G": [1.0, 0.0],
+}
 
 
 def test_fill_step_refills_zero_variance_groups_from_further_tasks():
@@ -135,6 +143,32 @@ def test_fill_step_refills_a_group_with_a_failed_rollout():
         2,
     )
     assert groups.rollouts_expected - len(groups.rewards) == 1  # the step's rollouts_failed
+
+
+def test_fill_step_refills_a_group_with_a_masked_rollout():
+    """Issue 29: a rollout NeMo Gym 0.7.0 masks (`mask_sample`, e.g. a judge that failed, reward 0.0 that measures
+    nothing) leaves its group incomplete: the group is dropped and refilled like one with a failed rollout, its reward
+    stays out of the step's rewards, and the reason is counted."""
+    calls = []
+    collect = fake_collect(REWARDS, calls)
+
+    def collect_masking_c(tasks: list[str], sampling_round: int) -> list[dict[str, Any]]:
+        rows = collect(tasks, sampling_round)
+        for row in rows:  # C's second rollout: its judge failed
+            if tasks[row["_ng_task_index"]] == "C" and row["_ng_rollout_index"] == 1:
+                row.update(mask_sample=True, failure_kind="judge_failed")
+        return rows
+
+    groups = fill_step(fake_draw(list("CEG"), []), collect_masking_c, batch_size=2, group_size=2, max_rounds=4)
+    assert [tasks for tasks, _ in calls] == [["C", "E"], ["G"]]
+    assert (groups.groups_total, groups.groups_incomplete, len(groups.kept), dict(groups.masked)) == (
+        3,
+        1,
+        2,
+        {"judge_failed": 1},
+    )
+    assert len(groups.rewards) == 5 and groups.rollouts_expected == 6  # C's masked reward is not among them
+    assert groups.to_step("grpo", pad_token_id=0).masked == {"judge_failed": 1}
 
 
 def test_one_round_is_plain_grpo():
@@ -221,6 +255,7 @@ def test_step_with_dynamic_sampling_trains_on_refilled_groups(capsys):
         "groups_incomplete": 0,
         "sampling_rounds": 3,
     }
+    assert metrics["rollouts_masked"] == 0 and not [k for k in metrics if k.startswith("rollouts_masked/")]
     # over all rounds, dropped groups included: rewards of 1 are task 2's two, one of 1's and one of 4's: 4 / 10
     assert metrics["reward_mean"] == pytest.approx(0.4) and metrics["pass_rate"] == pytest.approx(0.4)
     assert recipe.state_dict() == {"data_position": 5}
@@ -234,6 +269,30 @@ def test_step_with_dynamic_sampling_trains_on_refilled_groups(capsys):
     ]
     assert metrics["data_position"] == 10 and metrics["sampling_rounds"] == 3 and len(batch) == 4
     assert capsys.readouterr().err == ""  # full batches: nothing to say
+
+
+def test_a_steps_masked_rollouts_are_counted_by_reason_not_as_failed():
+    """The step's metrics: masked rollouts (`rollouts_masked`, and by failure_kind) are neither `rollouts` (their
+    rewards stay out of reward_mean) nor `rollouts_failed`; their group is refilled."""
+
+    class Masking(FakeGymRecipe):
+        def collect(self, tasks, num_repeats, name, overrides=None):
+            rows = super().collect(tasks, num_repeats, name, overrides)
+            for row in rows:  # task 1's first rollout (reward 1.0): its judge failed
+                if tasks[row["_ng_task_index"]]["id"] == 1 and row["_ng_rollout_index"] == 0:
+                    row.update(mask_sample=True, failure_kind="judge_failed")
+            return rows
+
+    recipe = Masking(dynamic_sampling=True, max_sampling_rounds=3)
+    metrics, batch = recipe.prepare_step(0)
+    # round 1: 2, 3 (equal); round 2: 1 (masked: incomplete), 0 (equal); round 3: 4 (varies) and 3 more positions
+    assert (metrics["rollouts_masked"], metrics["rollouts_masked/judge_failed"], metrics["rollouts_failed"]) == (
+        1,
+        1,
+        0,
+    )
+    assert metrics["rollouts"] == sum(len(tasks) for _, tasks in recipe.collections) * 2 - 1
+    assert metrics["groups_incomplete"] == 1 and batch is not None
 
 
 def test_step_at_the_bound_trains_on_what_it_has(capsys):
@@ -270,7 +329,8 @@ def test_without_dynamic_sampling_the_step_is_unchanged(capsys):
     metrics, batch = recipe.prepare_step(0)
     assert recipe.collections == [("step_000001", [2, 3])] and batch is None and metrics["trained"] is False
     assert "sampling_rounds" not in metrics and metrics["data_position"] == 2 and metrics["groups_zero_variance"] == 2
-    assert "no group left to train on (2 with equal rewards, 0 with failed rollouts, of 2)" in capsys.readouterr().err
+    warning = "no group left to train on (2 with equal rewards, 0 with failed or masked rollouts, of 2)"
+    assert warning in capsys.readouterr().err
     metrics, batch = recipe.prepare_step(1)  # the batch of step 1 is the sampler's, a function of (seed, step)
     assert recipe.collections[-1] == ("step_000002", [1, 0]) and len(batch) == 2 and metrics["data_position"] == 4
     assert recipe.state_dict() == {"data_position": 4}

@@ -6,7 +6,8 @@ task row plus
     avg_reward     mean reward of the task's rollouts
     std_reward     SAMPLE standard deviation: sqrt(sum((r - mean)^2) / (n - 1)); 0.0 for one rollout
     min_reward, max_reward, median_reward
-    total_samples  number of rollouts
+    total_samples  number of rollouts (measured ones: masked rollouts are left out)
+    masked_samples number of masked rollouts (only when the task has some)
 and with `pass_threshold`:
     pass_rate         passed / total (a rollout passes when reward >= pass_threshold)
     pass_rate_total   total rollouts
@@ -25,6 +26,12 @@ rollout without a numeric reward is an error here (the old collector counted it 
 dropped from the task row and the old `task_name: null` is not added; tasks without rollouts are omitted from
 the output and listed in the summary.
 
+Masked rollouts (NeMo Gym 0.7.0's `mask_sample: true` in the verify answer: the environment failed, e.g. a judge that
+did not answer, so the reward is not a measurement; `nemo_gym.env.metrics.mask_reason`) are left out of every
+statistic, as 0.7.0's `reward_profile.select_measured` leaves them out, and counted: per task (`masked_samples`), in
+the summary by `failure_kind`, and the tasks whose rollouts were all masked are omitted and listed (0.7.0's
+`coverage/masked_rollouts` and `coverage/fully_masked_tasks`).
+
 The input is either the collector's input (task index = position among non-blank rows) or its
 `_materialized_inputs.jsonl` (rows carry `_ng_task_index`; the first row of each index is the task).
 """
@@ -32,13 +39,13 @@ The input is either the collector's input (task index = position among non-blank
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.env.metrics import describe
+from nemo_gym.env.metrics import describe, mask_reason
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import TASK_INDEX_KEY, iter_jsonl, write_jsonl
 
@@ -108,6 +115,9 @@ class ProfileSummary:
     tasks_all_same_reward: int
     group_mean_reward: dict[str, float] = field(default_factory=dict)
     output_jsonl_fpath: str = ""
+    masked_samples: int = 0  # rollouts left out of the statistics (mask_sample)
+    masked_reasons: dict[str, int] = field(default_factory=dict)  # failure_kind -> masked rollouts
+    tasks_fully_masked: list[int] = field(default_factory=list)  # every rollout masked: omitted from the output
 
     def format(self) -> str:
         mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
@@ -119,16 +129,20 @@ class ProfileSummary:
             lines.append(f"Pass rate (reward >= {self.pass_threshold}): {self.pass_rate:.4f} of samples")
         for group, value in sorted(self.group_mean_reward.items()):
             lines.append(f"  {group}: mean reward {value:.4f}")
-        if self.tasks_without_rollouts:
-            shown = ", ".join(map(str, self.tasks_without_rollouts[:MAX_LISTED]))
-            more = (
-                f" and {len(self.tasks_without_rollouts) - MAX_LISTED} more"
-                if len(self.tasks_without_rollouts) > MAX_LISTED
-                else ""
-            )
+        if self.masked_samples:
+            reasons = ", ".join(f"{kind}: {n}" for kind, n in sorted(self.masked_reasons.items()))
             lines.append(
-                f"Tasks without rollouts (omitted from the output): {len(self.tasks_without_rollouts)}: {shown}{more}"
+                f"Masked samples (mask_sample: the environment failed, the reward is no measurement), left out of the"
+                f" statistics: {self.masked_samples} ({reasons})"
             )
+        for what, indices in (
+            ("Tasks without rollouts", self.tasks_without_rollouts),
+            ("Tasks whose rollouts were all masked", self.tasks_fully_masked),
+        ):
+            if indices:
+                shown = ", ".join(map(str, indices[:MAX_LISTED]))
+                more = f" and {len(indices) - MAX_LISTED} more" if len(indices) > MAX_LISTED else ""
+                lines.append(f"{what} (omitted from the output): {len(indices)}: {shown}{more}")
         if self.output_jsonl_fpath:
             lines.append(f"Profile: {self.output_jsonl_fpath}")
         return "\n".join(lines)
@@ -146,10 +160,20 @@ def _load_tasks(path: str) -> dict[int, dict[str, Any]]:
     return tasks
 
 
-def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> tuple[dict[int, list[float]], dict[str, list[float]]]:
-    """Rewards per task index, and per group (`agent:<agent_ref name>`, `dataset:<dataset>`)."""
-    by_task: dict[int, list[float]] = defaultdict(list)
-    by_group: dict[str, list[float]] = defaultdict(list)
+@dataclass
+class _Rewards:
+    """The measured rewards of a rollouts file per task index and per group (`agent:<agent_ref name>`,
+    `dataset:<dataset>`), and its masked rollouts per task index and per reason."""
+
+    by_task: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_group: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    masked_by_task: Counter[int] = field(default_factory=Counter)
+    masked_reasons: Counter[str] = field(default_factory=Counter)
+
+
+def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> _Rewards:
+    loaded = _Rewards()
+    by_task, by_group = loaded.by_task, loaded.by_group
     for line_no, row in iter_jsonl(path):
         index, reward = row.get(TASK_INDEX_KEY), row.get("reward")
         if not isinstance(index, int) or isinstance(index, bool):
@@ -161,6 +185,11 @@ def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> tuple[dict[int
                 f"{path}:{line_no}: {TASK_INDEX_KEY}={index} is not a task of the input ({len(tasks)} tasks); is it the"
                 " right input file?"
             )
+        reason = mask_reason(row)
+        if reason is not None:
+            loaded.masked_by_task[index] += 1
+            loaded.masked_reasons[reason] += 1
+            continue
         if not isinstance(reward, (int, float)) or isinstance(reward, bool):
             raise DataError(f"{path}:{line_no}: rollout has no numeric reward (got {reward!r})")
         by_task[index].append(float(reward))
@@ -171,7 +200,7 @@ def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> tuple[dict[int
         dataset = row.get("dataset", tasks[index].get("dataset"))
         if isinstance(dataset, str):
             by_group[f"dataset:{dataset}"].append(float(reward))
-    return by_task, by_group
+    return loaded
 
 
 def profile_rollouts(
@@ -183,12 +212,20 @@ def profile_rollouts(
     """Write the per-task profile (rows sorted by task index) and return the summary.
 
     Raises:
-        DataError: a bad line in either file (`file:line:`), a rollout without a numeric reward, or a rollout
-            whose `_ng_task_index` is not a task of the input.
+        DataError: a bad line in either file (`file:line:`), an unmasked rollout without a numeric reward, or a
+            rollout whose `_ng_task_index` is not a task of the input.
     """
     tasks = _load_tasks(input_jsonl_fpath)
-    by_task, by_group = _load_rewards(rollouts_jsonl_fpath, tasks)
-    rows = [{**tasks[i], **reward_stats(by_task[i], pass_threshold)} for i in sorted(by_task)]
+    loaded = _load_rewards(rollouts_jsonl_fpath, tasks)
+    by_task, masked = loaded.by_task, loaded.masked_by_task
+    rows = [
+        {
+            **tasks[i],
+            **reward_stats(by_task[i], pass_threshold),
+            **({"masked_samples": masked[i]} if masked[i] else {}),
+        }
+        for i in sorted(by_task)
+    ]
     write_jsonl(output_jsonl_fpath, rows)
 
     all_rewards = [r for rewards in by_task.values() for r in rewards]
@@ -196,14 +233,17 @@ def profile_rollouts(
     return ProfileSummary(
         tasks=len(tasks),
         tasks_profiled=len(by_task),
-        tasks_without_rollouts=sorted(set(tasks) - set(by_task)),
+        tasks_without_rollouts=sorted(set(tasks) - set(by_task) - set(masked)),
         samples=len(all_rewards),
         mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
         pass_threshold=pass_threshold,
         pass_rate=passed / len(all_rewards) if all_rewards and pass_threshold is not None else None,
         tasks_all_same_reward=sum(1 for rewards in by_task.values() if min(rewards) == max(rewards)),
-        group_mean_reward={group: statistics.fmean(rewards) for group, rewards in by_group.items()},
+        group_mean_reward={group: statistics.fmean(rewards) for group, rewards in loaded.by_group.items()},
         output_jsonl_fpath=output_jsonl_fpath,
+        masked_samples=sum(masked.values()),
+        masked_reasons=dict(loaded.masked_reasons),
+        tasks_fully_masked=sorted(set(masked) - set(by_task)),
     )
 
 

@@ -18,12 +18,36 @@ from typing import Any
 
 from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-__all__ = ["STATS", "describe", "is_number", "numeric_fields", "profile_groups", "nemo_gym_aggregate_metrics"]
+__all__ = [
+    "MASK_SAMPLE_KEY",
+    "STATS",
+    "describe",
+    "is_number",
+    "mask_reason",
+    "numeric_fields",
+    "profile_groups",
+    "nemo_gym_aggregate_metrics",
+]
 
 Pair = tuple[int, int]  # (task index, rollout index)
 
 
 STATS = ("mean", "max", "min", "median", "std")  # the statistics of `describe`, in NeMo Gym 0.4.0's order
+
+# NeMo Gym 0.7.0's verify answer field (`BaseVerifyResponse.mask_sample`): the environment or its infrastructure
+# failed (a judge that did not answer, a lost session), so the reward is not a measurement of the policy
+MASK_SAMPLE_KEY = "mask_sample"
+
+
+def mask_reason(rollout: dict[str, Any]) -> str | None:
+    """Why a rollout's reward is not a measurement, or None when it is: a rollout whose verify answer set
+    `mask_sample: true` (NeMo Gym 0.7.0) is masked, its reason the answer's `failure_kind` (0.7.0's vocabulary, e.g.
+    `judge_failed`) or `"unspecified"`. Masked rollouts stay out of reward statistics (`ng_profile`; 0.7.0's
+    `reward_profile.select_measured`) and out of GRPO's groups (`nemo_gym.train.grpo.StepGroups`)."""
+    if rollout.get(MASK_SAMPLE_KEY) is not True:
+        return None
+    kind = rollout.get("failure_kind")
+    return kind if isinstance(kind, str) and kind else "unspecified"
 
 
 def describe(values: list[float]) -> dict[str, float]:

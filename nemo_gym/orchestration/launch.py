@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nemo_gym.errors import ServerStartError
+from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES
 from nemo_gym.orchestration.server_processes import ServerProcess, log_path
 from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.processes import die_with_parent
@@ -130,8 +131,18 @@ def register(
     framework: str | None,
     send_run_token: bool,
 ) -> None:
-    """Register a server that does not register itself (an external one, a NeMo Gym one) with the head server."""
+    """Register a server that does not register itself (an external one, a NeMo Gym one) with the head server. An
+    environment server's agent references (`agent_refs`: NeMo Gym 0.7.0's rule, a field `agent_server` or any field
+    `{type: responses_api_agents, name}`) go with it: NeMo Gym's collector finds an agent's environment server by
+    them (`nemo_gym.serving.nemo_gym_discovery`)."""
     instance = server.instance
+    agent_refs = {
+        key: {"type": "responses_api_agents", "name": value["name"]}
+        for key, value in instance.fields.items()
+        if isinstance(value, dict)
+        and "name" in value
+        and (value.get("type") == "responses_api_agents" or (key == "agent_server" and "type" not in value))
+    }
     registry[instance.name] = {
         "name": instance.name,
         "server_type": instance.server_type,
@@ -143,4 +154,5 @@ def register(
         "external": external,
         "framework": framework,
         "send_run_token": send_run_token,
+        **({"agent_refs": agent_refs} if agent_refs and instance.server_type in NEMO_GYM_ONLY_SERVER_TYPES else {}),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from nemo_gym.orchestration.upstream_servers import (
     release_requirements,
     release_version,
 )
-from nemo_gym.processes import free_port
+from nemo_gym.processes import free_ports
 from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import RUN_TOKEN_ENV, SAME_USER_ENV, write_allowed_peers
 from nemo_gym.upstream.detect import FRAMEWORK
@@ -64,6 +65,9 @@ class NemoGymLauncher:
         self.releases = {i.name: release_version(i, default_version) for i in instances}
         self.servers: list[ServerProcess] = []
         self.ray_head: RayHead | None = None
+        self.ray_address = ""
+        self._drawn: set[tuple[str, int]] = set()  # (name, replica) whose port was drawn (free_ports), not configured
+        self._log_starts: dict[int, int] = {}  # id(server) -> size of its log before it started
 
     def environments(self) -> list[Environment]:
         """One environment per (release, requirements) pair of the instances."""
@@ -85,12 +89,43 @@ class NemoGymLauncher:
             f"Starting a Ray head for {len(self.instances)} NeMo Gym server(s) (log: {self.ray_head.log_path})...",
             flush=True,
         )
-        ray_address = await self.ray_head.start()
+        self.ray_address = await self.ray_head.start()
+        await self._start_servers(run)
+
+    def lost_port(self) -> ServerProcess | None:
+        """A server of ours that exited because another process held the port drawn for it (its log since its start
+        says "address already in use"), else None. A port set in the config (`port:`) does not count: drawing again
+        would not change it."""
+        for server in self.servers:
+            if (
+                server.process is not None
+                and server.process.returncode is not None
+                and (server.instance.name, server.replica) in self._drawn
+                and ADDRESS_IN_USE.search(_log_since(server.log_path, self._log_starts.get(id(server), 0)))
+            ):
+                return server
+        return None
+
+    async def restart(self, run: RunContext, grace_s: float) -> None:
+        """Stop every NeMo Gym server (each one's config dict names the others' ports, so all move together) and start
+        them again on freshly drawn ports; the Ray head stays."""
+        await stop_processes(self.servers, grace_s)
+        self.servers = []
+        await self._start_servers(run)
+
+    async def _start_servers(self, run: RunContext) -> None:
+        assert self.ray_head is not None
+        drawn = [(i.name, r) for i in self.instances for r in range(i.num_replicas) if not i.fields.get("port")]
         ports = {
-            (i.name, r): int(i.fields.get("port") or 0) or free_port()
-            for i in self.instances
-            for r in range(i.num_replicas)
+            **{
+                (i.name, r): int(i.fields["port"])
+                for i in self.instances
+                if i.fields.get("port")
+                for r in range(i.num_replicas)
+            },
+            **dict(zip(drawn, free_ports(len(drawn)), strict=True)),
         }
+        self._drawn = set(drawn)
         host = {i.name: str(i.fields.get("host") or "127.0.0.1") for i in self.instances}
         sections = self._sections(run, ports, host)
         head_host, head_port = run.head_url.removeprefix("http://").rsplit(":", 1)
@@ -110,7 +145,7 @@ class NemoGymLauncher:
                     "PYTHONUNBUFFERED": "1",
                     "NEMO_GYM_CONFIG_PATH": instance.name,
                     "NEMO_GYM_CONFIG_DICT": config_dict_yaml(
-                        self.values, own, head=(head_host, int(head_port)), ray_address=ray_address
+                        self.values, own, head=(head_host, int(head_port)), ray_address=self.ray_address
                     ),
                 }
                 server = run.new_server(
@@ -121,6 +156,7 @@ class NemoGymLauncher:
                     health_path=LIVENESS_PATH,
                     release=self.releases[instance.name],
                 )
+                self._log_starts[id(server)] = server.log_path.stat().st_size if server.log_path.is_file() else 0
                 await spawn(
                     server, [str(run.pythons[instance.name]), instance.entrypoint], instance.implementation_dir, env
                 )
@@ -154,6 +190,19 @@ class NemoGymLauncher:
         await stop_processes(self.servers, grace_s)
         if self.ray_head is not None:
             await self.ray_head.stop(grace_s)
+
+
+# how a server that could not bind its port says so: Python's OSError (errno 98), uvicorn's message
+ADDRESS_IN_USE = re.compile(r"address already in use|\[Errno 98\]|EADDRINUSE", re.IGNORECASE)
+
+
+def _log_since(path: Path, start: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 async def _build(release: str, requirements: list[str], log: Path) -> Path:

@@ -125,6 +125,8 @@ class Run:
     (`nemo_gym.orchestration.launch`) chosen from the config; waits until every server answers, watches them, stops
     them all."""
 
+    UPSTREAM_PORT_ATTEMPTS = 3  # starts of the NeMo Gym servers when one loses its drawn port (_wait_ready_upstream)
+
     def __init__(self, loaded: LoadedConfig, options: RunOptions):
         self.options = options
         self.instances = server_instances(loaded)
@@ -235,9 +237,32 @@ class Run:
         await self.wait_ready()
         if self.upstream is not None:
             await self.upstream.start(run)
-            await self.wait_ready()
+            await self._wait_ready_upstream(run)
         if self.ray is not None:
             await self.ray.poll(run, now=True)  # each replica's node and pid, for state.json
+
+    async def _wait_ready_upstream(self, run: RunContext) -> None:
+        """wait_ready for the NeMo Gym servers; when one of them exited because another process took the port drawn
+        for it (the window between drawing a port and the server's own bind), they are started again on fresh
+        ports, up to UPSTREAM_PORT_ATTEMPTS starts in all.
+
+        Raises:
+            ServerStartError: a server died for another reason, or lost its port on every start.
+        """
+        assert self.upstream is not None
+        for attempt in range(1, self.UPSTREAM_PORT_ATTEMPTS + 1):
+            try:
+                return await self.wait_ready()
+            except ServerStartError:
+                lost = self.upstream.lost_port()
+                if lost is None or attempt == self.UPSTREAM_PORT_ATTEMPTS:
+                    raise
+                print(
+                    f"NeMo Gym server {lost.label} could not listen on {lost.url}: another process took that port"
+                    " (address already in use); starting the NeMo Gym servers again on fresh ports...",
+                    flush=True,
+                )
+                await self.upstream.restart(run, self.options.stop_grace_s)
 
     async def check_alive(self) -> None:
         """Raises ServerStartError for a server process that exited, or (with Ray) a replica whose restarts are used

@@ -29,8 +29,10 @@ Facts about NeMo Gym 0.4.0 come from its wheel (`../shared/peer_data/nemo_gym/HO
 from __future__ import annotations
 
 import asyncio
+import email.parser
 import hashlib
 import os
+import platform
 import re
 import secrets
 import shutil
@@ -43,12 +45,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from nemo_gym.errors import ConfigError, ServerStartError
 from nemo_gym.layout import nemo_gym_home
 from nemo_gym.orchestration.venvs import VenvBuildError, ensure_built, find_links_args, run_logged, uv_executable
-from nemo_gym.processes import die_with_parent, free_port, signal_group
+from nemo_gym.processes import die_with_parent, free_ports, signal_group
 from nemo_gym.server_instances import ServerInstance
+from nemo_gym.upstream.detect import detect_release
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -63,7 +67,6 @@ DEFAULT_VERSION = "0.4.0"  # the newest release this project is tested against (
 LIVENESS_PATH = "/"  # NeMo Gym 0.4.0's liveness route: GET / answers {"status": "ok"}
 CONFIG_DICT_ENV = "NEMO_GYM_CONFIG_DICT"
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
-REQUIRES_PYTHON = (3, 12)  # what NeMo Gym's wheels declare
 # instance fields of ours that a NeMo Gym server is not given (placement, our framework switches)
 OWN_FIELDS = frozenset(
     {
@@ -84,12 +87,14 @@ _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0
 
 
 def release_version(instance: ServerInstance, default: str) -> str:
-    """The NeMo Gym release an instance runs with: its field `nemo_gym_version`, else `default`.
+    """The NeMo Gym release an instance runs with: its field `nemo_gym_version`, else the release its folder needs
+    (`nemo_gym.upstream.detect.detect_release`: its tree's release, or 0.7.0 for an environment server or a folder
+    importing what 0.4.0 lacks), else `default`.
 
     Raises:
         ConfigError: not a version number (e.g. `0.4.0`), naming the YAML key.
     """
-    version = str(instance.fields.get("nemo_gym_version") or default)
+    version = str(instance.fields.get("nemo_gym_version") or detect_release(instance) or default)
     if not _VERSION.match(version):
         raise ConfigError(
             f"{instance.source}: key"
@@ -144,12 +149,16 @@ async def _build_release_venv(
     # misses)
     await run_logged([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(root)], log_file, timeout_s, cwd)
     requirements_file = root / "nemo_gym_requirements.txt"
-    if sys.version_info[:2] >= REQUIRES_PYTHON:
-        requirements_file.write_text("\n".join([f"nemo-gym=={version}", *requirements]) + "\n")
-        await _install(uv, python, links, requirements_file, log_file, timeout_s, cwd)
-        return f"nemo-gym=={version} + {len(requirements)} requirement(s)"
     wheel = await _download_wheel(python, version, log_file, timeout_s, cwd)
-    requirements_file.write_text("\n".join([*_runtime_dependencies(wheel), *requirements]) + "\n")
+    requires_python, dependencies = _wheel_requirements(wheel)
+    if SpecifierSet(requires_python).contains(platform.python_version()):
+        requirements_file.write_text("\n".join([str(wheel), *requirements]) + "\n")
+        await _install(uv, python, links, requirements_file, log_file, timeout_s, cwd)
+        return f"{wheel.name} + {len(requirements)} requirement(s)"
+    # NeMo Gym's wheels declare Python >= 3.12 (0.4.0) or >= 3.13.14 (0.5.0 on); their code runs on 3.11 (0.7.0: its
+    # 2,346 files compile; `itertools.batched` only in exporters/mlflow.py), as ../shared/bench/setup_nemo_gym.sh
+    # installs 0.4.0: the wheel's dependencies, then the wheel itself with its Requires-Python ignored
+    requirements_file.write_text("\n".join([*dependencies, *requirements]) + "\n")
     await _install(uv, python, links, requirements_file, log_file, timeout_s, cwd)
     await run_logged(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-requires-python", str(wheel)],
@@ -158,7 +167,7 @@ async def _build_release_venv(
         cwd,
     )
     await run_logged([str(python), "-c", "import nemo_gym.server_utils"], log_file, timeout_s, cwd)
-    return f"{wheel.name} (Requires-Python ignored) + {len(requirements)} requirement(s)"
+    return f"{wheel.name} (Requires-Python {requires_python} ignored) + {len(requirements)} requirement(s)"
 
 
 async def _install(
@@ -184,7 +193,6 @@ async def _download_wheel(python: Path, version: str, log_file: Path | None, tim
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    target = ".".join(map(str, REQUIRES_PYTHON))
     command = [
         str(python),
         "-m",
@@ -193,8 +201,7 @@ async def _download_wheel(python: Path, version: str, log_file: Path | None, tim
         "--quiet",
         "--no-deps",
         "--only-binary=:all:",
-        "--python-version",
-        target,
+        "--ignore-requires-python",  # every release, whatever Python it declares (see _build_release_venv)
         f"nemo-gym=={version}",
         "-d",
         str(folder),
@@ -210,16 +217,15 @@ async def _download_wheel(python: Path, version: str, log_file: Path | None, tim
     return sorted(folder.glob(f"nemo_gym-{version}-*.whl"))[0]
 
 
-def _runtime_dependencies(wheel: Path) -> list[str]:
-    """The wheel's `Requires-Dist` lines that no extra selects (markers kept: the installer evaluates them)."""
+def _wheel_requirements(wheel: Path) -> tuple[str, list[str]]:
+    """The wheel's `Requires-Python` ("" when it has none) and its `Requires-Dist` lines that no extra selects (markers
+    kept: the installer evaluates them)."""
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
         text = archive.read(metadata).decode()
-    return [
-        line.split(":", 1)[1].strip()
-        for line in text.splitlines()
-        if line.startswith("Requires-Dist:") and "extra ==" not in line
-    ]
+    metadata = email.parser.HeaderParser().parsestr(text)  # core metadata: RFC 822 headers (PEP 566)
+    dependencies = [value for value in metadata.get_all("Requires-Dist") or [] if "extra ==" not in value]
+    return metadata.get("Requires-Python", ""), dependencies
 
 
 def config_dict_yaml(
@@ -329,16 +335,8 @@ class RayHead:
         raise AssertionError("unreachable")
 
     async def _start_once(self) -> str:
-        ports = {
-            name: free_port()
-            for name in (
-                "port",
-                "dashboard-agent-listen-port",
-                "dashboard-agent-grpc-port",
-                "metrics-export-port",
-                "runtime-env-agent-port",
-            )
-        }
+        names = ("port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port")
+        ports = dict(zip((*names, "runtime-env-agent-port"), free_ports(len(names) + 1), strict=True))
         command = self.start_command(ports)
         env = {
             **{

@@ -27,11 +27,48 @@ def _host_port(url: str) -> dict[str, Any]:
 def nemo_gym_discovery(servers: Mapping[str, dict[str, Any]], head_host: str, head_port: int) -> dict[str, Any]:
     """The config dict NeMo Gym's clients read from a head server (`/global_config_dict_yaml`), holding addresses
     only: `head_server: {host, port}` and, per instance, `{server_type: {implementation: {host, port}}}` of its
-    lowest-numbered replica."""
+    lowest-numbered replica; an environment server (NeMo Gym 0.7.0) also with its agent references (`agent_refs`
+    of its registration: instance names, no other value).
+
+    NeMo Gym 0.7.0's collector reaches an agent only through an environment server that references it, and its
+    ng_run generates a `legacy_agent` relay (`/run` and `/aggregate_metrics` passed through unchanged) for each agent
+    without one. Here such an agent gets that relay's entry, named by 0.7.0's rule (`legacy_environment_server_name`:
+    `mcqa_simple_agent` -> `mcqa_environment_server`), at the agent's own address: the agent answers what the relay
+    would pass on, without another process."""
     config: dict[str, Any] = {"head_server": {"host": head_host, "port": head_port}}
+    fronted = set()
     for name, entry in servers.items():
-        config[name] = {entry["server_type"]: {entry["implementation"]: _host_port(entry["url"])}}
+        refs = entry.get("agent_refs") or {}
+        fronted |= {ref["name"] for ref in refs.values()}
+        config[name] = {entry["server_type"]: {entry["implementation"]: {**_host_port(entry["url"]), **refs}}}
+    for name, entry in servers.items():
+        if entry["server_type"] == AGENT_TYPE and name not in fronted:
+            relay = _relay_name(name, entry["implementation"], config)
+            config[relay] = {
+                "environment_servers": {
+                    "legacy_agent": {**_host_port(entry["url"]), "agent_server": {"type": AGENT_TYPE, "name": name}}
+                }
+            }
     return config
+
+
+AGENT_TYPE = "responses_api_agents"
+RELAY_SUFFIX = "_environment_server"
+
+
+def _relay_name(agent: str, implementation: str, taken: Mapping[str, Any]) -> str:
+    """NeMo Gym 0.7.0's name for an agent's generated relay (global_config.legacy_environment_server_name): the agent
+    name without its implementation (else without `_agent`) plus `_environment_server`; `<agent>_environment_server`
+    when that is taken, then the suffix again until free."""
+    stem = agent.removesuffix(f"_{implementation}").removesuffix(implementation).rstrip("_")
+    if stem == agent:
+        stem = agent.removesuffix("_agent").rstrip("_")
+    name = f"{stem or implementation}{RELAY_SUFFIX}"
+    if name in taken:
+        name = f"{agent}{RELAY_SUFFIX}"
+    while name in taken:
+        name += RELAY_SUFFIX
+    return name
 
 
 def add_nemo_gym_discovery_routes(app: FastAPI) -> None:

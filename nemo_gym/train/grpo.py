@@ -7,7 +7,8 @@ Per step (rank 0 prepares the batch, the loop broadcasts it):
   2. rollouts: `group_size` per task through the agents, in memory (`GymConnection.collect`; the step's files under
      `output_dir/rollouts/`), sampled by vllm_model serving the current weights;
   3. advantages per group (`nemo_gym.rl.compute_advantages`); groups whose rewards do not vary and groups
-     with failed rollouts are dropped and counted. With `trainer.dynamic_sampling` (DAPO's dynamic sampling,
+     with failed or masked rollouts (NeMo Gym 0.7.0's `mask_sample`: the reward measures nothing) are dropped and
+     counted. With `trainer.dynamic_sampling` (DAPO's dynamic sampling,
      `fill_step`) the dropped groups are refilled from further tasks, in up to `max_sampling_rounds` collections;
      a step with no group left is logged loudly (no update);
   4. the loop's optimizer step on the trainer's own log-probs of the generated ids (`PolicyEngine.train_step`);
@@ -24,13 +25,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from nemo_gym.env.metrics import mask_reason
 from nemo_gym.jsonl import TASK_INDEX_KEY
 from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
@@ -55,12 +57,15 @@ class GroupedStep:
     groups_incomplete: int
     advantages: torch.Tensor
     sampling_rounds: int = 1
+    masked: dict[str, int] = field(default_factory=dict)  # failure_kind -> masked rollouts
 
 
 @dataclass
 class StepGroups:
     """The groups of one step, collection by collection (`add`): the complete groups with unequal rewards (`kept`, to
-    train on) and what was dropped. `rewards` holds every collected rollout's reward, dropped groups included."""
+    train on) and what was dropped. `rewards` holds every collected rollout's reward, dropped groups included, masked
+    rollouts (`nemo_gym.env.metrics.mask_reason`) excepted: they are counted by reason in `masked`, and their group
+    is incomplete."""
 
     group_size: int
     kept: list[list[Row]] = field(default_factory=list)
@@ -70,17 +75,25 @@ class StepGroups:
     groups_zero_variance: int = 0
     groups_incomplete: int = 0
     rounds: int = 0
+    masked: Counter[str] = field(default_factory=Counter)
 
     def add(self, rollouts: list[Row], num_tasks: int) -> None:
         """The rollouts of one collection of `num_tasks` tasks (`TASK_INDEX_KEY` = the task's index in it; failed
-        rollouts absent): a group is kept when complete and its rewards vary."""
+        rollouts absent): a group is kept when complete and its rewards vary; a masked rollout leaves its group
+        incomplete (GRPO's baseline is the group's mean reward, which a reward that measures nothing would bias)."""
         by_task: dict[int, list[Row]] = defaultdict(list)
+        measured = []
         for row in rollouts:
+            reason = mask_reason(row)
+            if reason is not None:
+                self.masked[reason] += 1
+                continue
+            measured.append(row)
             by_task[row[TASK_INDEX_KEY]].append(row)
         complete = [by_task[t] for t in range(num_tasks) if len(by_task.get(t, [])) == self.group_size]
         self.rounds += 1
         self.rollouts_expected += num_tasks * self.group_size
-        self.rewards += [float(row["reward"]) for row in rollouts]
+        self.rewards += [float(row["reward"]) for row in measured]
         self.groups_total += num_tasks
         self.groups_incomplete += num_tasks - len(complete)
         if complete:
@@ -95,6 +108,7 @@ class StepGroups:
             groups_zero_variance=self.groups_zero_variance,
             groups_incomplete=self.groups_incomplete,
             sampling_rounds=self.rounds,
+            masked=dict(self.masked),
         )
         if not self.kept:
             return GroupedStep(None, self.rewards, advantages=torch.zeros(0), **counts)
@@ -211,13 +225,16 @@ class GRPORecipe(OnPolicyRecipe):
         groups = self.step_groups(step)
         generation_s = time.monotonic() - started
         grouped = groups.to_step(cfg.advantage_estimator, self.engine.pad_token_id)
+        masked = sum(grouped.masked.values())  # finished, but not measured: neither rollouts nor rollouts_failed
         metrics = self.rollout_metrics(
-            step, self.data_position, grouped.rewards, groups.rollouts_expected, generation_s
+            step, self.data_position, grouped.rewards, groups.rollouts_expected - masked, generation_s
         )
         metrics.update(
             groups_total=grouped.groups_total,
             groups_zero_variance=grouped.groups_zero_variance,
             groups_incomplete=grouped.groups_incomplete,
+            rollouts_masked=masked,
+            **{f"rollouts_masked/{kind}": n for kind, n in sorted(grouped.masked.items())},
             **({"sampling_rounds": grouped.sampling_rounds} if cfg.dynamic_sampling else {}),
             **value_stats("advantage", grouped.advantages),
         )
@@ -250,8 +267,8 @@ class GRPORecipe(OnPolicyRecipe):
             )
         print(
             f"ng_train: WARNING step {step + 1}: no group left to train on ({grouped.groups_zero_variance} with equal"
-            f" rewards, {grouped.groups_incomplete} with failed rollouts, of {grouped.groups_total}{where}); no"
-            f" optimizer step. {advice}",
+            f" rewards, {grouped.groups_incomplete} with failed or masked rollouts, of {grouped.groups_total}{where});"
+            f" no optimizer step. {advice}",
             file=sys.stderr,
             flush=True,
         )

@@ -1,0 +1,130 @@
+"""NVIDIA NeMo Gym 0.7.0 itself, the release its users have now, installed for the tests that run it beside ours
+(tests/test_nemo_gym07.py): its ng_run, its ng_collect_rollouts, its server folders.
+
+0.7.0 declares `Requires-Python >=3.13.14`; Python 3.13 cannot be had on these machines, and its code runs on 3.11
+(2,346 files compile; `itertools.batched` appears only in exporters/mlflow.py). So it is installed as
+../shared/bench/setup_nemo_gym.sh installs 0.4.0, independently of our own release environments
+(`nemo_gym.orchestration.upstream_servers`): the wheel (`pip download --ignore-requires-python`), its runtime
+`Requires-Dist` (each dependency keeps its own Python check), then the wheel itself with `--no-deps
+--ignore-requires-python`. Into `$NGBENCH07_DIR/venv` (default /tmp/ngbench07), once: later calls, in this process or
+another, reuse it (a marker file; a file lock keeps two installers apart). Its site-packages hold the wheel's server
+folders (`peer07_server_dir`); NeMo Gym's ng_run runs them from its per-folder venvs, which `nemo_gym07_run_argv`
+links to this one.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from functools import lru_cache
+from pathlib import Path
+
+PEER07_VERSION = "0.7.0"
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+
+
+def peer07_root() -> Path:
+    return Path(os.environ.get("NGBENCH07_DIR", "/tmp/ngbench07"))
+
+
+def _run(argv: list[str], log: Path) -> None:
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd="/tmp", timeout=1800)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        raise RuntimeError(f"installing NeMo Gym {PEER07_VERSION} failed at {argv[:4]}... (log {log}):\n{tail}")
+
+
+@lru_cache(maxsize=1)
+def peer07_venv() -> Path:
+    """The virtual environment with NeMo Gym 0.7.0 (installed on first use, a minute with uv's cache warm; then
+    reused). Raises RuntimeError with the installer's last lines when a step fails."""
+    root = peer07_root()
+    venv, marker = root / "venv", root / f"venv/.nemo_gym-{PEER07_VERSION}-installed"
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+        log = root / "install.log"
+        log.write_text("")
+        uv = str(Path(sys.executable).parent / "uv")  # a dependency of ours, in the test's environment
+        python = venv / "bin" / "python"
+        _run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(venv)], log)
+        downloads = root / "dl"
+        if not list(downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")):
+            _run(
+                [str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+                + ["--ignore-requires-python", f"nemo-gym=={PEER07_VERSION}", "-d", str(downloads)],
+                log,
+            )
+        (wheel,) = downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            metadata = email.parser.HeaderParser().parsestr(archive.read(name).decode())
+        requirements = root / "requirements.txt"
+        requirements.write_text(
+            "".join(f"{line}\n" for line in metadata.get_all("Requires-Dist") or [] if "extra ==" not in line)
+        )
+        _run([uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(requirements)], log)
+        _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-requires-python", str(wheel)], log)
+        _run([str(python), "-c", "import nemo_gym.server_utils, nemo_gym.rollout_collection"], log)
+        marker.touch()
+    return venv
+
+
+def peer07_site_packages() -> Path:
+    """The site-packages folder of the 0.7.0 venv (its `nemo_gym` and the wheel's server folders)."""
+    return peer07_venv() / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def peer07_server_dir(server_type: str, name: str) -> Path:
+    """A server folder of the 0.7.0 wheel, e.g. `peer07_server_dir('resources_servers', 'mcqa')`."""
+    return peer07_site_packages() / server_type / name
+
+
+def peer07_env(**extra: str) -> dict[str, str]:
+    """An environment for NeMo Gym 0.7.0's commands: its venv first on PATH, Ray on loopback, no telemetry, offline."""
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
+    env.update(
+        PATH=f"{peer07_venv() / 'bin'}:{env.get('PATH', '')}",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_USAGE_STATS_ENABLED="0",
+        WANDB_MODE="disabled",
+        HF_HUB_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def nemo_gym07_run_argv(config_paths: list[str], head_port: int, *overrides: str) -> list[str]:
+    """NeMo Gym 0.7.0's own `ng_run` of wheel folders (config paths relative to its site-packages, where it is run),
+    its head server on `head_port`; every server folder of the wheel runs from the 0.7.0 venv (`+uv_venv_dir` with
+    a `.venv` link per folder, `+skip_venv_if_present=true`: a wheel folder's `-e nemo-gym @ ../../` line cannot
+    install)."""
+    venvs = peer07_root() / "venvs"
+    site = peer07_site_packages()
+    for server_type in SERVER_TYPES:
+        for folder in (site / server_type).iterdir():
+            link = venvs / server_type / folder.name / ".venv"
+            if folder.is_dir() and not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(peer07_venv())
+    return [
+        str(peer07_venv() / "bin" / "ng_run"),
+        "+config_paths=[" + ",".join(config_paths) + "]",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={head_port}",
+        "+skip_venv_if_present=true",
+        f"+uv_venv_dir={venvs}",
+        *overrides,
+    ]

@@ -1,0 +1,285 @@
+"""NeMo Gym 0.7.0, the release its users have now, both ways (issue 29): NVIDIA NeMo Gym 0.7.0 itself (installed by
+`nemo_gym_peer07`) beside ours, with the same fake policy (`../shared/bench/fake_openai.py`), on the example rows of
+the environments in ENVIRONMENTS, 2 repeats each.
+
+Runs, all real processes on loopback:
+- NeMo Gym 0.7.0's own `ng_run` of their config files (each environment's resources server, its agent and the
+  `environment_servers` instance in front of it, e.g. `legacy_agent`), and its `openai_model`;
+- our `ng_run` of the same config files, the folders unmodified from the wheel (run with the 0.7.0 release our
+  ng_run finds from the folders' tree), and our `openai_model`.
+
+Collected: by NeMo Gym's `ng_collect_rollouts` on its run (through the environment servers, as 0.7.0 collects), by
+ours on our run (through the agent, and through the environment server), and by NeMo Gym's on our run. Row by row,
+(task, repeat) for (task, repeat), every rollout must be the same: reward, every verifier field NeMo Gym's row has,
+and the response (its output: text, tool calls and their arguments; not the ids and token counts the fake derives
+from request bytes, see `assert_same_rollouts`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from nemo_gym_peer import BENCH_DIR
+from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
+from test_nemo_gym_interop import Process, _wait_http, wait_for
+
+from nemo_gym.env.testing import NgRun
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.processes import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.peer]
+
+# resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
+# `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one), tool calls, multi-reward,
+# session state, multi-step, gymnasium agents, a judge, and new offline servers (lc_niah, ragtruth, citation_if,
+# string_match). Left out: spartqa (0.7.0's own ng_run refuses its config: its datasets' `license`), configs
+# whose judge names a model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack
+# (an unseeded deck: two runs differ), wordle (the fake policy's text is no guess: 0.7.0's own /run answers 500),
+# ruler2 (imports editdistance, which it does not declare)
+ENVIRONMENTS = (
+    "example_single_tool_call",
+    "example_tool_call_multireward",
+    "example_session_state_mgmt",
+    "example_multi_turn_gymnasium",
+    "example_multi_step",
+    "mcqa",
+    "gpqa_diamond",
+    "lc_niah",
+    "ragtruth",
+    "citation_if",
+    "string_match",
+    "xlam_fc",
+    "workplace_assistant",
+    "frontierscience_judge",
+    "equivalence_rule:lc",
+    "arc_agi",
+)
+REPEATS = 2
+BATCH = 8  # environments per pair of runs
+# keys of a rollout row that are the collector's own, not the environment's
+COLLECTOR_KEYS = ("_ng_", "ng_trajectory", "ng_perf")
+
+
+def config_path(spec: str) -> str:
+    folder, _, config = spec.partition(":")
+    return f"resources_servers/{folder}/configs/{config or folder}.yaml"
+
+
+def instances(folder: str) -> dict[str, str]:
+    """`{server type: instance name}` of an environment's config file (its agent, its environment server)."""
+    config = yaml.safe_load((peer07_site_packages() / config_path(folder)).read_text())
+    return {
+        server_type: name
+        for name, value in config.items()
+        if isinstance(value, dict)
+        for server_type in value
+        if server_type in ("responses_api_agents", "environment_servers")
+    }
+
+
+def example_rows(spec: str) -> Path:
+    return peer07_site_packages() / "resources_servers" / spec.partition(":")[0] / "data" / "example.jsonl"
+
+
+@pytest.fixture(scope="module")
+def peer07() -> Path:
+    return peer07_venv()
+
+
+@pytest.fixture(scope="module")
+def fake_policy(tmp_path_factory, peer07) -> str:
+    port = free_port()
+    log = tmp_path_factory.mktemp("fake07") / "fake.log"
+    fake = Process(
+        [sys.executable, str(BENCH_DIR / "fake_openai.py"), "--port", str(port)], log, dict(os.environ), Path("/tmp")
+    )
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/v1/models")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        fake.stop()
+
+
+def policy_overrides(fake_policy: str) -> list[str]:
+    """The policy, and the judge of the configs that define their own (frontierscience_judge: NVIDIA's hosted API by
+    default), both the fake: as a judge its text is no verdict, which 0.7.0 masks."""
+    return [
+        f"+policy_base_url={fake_policy}",
+        "+policy_api_key=dummy-key",
+        "+policy_model_name=fake-policy",
+        f"++judge_base_url={fake_policy}",
+        "++judge_api_key=dummy-key",
+        "++judge_model_name=fake-policy",
+    ]
+
+
+class TheirRun:
+    """NeMo Gym 0.7.0's own ng_run of `folders` and its openai_model, as a context manager; `head_url` once ready."""
+
+    def __init__(self, work: Path, folders: tuple[str, ...], fake_policy: str):
+        self.work, self.folders, self.fake_policy = work, folders, fake_policy
+        self.head_url = ""
+
+    def __enter__(self) -> TheirRun:
+        head_port = free_port()
+        paths = [config_path(folder) for folder in self.folders]
+        paths.append("responses_api_models/openai_model/configs/openai_model.yaml")
+        argv = nemo_gym07_run_argv(paths, head_port, *policy_overrides(self.fake_policy))
+        log = self.work / "nemo_gym07_ng_run.log"
+        self.process = Process(argv, log, peer07_env(), peer07_site_packages())
+        try:
+            wait_for(log, r"All \d+ / \d+ servers ready", self.process, 600)
+        except BaseException:
+            self.process.stop()
+            raise
+        self.head_url = f"http://127.0.0.1:{head_port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.stop()
+
+
+def our_run(work: Path, folders: tuple[str, ...], fake_policy: str) -> NgRun:
+    """Our ng_run of the same config files (the wheel's folders, unmodified) and our openai_model."""
+    policy = work / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "policy_model": {
+                    "responses_api_models": {
+                        "openai_model": {
+                            "entrypoint": "app.py",
+                            "openai_base_url": "${policy_base_url}",
+                            "openai_api_key": "${policy_api_key}",
+                            "openai_model": "${policy_model_name}",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    paths = [str(peer07_site_packages() / config_path(folder)) for folder in folders] + [str(policy)]
+    # +allow_same_user: NeMo Gym's ng_collect_rollouts (run by this user) cannot send the run token
+    return NgRun(
+        f"+config_paths=[{','.join(paths)}]", "+allow_same_user=true", *policy_overrides(fake_policy), timeout_s=900
+    )
+
+
+def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
+    out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
+    host, port = head_url.removeprefix("http://").rsplit(":", 1)
+    command = [
+        str(peer07_venv() / "bin" / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={example_rows(folder)}",
+        f"+output_jsonl_fpath={out}",
+        f"+num_repeats={REPEATS}",
+        f"+head_server.host={host}",
+        f"+head_server.port={port}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=peer07_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
+    out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
+    command = [
+        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={example_rows(folder)}",
+        f"+output_jsonl_fpath={out}",
+        f"+num_repeats={REPEATS}",
+        f"+head_server_url={head_url}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    failures = out.with_name(f"{out.stem}_failures.jsonl")
+    assert not failures.exists() or not failures.read_text().strip(), failures.read_text()
+    return out
+
+
+def by_rollout(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    return {(row["_ng_task_index"], row["_ng_rollout_index"]): row for row in read_jsonl(path)}
+
+
+# fields of a Responses object that the fake policy derives from the request's bytes (its ids hash them, its token
+# counts are their length): our openai_model's request equals NeMo Gym's as JSON but not always as bytes
+# (docs/coming_from.md, NeMo Gym 0.7.0), so from the second request of a rollout on these may differ
+BYTE_DERIVED = ("id", "usage", "created_at")
+
+
+def _without_byte_derived(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_byte_derived(v) for k, v in value.items() if k not in BYTE_DERIVED}
+    if isinstance(value, list):
+        return [_without_byte_derived(v) for v in value]
+    return value
+
+
+def assert_same_rollouts(reference: Path, other: Path, agent_ref: str | None = None) -> None:
+    """Every rollout of `reference` (NeMo Gym's own) has its twin in `other`: the same reward, the same value of each
+    environment field the reference row has (the collectors' own `_ng_*` keys aside; `agent_ref` by its agent's name:
+    ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`), the same response (its output items, text, tool
+    calls and arguments, status; the ids and token counts the fake derives from request bytes aside). `agent_ref`:
+    the name every row of `other` records instead (ours records the instance it sent the row to, an environment
+    server too; 0.7.0 records the agent behind it, and the server in `_ng_environment_server`)."""
+    theirs, ours = by_rollout(reference), by_rollout(other)
+    assert set(theirs) == set(ours), (reference.name, sorted(theirs), sorted(ours))
+    for key, row in theirs.items():
+        for field, value in row.items():
+            mine = ours[key].get(field)
+            if field.startswith(COLLECTOR_KEYS):
+                continue
+            if field == "agent_ref":
+                mine, value = (mine or {}).get("name"), agent_ref or value["name"]
+            elif field == "response":
+                mine, value = _without_byte_derived(mine), _without_byte_derived(value)
+            assert mine == value, (other.name, key, field, value, mine)
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path]]:
+    """Per environment: NeMo Gym's collector on its run (`theirs`), ours on ours through the agent (`ours`) and
+    through the environment server (`ours_env`), NeMo Gym's on ours (`theirs_on_ours`). BATCH environments at a
+    time, one run up at a time (a 0.7.0 server process holds 150-300 MB)."""
+    files: dict[str, dict[str, Path]] = {folder: {} for folder in ENVIRONMENTS}
+    for start in range(0, len(ENVIRONMENTS), BATCH):
+        folders = ENVIRONMENTS[start : start + BATCH]
+        work = tmp_path_factory.mktemp(f"collected07_{start}")
+        with TheirRun(work, folders, fake_policy) as theirs:
+            for folder in folders:
+                agent = instances(folder)["responses_api_agents"]
+                files[folder]["theirs"] = nemo_gym07_collect(work, theirs.head_url, agent, folder, "theirs")
+        with our_run(work, folders, fake_policy) as ours:
+            ours.wait_ready()
+            for folder in folders:
+                names = instances(folder)
+                agent, env_server = names["responses_api_agents"], names["environment_servers"]
+                files[folder]["ours"] = our_collect(work, ours.head_url, agent, folder, "ours")
+                files[folder]["ours_env"] = our_collect(work, ours.head_url, env_server, folder, "ours_env")
+                files[folder]["theirs_on_ours"] = nemo_gym07_collect(
+                    work, ours.head_url, agent, folder, "theirs_on_ours"
+                )
+    return files
+
+
+@pytest.mark.parametrize("folder", ENVIRONMENTS)
+def test_row_by_row_against_nemo_gym_07(collected, folder):
+    """Our ng_run and collector give NeMo Gym 0.7.0's own rollouts, row by row, for each environment; and NeMo Gym
+    0.7.0's collector on our ng_run gives them too (it reaches each agent through an environment server our head
+    publishes)."""
+    files = collected[folder]
+    rows = read_jsonl(files["theirs"])
+    assert len(rows) == REPEATS * len(read_jsonl(example_rows(folder)))
+    env_server = instances(folder)["environment_servers"]
+    rows_with_agent = any("agent_ref" in row for row in read_jsonl(example_rows(folder)))
+    assert_same_rollouts(files["theirs"], files["ours"])
+    assert_same_rollouts(files["theirs"], files["ours_env"], agent_ref=None if rows_with_agent else env_server)
+    assert_same_rollouts(files["theirs"], files["theirs_on_ours"])
