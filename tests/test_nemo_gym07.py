@@ -33,7 +33,9 @@ from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.processes import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.peer]
+# the module's runs take 10-11 minutes on 2 cores (624 s in CI), all in its first test's setup: above pytest's default
+# 900 s per test once NeMo Gym 0.7.0 is installed in the same test (a minute or two) on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(1800)]
 
 # resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
 # `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one), tool calls, multi-reward,
