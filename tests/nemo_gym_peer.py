@@ -74,10 +74,16 @@ def peer_server_dir(server_type: str, name: str) -> Path:
 
 
 def peer_env(**extra: str) -> dict[str, str]:
-    """An environment for NeMo Gym's commands: its venv first on PATH, Ray on loopback, no telemetry, offline hub."""
+    """An environment for NeMo Gym 0.4.0's commands (`nemo_gym_env` of its venv)."""
+    return nemo_gym_env(peer_venv(), **extra)
+
+
+def nemo_gym_env(venv: Path, **extra: str) -> dict[str, str]:
+    """An environment for the commands of the NeMo Gym release installed in `venv`: that venv first on PATH, Ray on
+    loopback, no telemetry, offline hub; `extra` on top."""
     env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
     env.update(
-        PATH=f"{peer_venv() / 'bin'}:{env.get('PATH', '')}",
+        PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
         RAY_USAGE_STATS_ENABLED="0",
         WANDB_MODE="disabled",
@@ -166,3 +172,18 @@ def peer_install(requirements: list[str]) -> None:
                 f" {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
             )
         marker.write_text("\n".join(requirements) + "\n")
+
+
+def nemo_gym_collect_argv(venv: Path, head_url: str, agent: str, rows: Path, output: Path, repeats: int) -> list[str]:
+    """NeMo Gym's own `ng_collect_rollouts` (of the release installed in `venv`) of `rows` through `agent`, `repeats`
+    times each, against the head server at `head_url`, into `output`."""
+    host, port = head_url.removeprefix("http://").rsplit(":", 1)
+    return [
+        str(venv / "bin" / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={rows}",
+        f"+output_jsonl_fpath={output}",
+        f"+num_repeats={repeats}",
+        f"+head_server.host={host}",
+        f"+head_server.port={port}",
+    ]

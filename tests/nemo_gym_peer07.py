@@ -24,6 +24,8 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
+from nemo_gym_peer import nemo_gym_env
+
 PEER07_VERSION = "0.7.0"
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 
@@ -92,18 +94,8 @@ def peer07_server_dir(server_type: str, name: str) -> Path:
 
 
 def peer07_env(**extra: str) -> dict[str, str]:
-    """An environment for NeMo Gym 0.7.0's commands: its venv first on PATH, Ray on loopback, no telemetry, offline."""
-    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
-    env.update(
-        PATH=f"{peer07_venv() / 'bin'}:{env.get('PATH', '')}",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_USAGE_STATS_ENABLED="0",
-        WANDB_MODE="disabled",
-        HF_HUB_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
+    """An environment for NeMo Gym 0.7.0's commands (`nemo_gym_peer.nemo_gym_env` of its venv)."""
+    return nemo_gym_env(peer07_venv(), **extra)
 
 
 def nemo_gym07_run_argv(config_paths: list[str], head_port: int, *overrides: str) -> list[str]:

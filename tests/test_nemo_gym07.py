@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from nemo_gym_peer import BENCH_DIR
+from nemo_gym_peer import BENCH_DIR, nemo_gym_collect_argv
 from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
 from test_nemo_gym_interop import Process, _wait_http, wait_for
 
@@ -175,16 +175,7 @@ def our_run(work: Path, folders: tuple[str, ...], fake_policy: str) -> NgRun:
 
 def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
     out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
-    host, port = head_url.removeprefix("http://").rsplit(":", 1)
-    command = [
-        str(peer07_venv() / "bin" / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
-        f"+input_jsonl_fpath={example_rows(folder)}",
-        f"+output_jsonl_fpath={out}",
-        f"+num_repeats={REPEATS}",
-        f"+head_server.host={host}",
-        f"+head_server.port={port}",
-    ]
+    command = nemo_gym_collect_argv(peer07_venv(), head_url, agent, example_rows(folder), out, REPEATS)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=peer07_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out

@@ -27,7 +27,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from nemo_gym_peer import BENCH_DIR, nemo_gym_run_argv, peer_env, peer_server_dir, peer_venv
+from nemo_gym_peer import (
+    BENCH_DIR,
+    nemo_gym_collect_argv,
+    nemo_gym_run_argv,
+    peer_env,
+    peer_server_dir,
+    peer_venv,
+)
 
 from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
@@ -250,16 +257,7 @@ def nemo_gym_collect(
 ) -> tuple[dict[int, list[float]], list[dict[str, Any]]]:
     """NeMo Gym 0.4.0's own ng_collect_rollouts against a head server; its rewards and its aggregate metrics file."""
     out = tmp_path / f"nemo_gym_{agent}.jsonl"
-    host, port = head_url.removeprefix("http://").rsplit(":", 1)
-    command = [
-        str(peer_venv() / "bin" / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
-        f"+input_jsonl_fpath={input_rows(env)}",
-        f"+output_jsonl_fpath={out}",
-        f"+num_repeats={REPEATS}",
-        f"+head_server.host={host}",
-        f"+head_server.port={port}",
-    ]
+    command = nemo_gym_collect_argv(peer_venv(), head_url, agent, input_rows(env), out, REPEATS)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=peer_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     metrics = json.loads(out.with_name(f"{out.stem}_aggregate_metrics.json").read_text())
