@@ -66,7 +66,6 @@ class NemoGymLauncher:
         self.servers: list[ServerProcess] = []
         self.ray_head: RayHead | None = None
         self.ray_address = ""
-        self._drawn: set[tuple[str, int]] = set()  # (name, replica) whose port was drawn (free_ports), not configured
         self._log_starts: dict[int, int] = {}  # id(server) -> size of its log before it started
 
     def environments(self) -> list[Environment]:
@@ -100,7 +99,7 @@ class NemoGymLauncher:
             if (
                 server.process is not None
                 and server.process.returncode is not None
-                and (server.instance.name, server.replica) in self._drawn
+                and not _configured_port(server.instance)
                 and ADDRESS_IN_USE.search(_log_since(server.log_path, self._log_starts.get(id(server), 0)))
             ):
                 return server
@@ -115,17 +114,8 @@ class NemoGymLauncher:
 
     async def _start_servers(self, run: RunContext) -> None:
         assert self.ray_head is not None
-        drawn = [(i.name, r) for i in self.instances for r in range(i.num_replicas) if not i.fields.get("port")]
-        ports = {
-            **{
-                (i.name, r): int(i.fields["port"])
-                for i in self.instances
-                if i.fields.get("port")
-                for r in range(i.num_replicas)
-            },
-            **dict(zip(drawn, free_ports(len(drawn)), strict=True)),
-        }
-        self._drawn = set(drawn)
+        drawn = iter(free_ports(sum(i.num_replicas for i in self.instances if not _configured_port(i))))
+        ports = {(i.name, r): _configured_port(i) or next(drawn) for i in self.instances for r in range(i.num_replicas)}
         host = {i.name: str(i.fields.get("host") or "127.0.0.1") for i in self.instances}
         sections = self._sections(run, ports, host)
         head_host, head_port = run.head_url.removeprefix("http://").rsplit(":", 1)
@@ -194,6 +184,11 @@ class NemoGymLauncher:
 
 # how a server that could not bind its port says so: Python's OSError (errno 98), uvicorn's message
 ADDRESS_IN_USE = re.compile(r"address already in use|\[Errno 98\]|EADDRINUSE", re.IGNORECASE)
+
+
+def _configured_port(instance: ServerInstance) -> int:
+    """The port an instance's config sets (`port:`), 0 when it sets none (one is drawn)."""
+    return int(instance.fields.get("port") or 0)
 
 
 def _log_since(path: Path, start: int) -> str:

@@ -48,7 +48,7 @@ def detect_framework(folder: Path, entrypoint: str) -> str | None:
     written for NeMo Gym), or a module of another server folder of its tree (`<tree>/<server type>/<name>/`,
     e.g. `from resources_servers.mcqa.app import ...`) that does, else None. A file that does not parse is left to
     the server's own start to report."""
-    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, folder.parent.parent, set()) else None
+    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, folder.parent.parent) else None
 
 
 def detect_release(instance: ServerInstance) -> str | None:
@@ -127,26 +127,10 @@ def _imported_names(tree: ast.AST) -> list[str]:
     return names
 
 
-def _imports_nemo_gym(path: Path, tree_root: Path, seen: set[Path]) -> bool:
+def _imports_nemo_gym(path: Path, tree_root: Path) -> bool:
     """Whether the Python file `path` imports a NeMo Gym module ours lacks, itself or through the server folders of
-    `tree_root` it imports (each file read once)."""
-    if path in seen:
-        return False
-    seen.add(path)
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
-        return False
-    for name in _imported_names(tree):
-        parts = name.split(".")
-        if parts[0] == "nemo_gym" and len(parts) > 1 and not _ours(parts[1]):
-            return True
-        if parts[0] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES) and len(parts) > 2:
-            module = tree_root.joinpath(*parts)
-            for candidate in (module.with_suffix(".py"), module / "__init__.py"):
-                if candidate.is_file() and _imports_nemo_gym(candidate, tree_root, seen):
-                    return True
-    return False
+    `tree_root` it imports."""
+    return any(not _ours(module) for module in _imported_nemo_gym_modules(path, tree_root, set()))
 
 
 def _ours(module: str) -> bool:
