@@ -9,15 +9,17 @@ Runs, all real processes on loopback:
   ng_run finds from the folders' tree), and our `openai_model`.
 
 Collected: by NeMo Gym's `ng_collect_rollouts` on its run (through the environment servers, as 0.7.0 collects), by
-ours on our run (through the agent, and through the environment server), and by NeMo Gym's on our run. Row by row,
-(task, repeat) for (task, repeat), every rollout must be the same: reward, every verifier field NeMo Gym's row has,
-and the response (its output: text, tool calls and their arguments; not the ids and token counts the fake derives
-from request bytes, see `assert_same_rollouts`).
+ours on its run and on ours (each through the agent, and through the environment server), and by NeMo Gym's on our
+run. Row by row, (task, repeat) for (task, repeat), every rollout must be the same: reward, every verifier field
+NeMo Gym's row has, and the response (its output: text, tool calls and their arguments; not the ids and token counts
+the fake derives from request bytes, see `assert_same_rollouts`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +30,10 @@ import yaml
 from nemo_gym_peer import BENCH_DIR, nemo_gym_collect_argv
 from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
 from test_nemo_gym_interop import Process, _wait_http, wait_for
+from test_reward_profile_parity import assert_same
 
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.jsonl import read_jsonl, write_jsonl
 from nemo_gym.processes import free_port
 
 # the module's runs take 10-11 minutes on 2 cores (624 s in CI), all in its first test's setup: above pytest's default
@@ -239,17 +242,23 @@ def assert_same_rollouts(reference: Path, other: Path, agent_ref: str | None = N
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path]]:
-    """Per environment: NeMo Gym's collector on its run (`theirs`), ours on ours through the agent (`ours`) and
-    through the environment server (`ours_env`), NeMo Gym's on ours (`theirs_on_ours`). BATCH environments at a
-    time, one run up at a time (a 0.7.0 server process holds 150-300 MB)."""
+    """Per environment: NeMo Gym's collector on its run (`theirs`), ours on its run through the agent
+    (`ours_on_theirs`) and through the environment server (`ours_env_on_theirs`), ours on ours through the agent
+    (`ours`) and through the environment server (`ours_env`), NeMo Gym's on ours (`theirs_on_ours`). BATCH
+    environments at a time, one run up at a time (a 0.7.0 server process holds 150-300 MB)."""
     files: dict[str, dict[str, Path]] = {folder: {} for folder in ENVIRONMENTS}
     for start in range(0, len(ENVIRONMENTS), BATCH):
         folders = ENVIRONMENTS[start : start + BATCH]
         work = tmp_path_factory.mktemp(f"collected07_{start}")
         with TheirRun(work, folders, fake_policy) as theirs:
             for folder in folders:
-                agent = instances(folder)["responses_api_agents"]
+                names = instances(folder)
+                agent, env_server = names["responses_api_agents"], names["environment_servers"]
                 files[folder]["theirs"] = nemo_gym07_collect(work, theirs.head_url, agent, folder, "theirs")
+                files[folder]["ours_on_theirs"] = our_collect(work, theirs.head_url, agent, folder, "ours_on_theirs")
+                files[folder]["ours_env_on_theirs"] = our_collect(
+                    work, theirs.head_url, env_server, folder, "ours_env_on_theirs"
+                )
         with our_run(work, folders, fake_policy) as ours:
             ours.wait_ready()
             for folder in folders:
@@ -265,14 +274,86 @@ def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path
 
 @pytest.mark.parametrize("folder", ENVIRONMENTS)
 def test_row_by_row_against_nemo_gym_07(collected, folder):
-    """Our ng_run and collector give NeMo Gym 0.7.0's own rollouts, row by row, for each environment; and NeMo Gym
-    0.7.0's collector on our ng_run gives them too (it reaches each agent through an environment server our head
+    """Our ng_run and collector give NeMo Gym 0.7.0's own rollouts, row by row, for each environment; our collector
+    on NeMo Gym 0.7.0's ng_run gives them too (through its agent and its environment server); and NeMo Gym 0.7.0's
+    collector on our ng_run gives them too (it reaches each agent through an environment server our head
     publishes)."""
     files = collected[folder]
     rows = read_jsonl(files["theirs"])
     assert len(rows) == REPEATS * len(read_jsonl(example_rows(folder)))
     env_server = instances(folder)["environment_servers"]
     rows_with_agent = any("agent_ref" in row for row in read_jsonl(example_rows(folder)))
+    env_ref = None if rows_with_agent else env_server
+    assert_same_rollouts(files["theirs"], files["ours_on_theirs"])
+    assert_same_rollouts(files["theirs"], files["ours_env_on_theirs"], agent_ref=env_ref)
     assert_same_rollouts(files["theirs"], files["ours"])
-    assert_same_rollouts(files["theirs"], files["ours_env"], agent_ref=None if rows_with_agent else env_server)
+    assert_same_rollouts(files["theirs"], files["ours_env"], agent_ref=env_ref)
     assert_same_rollouts(files["theirs"], files["theirs_on_ours"])
+
+
+# environments whose rollouts both reward profiles read: multi-reward fields, session state, a judge's fields, the
+# gymnasium agent, a new offline server
+PROFILED = ("example_tool_call_multireward", "example_session_state_mgmt", "frontierscience_judge", "lc_niah")
+
+
+def both_reward_profiles(work: Path, rollouts: Path, rows: list[dict[str, Any]] | None = None) -> dict[str, Path]:
+    """NeMo Gym 0.7.0's ng_reward_profile and ours, each on its own copy of a collection (its rollouts, `rows` instead
+    when given, and its materialized inputs); name → folder of the outputs `r_*`."""
+    materialized = rollouts.with_name(f"{rollouts.stem}_materialized_inputs.jsonl")
+    folders = {}
+    for name, command, env in [
+        ("nemo_gym", peer07_venv() / "bin" / "ng_reward_profile", peer07_env()),
+        ("ours", Path(sys.executable).parent / "ng_reward_profile", None),
+    ]:
+        folder = work / name
+        folder.mkdir()
+        shutil.copy(materialized, folder / "r_materialized_inputs.jsonl")
+        if rows is None:
+            shutil.copy(rollouts, folder / "r.jsonl")
+        else:
+            write_jsonl(folder / "r.jsonl", rows)
+        argv = [
+            str(command),
+            "+materialized_inputs_jsonl_fpath=r_materialized_inputs.jsonl",
+            "+rollouts_jsonl_fpath=r.jsonl",
+        ]
+        done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{name}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        folders[name] = folder
+    return folders
+
+
+def assert_same_reward_profiles(folders: dict[str, Path]) -> None:
+    """The three output files of NeMo Gym 0.7.0's ng_reward_profile and ours: same rows, keys, types and values
+    (floats within a relative 1e-12, `test_reward_profile_parity.assert_same`)."""
+    theirs, ours = folders["nemo_gym"], folders["ours"]
+    assert_same(read_jsonl(theirs / "r_reward_profiling.jsonl"), read_jsonl(ours / "r_reward_profiling.jsonl"), "tasks")
+    for stem in ("agent_metrics", "repeat_level_metrics"):
+        name = f"r_{stem}.json"
+        assert_same(json.loads((theirs / name).read_text()), json.loads((ours / name).read_text()), stem)
+
+
+@pytest.mark.parametrize("folder", PROFILED)
+def test_reward_profile_as_nemo_gym_07s(collected, folder, tmp_path):
+    """Our ng_reward_profile writes NeMo Gym 0.7.0's three files (task rows, agent rows with the across-repeats keys,
+    repeat-level metrics) as its own does, on rollouts its collector wrote and on rollouts ours wrote."""
+    for label in ("theirs", "ours"):
+        work = tmp_path / label
+        work.mkdir()
+        assert_same_reward_profiles(both_reward_profiles(work, collected[folder][label]))
+
+
+def test_reward_profile_of_masked_rollouts_as_nemo_gym_07s(collected, tmp_path):
+    """0.7.0's masked samples (a judge that failed: `mask_sample: true`, `failure_kind: judge_failed`, reward 0.0,
+    as its `judge_failsafe` answers) in a collection of its own: every rollout of the first task, one of the second,
+    and `mask_sample: false` on the others. Both reward profiles leave them out of the statistics and count them."""
+    rows = read_jsonl(collected["example_tool_call_multireward"]["theirs"])
+    for row in rows:
+        masked = row["_ng_task_index"] == 0 or (row["_ng_task_index"], row["_ng_rollout_index"]) == (1, 0)
+        row |= (
+            {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed"} if masked else {"mask_sample": False}
+        )
+    folders = both_reward_profiles(tmp_path, collected["example_tool_call_multireward"]["theirs"], rows)
+    assert_same_reward_profiles(folders)
+    (agent,) = json.loads((folders["ours"] / "r_agent_metrics.json").read_text())
+    assert agent["coverage/masked_rollouts"] == REPEATS + 1 and agent["coverage/fully_masked_tasks"] == 1

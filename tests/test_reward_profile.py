@@ -1,6 +1,7 @@
-"""ng_reward_profile (NeMo Gym 0.4.0's command and output shape): a worked example with hand-computed numbers,
-partial collections, bad input named by file:line, the command line. Runs against NeMo Gym itself are in
-test_reward_profile_parity.py."""
+"""ng_reward_profile (NeMo Gym's command and output shape): a worked example with hand-computed numbers in 0.4.0's
+output and in 0.7.0's (repeat-level metrics, across-repeats keys, masked rollouts and their coverage keys), partial
+collections, bad input named by file:line, the command line. Runs against NeMo Gym itself are in
+test_reward_profile_parity.py (0.4.0) and test_nemo_gym07.py (0.7.0)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from nemo_gym.collect.profile import profile_rollouts
 from nemo_gym.env.metrics import numeric_fields
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import read_jsonl
-from nemo_gym.upstream.reward_profile import RewardProfileConfig, output_paths, reward_profile, reward_profile_main
+from nemo_gym.upstream.reward_profile import (
+    RewardProfileConfig,
+    output_paths,
+    repeat_level_metrics_path,
+    reward_profile,
+    reward_profile_main,
+)
+from nemo_gym.upstream.repeat_metrics import t_interval_95
 
 BIN = Path(sys.executable).parent
 STATS = ("mean", "max", "min", "median", "std")
@@ -74,6 +82,7 @@ def worked(tmp_path):
         materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "r_materialized_inputs.jsonl", inputs),
         rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts),
         allow_partial_rollouts=True,
+        nemo_gym_version="0.4.0",
     )
 
 
@@ -300,3 +309,98 @@ def test_std_of_single_value_groups_is_zero_not_nan(tmp_path):
     assert (agent["mean/reward"], agent["std/reward"]) == (1.0, 1.0) and not any(
         math.isnan(v) for v in agent.values() if isinstance(v, float)
     )
+
+
+T_975_1 = 12.706204736174707  # Student's t, 97.5th percentile, 1 degree of freedom (tables; scipy.stats.t.ppf)
+
+
+def test_nemo_gym_07_output_adds_repeat_level_metrics(worked, capsys):
+    """NeMo Gym 0.7.0's output (the default) of the worked example: the same task rows, the repeat-level file (agents
+    with two rollout indices or more), and the across-repeats keys in the agent rows."""
+    worked.nemo_gym_version = "0.7.0"
+    reward_profile_main(worked)
+    assert "Masked from quality metrics: 0 rollout rows" in capsys.readouterr().out
+    t0, _ = read_jsonl(output_paths(worked.rollouts_jsonl_fpath)[0])
+    assert (t0["mean/reward"], t0["std/reward"]) == (0.5, pytest.approx(math.sqrt(0.5)))
+    # agent_a: repeat 0 is task 0's rollout 0 (reward 1, input 10), repeat 1 its rollout 1 (reward 0, input 12);
+    # agent_b has one repeat only: no rows
+    r0, r1 = json.loads(repeat_level_metrics_path(worked.rollouts_jsonl_fpath).read_text())
+    assert (r0["agent_ref"], r0["_ng_rollout_index"], r0["sample_count"], r0["missing_count"]) == (
+        {"name": "agent_a"},
+        0,
+        1,
+        0,
+    )
+    assert [r0[f"{s}/reward"] for s in ("mean", "median", "std", "sem", "min", "max", "p25", "p75")] == [1.0] * 2 + [
+        0.0
+    ] * 2 + [1.0] * 4
+    assert "ci_low_95/reward" not in r0 and r1["mean/input_tokens"] == 12.0 and "judge_score" not in " ".join(r1)
+    agent_a, agent_b = json.loads(output_paths(worked.rollouts_jsonl_fpath)[1].read_text())
+    # across repeats, mean/reward [1, 0]: mean 0.5, std sqrt(0.5), se std/sqrt(2) = 0.5, 95 % t interval with 1
+    # degree of freedom 0.5 ± 12.7062 * 0.5
+    assert agent_a["mean_across_repeats/mean/reward"] == 0.5
+    assert agent_a["se_across_repeats/mean/reward"] == pytest.approx(0.5)
+    assert agent_a["ci_low_95_across_repeats/mean/reward"] == pytest.approx(0.5 - T_975_1 * 0.5)
+    assert agent_a["ci_high_95_across_repeats/mean/reward"] == pytest.approx(0.5 + T_975_1 * 0.5)
+    # judge_score is in repeat 0 only: one observation, se 0, no interval
+    assert agent_a["se_across_repeats/mean/judge_score"] == 0.0
+    assert "ci_low_95_across_repeats/mean/judge_score" not in agent_a
+    assert not any("across_repeats" in k for k in agent_b)
+
+
+def test_t_interval():
+    assert t_interval_95(2.0, 1.0, 2) == pytest.approx((2.0 - T_975_1, 2.0 + T_975_1))
+    assert t_interval_95(2.0, 0.0, 5) == (2.0, 2.0) and t_interval_95(2.0, 1.0, 1) is None
+
+
+def test_masked_rollouts_are_left_out_and_counted(tmp_path, capsys):
+    """NeMo Gym 0.7.0's masked samples (`mask_sample: true`): out of every statistic, counted in their agent's
+    coverage keys; an agent whose every rollout is masked keeps a row of those keys; the flag is no statistic."""
+    inputs = [materialized(t, r, "a") for t in (0, 1) for r in (0, 1)] + [materialized(2, 0, "b")]
+    masked = {"mask_sample": True, "failure_kind": "judge_failed"}
+    rollouts = [
+        rollout(0, 0, 1.0, True, (1, 1), "a", mask_sample=False),
+        rollout(0, 1, 0.0, True, (1, 1), "a", **masked),
+        rollout(1, 0, 0.0, True, (1, 1), "a", **masked),
+        rollout(1, 1, 0.0, True, (1, 1), "a", **masked),
+        rollout(2, 0, 0.0, True, (1, 1), "b", **masked),
+    ]
+    cfg = RewardProfileConfig(
+        materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "m.jsonl", inputs),
+        rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts),
+    )
+    reward_profile_main(cfg)
+    printed = capsys.readouterr().out
+    assert "Reward profile completion: 5/5 rollout rows" in printed
+    assert "Masked from quality metrics: 4 rollout rows" in printed
+    (task,) = read_jsonl(output_paths(cfg.rollouts_jsonl_fpath)[0])  # tasks 1 and 2: every rollout masked
+    assert (task["_ng_task_index"], task["mean/reward"], task["num_rollouts"]) == (0, 1.0, 1)
+    assert not any("mask_sample" in k for k in task)
+    agent_a, agent_b = json.loads(output_paths(cfg.rollouts_jsonl_fpath)[1].read_text())
+    assert agent_a["mean/reward"] == 1.0 and {k: v for k, v in agent_a.items() if k.startswith("coverage/")} == {
+        "coverage/measured_rollouts": 1,
+        "coverage/masked_rollouts": 3,
+        "coverage/measured_tasks": 1,
+        "coverage/fully_masked_tasks": 1,
+    }
+    assert agent_b == {
+        "agent_ref": {"name": "b"},
+        "coverage/measured_rollouts": 0,
+        "coverage/masked_rollouts": 1,
+        "coverage/measured_tasks": 0,
+        "coverage/fully_masked_tasks": 1,
+    }
+    assert json.loads(repeat_level_metrics_path(cfg.rollouts_jsonl_fpath).read_text()) == []
+
+
+def test_a_task_sent_to_several_agents_is_refused(tmp_path):
+    inputs = [materialized(0, 0, "a"), materialized(0, 1, "b")]
+    rollouts = [rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(0, 1, 1.0, True, (1, 1), "b")]
+    cfg = RewardProfileConfig(
+        materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "m.jsonl", inputs),
+        rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts),
+    )
+    with pytest.raises(DataError, match=r"m\.jsonl: task 0 .* sent to several agents \(\['a', 'b'\]\)"):
+        reward_profile(cfg)
+    cfg.nemo_gym_version = "0.4.0"  # 0.4.0 profiles by task whatever the agent
+    assert reward_profile(cfg).completed_rollouts == 2

@@ -52,9 +52,9 @@ def both_profiles(
 ) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
     """Run NeMo Gym's and our ng_reward_profile, each on its own copy of the two files; name → (process, folder)."""
     out = {}
-    for name, command, env in [
-        ("nemo_gym", peer_venv() / "bin" / "ng_reward_profile", peer_env()),
-        ("ours", BIN / "ng_reward_profile", None),
+    for name, command, env, release in [
+        ("nemo_gym", peer_venv() / "bin" / "ng_reward_profile", peer_env(), []),
+        ("ours", BIN / "ng_reward_profile", None, ["+nemo_gym_version=0.4.0"]),  # 0.4.0's output (ours: 0.7.0's)
     ]:
         folder = tmp_path / name
         folder.mkdir()
@@ -65,6 +65,7 @@ def both_profiles(
             "+materialized_inputs_jsonl_fpath=rollouts_materialized_inputs.jsonl",
             "+rollouts_jsonl_fpath=rollouts.jsonl",
             *extra,
+            *release,
         ]
         out[name] = (subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True, timeout=300), folder)
     return out

@@ -76,23 +76,26 @@ def _usage(rollout: dict[str, Any]) -> dict[str, Any]:
     return usage if isinstance(usage, dict) else {}
 
 
-def numeric_fields(rollout: dict[str, Any]) -> dict[str, int | float]:
+def _profiled(key: str, private_keys: bool) -> bool:
+    """Whether a rollout's top-level key is profiled: not the two indices, and (NeMo Gym 0.7.0, `private_keys`
+    False) no `_`-prefixed key at all."""
+    return key not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY) and (private_keys or not key.startswith("_"))
+
+
+def numeric_fields(rollout: dict[str, Any], private_keys: bool = True) -> dict[str, int | float]:
     """The fields profiled for one rollout: top-level numbers and booleans (as 0/1) with `response.usage`'s numbers
-    merged over them, without `_ng_task_index` and `_ng_rollout_index`."""
-    merged = {**rollout, **_usage(rollout)}
-    return {
-        k: int(v) if isinstance(v, bool) else v
-        for k, v in merged.items()
-        if is_number(v) and k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)
-    }
+    merged over them, without `_ng_task_index` and `_ng_rollout_index` (and without any `_`-prefixed key when
+    `private_keys` is False, as NeMo Gym 0.7.0 profiles)."""
+    merged = {**{k: v for k, v in rollout.items() if _profiled(k, private_keys)}, **_usage(rollout)}
+    return {k: int(v) if isinstance(v, bool) else v for k, v in merged.items() if is_number(v)}
 
 
-def _rollout_info(pair: Pair, rollout: dict[str, Any]) -> dict[str, Any]:
+def _rollout_info(pair: Pair, rollout: dict[str, Any], private_keys: bool) -> dict[str, Any]:
     info: dict[str, Any] = {"rollout_id": f"{pair[0]}:{pair[1]}", TASK_INDEX_KEY: pair[0], ROLLOUT_INDEX_KEY: pair[1]}
     if "reward" in rollout:
         info["reward"] = rollout["reward"]
-    skip = {TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, "reward", "response"}
-    for k, v in [*_usage(rollout).items(), *((k, v) for k, v in rollout.items() if k not in skip)]:
+    own = ((k, v) for k, v in rollout.items() if _profiled(k, private_keys) and k not in ("reward", "response"))
+    for k, v in [*_usage(rollout).items(), *own]:
         if is_number(v):
             info[k] = int(v) if isinstance(v, bool) else v
     return info
@@ -112,12 +115,13 @@ def _group_stats(rollouts: list[dict[str, int | float]], field_order: list[str])
 
 
 def profile_groups(
-    inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]]
+    inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]], private_keys: bool = True
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows of `<stem>_reward_profiling.jsonl` (one per task with rollouts) and of `<stem>_agent_metrics.json`
     (one per agent name) for materialized rows and their rollouts, both keyed by (task, rollout); see the module
-    docstring for the fields. `rollouts` must be sorted by key; every rollout's pair is in `inputs`."""
-    fields = {pair: numeric_fields(rollout) for pair, rollout in rollouts.items()}
+    docstring for the fields. `rollouts` must be sorted by key; every rollout's pair is in `inputs`. `private_keys`
+    False: `_`-prefixed fields are not profiled (NeMo Gym 0.7.0; 0.4.0 profiles all but the two indices)."""
+    fields = {pair: numeric_fields(rollout, private_keys) for pair, rollout in rollouts.items()}
     field_order = list(dict.fromkeys(k for f in fields.values() for k in f))
     expected: dict[int, int] = defaultdict(int)
     for task, _ in inputs:
@@ -141,7 +145,7 @@ def profile_groups(
                 "expected_num_rollouts": expected[task],
                 "missing_num_rollouts": expected[task] - len(pairs),
                 "reward_profile_completion_pct": 100.0 * len(pairs) / expected[task],
-                "rollout_infos": [_rollout_info(p, rollouts[p]) for p in pairs],
+                "rollout_infos": [_rollout_info(p, rollouts[p], private_keys) for p in pairs],
             }
         )
     agent_rows = [

@@ -1,16 +1,18 @@
-"""`ng_reward_profile`: NeMo Gym 0.4.0's reward-profile command (its `ng_reward_profile`, `gym eval profile`), with
-its parameters and its output files, computed with `nemo_gym.env.metrics.describe` (the statistics of `ng_profile`).
+"""`ng_reward_profile`: NeMo Gym's reward-profile command (its `ng_reward_profile`, `gym eval profile`), with its
+parameters and its output files, as NeMo Gym 0.7.0 writes them (`+nemo_gym_version=0.4.0`: as 0.4.0 writes them),
+computed with `nemo_gym.env.metrics.describe` (the statistics of `ng_profile`).
 
-Parameters (NeMo Gym 0.4.0's `RewardProfileConfig`):
+Parameters (NeMo Gym's `RewardProfileConfig`):
     materialized_inputs_jsonl_fpath  the collector's `<out>_materialized_inputs.jsonl`: one row per rollout as
                                      dispatched, with `_ng_task_index`, `_ng_rollout_index` and `agent_ref`
     rollouts_jsonl_fpath             the collector's output `<out>.jsonl`
     allow_partial_rollouts           profile the rollouts there are when some materialized rows have none
                                      (failed rollouts, an interrupted collection); else that is an error
+    nemo_gym_version                 0.7.0 (default) or 0.4.0: whose output files to write
 
 Input rows and rollouts are matched on (`_ng_task_index`, `_ng_rollout_index`). A rollout's numeric fields are
 its top-level numbers and booleans (as 0/1) with the numbers of `response.usage` merged over them, except the
-two indices. Outputs, next to the rollouts file `<dir>/<stem>.jsonl`:
+two indices (0.7.0: except every `_`-prefixed key). Outputs, next to the rollouts file `<dir>/<stem>.jsonl`:
 
     <stem>_reward_profiling.jsonl  one row per task with rollouts, by task index:
         _ng_task_index
@@ -22,18 +24,27 @@ two indices. Outputs, next to the rollouts file `<dir>/<stem>.jsonl`:
         rollout_infos                  per rollout, by index: rollout_id "<task>:<rollout>", the indices,
                                        reward, the usage numbers, then the rollout's numeric fields
     <stem>_agent_metrics.json      a list, one object per agent name (sorted): <stat>/<field> over all of
-                                   the agent's rollouts, and agent_ref {name}
+                                   the agent's rollouts, and agent_ref {name}; 0.7.0 adds the across-repeats
+                                   and coverage keys of `nemo_gym.upstream.repeat_metrics`
+    <stem>_repeat_level_metrics.json  (0.7.0) per agent and rollout index, statistics over the tasks
+                                   (`nemo_gym.upstream.repeat_metrics`)
+
+NeMo Gym 0.7.0's masked rollouts (`mask_sample: true`, e.g. a judge that failed) are left out of every statistic
+and counted (`coverage/*` of their agent; "Masked from quality metrics" printed); completion counts still include
+them. Agents are named by NeMo Gym 0.7.0's run labels: the agent's name, or its environment server's
+(`_ng_environment_server`) when several front it.
 
 Statistics over the values a field has in the group (fields a rollout lacks are skipped, as pandas skips NaN):
 `std` is the sample standard deviation (divides by n - 1); a group of one rollout has std 0.0 for each of its
 fields, and a field with one value among several rollouts has no std key (NeMo Gym: `DataFrame.std`, ddof=1,
 whose NaNs it replaces by 0 only when the whole group has no std). Numbers are floats (NeMo Gym writes
 `max/input_tokens` 244 as 244.0); means are exact sums, so they may differ from pandas's in the last bits
-(tests/test_reward_profile_parity.py compares with a relative tolerance of 1e-12).
+(tests/test_reward_profile_parity.py and tests/test_nemo_gym07.py compare with a relative tolerance of 1e-12).
 
-Differences from NeMo Gym 0.4.0: a bad row is a `DataError` naming `file:line` (a missing index or `agent_ref`,
+Differences from NeMo Gym: a bad row is a `DataError` naming `file:line` (a missing index or `agent_ref`,
 a duplicate rollout key, a rollout without a numeric reward; NeMo Gym raises KeyError or counts a missing
-reward out); no W&B histograms (NeMo Gym drops them before writing too).
+reward out); no W&B histograms (NeMo Gym drops them before writing too); a task sent to several agents (0.7.0's
+fan-out, profiled per (task, agent) there) is a `DataError`.
 """
 
 from __future__ import annotations
@@ -41,18 +52,27 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.env.metrics import Pair, is_number, profile_groups
+from nemo_gym.env.metrics import MASK_SAMPLE_KEY, Pair, is_number, numeric_fields, profile_groups
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, replace_atomically, write_jsonl
+from nemo_gym.upstream.repeat_metrics import across_repeats, coverage_metrics, repeat_level_metrics
 
-__all__ = ["RewardProfileConfig", "RewardProfile", "reward_profile", "reward_profile_main", "output_paths"]
+__all__ = [
+    "RewardProfileConfig",
+    "RewardProfile",
+    "reward_profile",
+    "reward_profile_main",
+    "output_paths",
+    "repeat_level_metrics_path",
+]
 
 MAX_LISTED = 10
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"  # NeMo Gym 0.7.0's collector: the environment server of a row
 
 
 class RewardProfileConfig(BaseModel):
@@ -78,6 +98,13 @@ class RewardProfileConfig(BaseModel):
             " missing_num_rollouts)"
         ),
     )
+    nemo_gym_version: Literal["0.7.0", "0.4.0"] = Field(
+        "0.7.0",
+        description=(
+            "whose output to write: 0.7.0 (masked rollouts left out and counted, repeat-level metrics,"
+            " across-repeats and coverage keys) or 0.4.0 (its two files, every rollout profiled)"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -92,29 +119,42 @@ class RewardProfile:
     tasks_complete: int
     tasks_partial: int
     tasks_without_rollouts: int
+    repeat_level_metrics_fpath: Path | None = None  # NeMo Gym 0.7.0's output only
+    masked_rollouts: int | None = None  # NeMo Gym 0.7.0's output only
 
     def format(self) -> str:
         pct = 100.0 * self.completed_rollouts / self.expected_rollouts if self.expected_rollouts else 100.0
-        return "\n".join(
-            [
-                (
-                    f"Reward profile completion: {self.completed_rollouts}/{self.expected_rollouts} rollout rows"
-                    f" ({pct:.2f}%)"
-                ),
-                (
-                    f"Input rows: {self.tasks} total; {self.tasks_complete} complete; {self.tasks_partial} partial; "
-                    f"{self.tasks_without_rollouts} without rollouts dropped from output."
-                ),
-                f"Reward profiling outputs: {self.profiling_fpath}",
-                f"Agent-level metrics: {self.agent_metrics_fpath}",
-            ]
-        )
+        lines = [
+            f"Reward profile completion: {self.completed_rollouts}/{self.expected_rollouts} rollout rows ({pct:.2f}%)",
+            (
+                f"Input rows: {self.tasks} total; {self.tasks_complete} complete; {self.tasks_partial} partial; "
+                f"{self.tasks_without_rollouts} without rollouts dropped from output."
+            ),
+        ]
+        if self.masked_rollouts is not None:
+            lines.append(
+                f"Masked from quality metrics: {self.masked_rollouts} rollout rows (kept in completion accounting"
+                " above)."
+            )
+        lines += [
+            f"Reward profiling outputs: {self.profiling_fpath}",
+            f"Agent-level metrics: {self.agent_metrics_fpath}",
+        ]
+        if self.repeat_level_metrics_fpath is not None:
+            lines.append(f"Repeat-level metrics: {self.repeat_level_metrics_fpath}")
+        return "\n".join(lines)
 
 
 def output_paths(rollouts_jsonl_fpath: str | Path) -> tuple[Path, Path]:
     """`<stem>_reward_profiling.jsonl` and `<stem>_agent_metrics.json` next to the rollouts file."""
     path = Path(rollouts_jsonl_fpath)
     return path.with_name(f"{path.stem}_reward_profiling.jsonl"), path.with_name(f"{path.stem}_agent_metrics.json")
+
+
+def repeat_level_metrics_path(rollouts_jsonl_fpath: str | Path) -> Path:
+    """`<stem>_repeat_level_metrics.json` next to the rollouts file (NeMo Gym 0.7.0's third output)."""
+    path = Path(rollouts_jsonl_fpath)
+    return path.with_name(f"{path.stem}_repeat_level_metrics.json")
 
 
 def _index(path: str, what: str, hint: str) -> dict[Pair, tuple[int, dict[str, Any]]]:
@@ -173,16 +213,87 @@ def _load(cfg: RewardProfileConfig) -> tuple[dict[Pair, dict[str, Any]], dict[Pa
     return {p: row for p, (_, row) in inputs.items()}, {p: row for p, (_, row) in sorted(rollouts.items())}
 
 
+def _run_labels(inputs: dict[Pair, dict[str, Any]]) -> dict[Pair, str]:
+    """Per rollout, the name its rows are grouped under: its agent's name, or (NeMo Gym 0.7.0's `label_runs`) the
+    environment server (`_ng_environment_server`) that ran it when several environment servers front that agent or
+    a name would repeat."""
+    run_of = {pair: row.get(ENVIRONMENT_SERVER_KEY) or row["agent_ref"]["name"] for pair, row in inputs.items()}
+    agent_of_run = {run_of[pair]: row["agent_ref"]["name"] for pair, row in inputs.items()}
+    runs_of_agent: dict[str, set[str]] = defaultdict(set)
+    for run, agent in agent_of_run.items():
+        runs_of_agent[agent].add(run)
+    labels = {run: agent if len(runs_of_agent[agent]) == 1 else run for run, agent in agent_of_run.items()}
+    while clashing := [r for r, label in labels.items() if label != r and list(labels.values()).count(label) > 1]:
+        labels.update({run: run for run in clashing})
+    return {pair: labels[run] for pair, run in run_of.items()}
+
+
+def _check_single_run_per_task(inputs: dict[Pair, dict[str, Any]], labels: dict[Pair, str], path: str) -> None:
+    runs: dict[int, set[str]] = defaultdict(set)
+    for (task, _), label in labels.items():
+        runs[task].add(label)
+    fanned = sorted(task for task, names in runs.items() if len(names) > 1)
+    if fanned:
+        raise DataError(
+            f"{path}: task {fanned[0]} (and {len(fanned) - 1} more) was sent to several agents"
+            f" ({sorted(runs[fanned[0]])}); NeMo Gym 0.7.0 profiles such fan-out per (task, agent), which our"
+            " ng_reward_profile does not: profile each agent's rows on their own"
+        )
+
+
+def _profile_07(
+    cfg: RewardProfileConfig, inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], set[Pair]]:
+    """NeMo Gym 0.7.0's profile: task rows, agent rows (with across-repeats and coverage keys), repeat rows, and the
+    masked rollouts (`mask_sample`, left out of every statistic; 0.7.0's `select_measured`)."""
+    labels = _run_labels(inputs)
+    _check_single_run_per_task(inputs, labels, cfg.materialized_inputs_jsonl_fpath)
+    masked = {pair for pair, rollout in rollouts.items() if rollout.get(MASK_SAMPLE_KEY)}
+    measured = {p: {k: v for k, v in r.items() if k != MASK_SAMPLE_KEY} for p, r in rollouts.items() if p not in masked}
+    measured_inputs = {pair: row for pair, row in inputs.items() if pair not in masked}
+    for pair, label in labels.items():  # agent rows are named by label (0.7.0: agent_name from rollout_run_labels)
+        if pair in measured_inputs:
+            measured_inputs[pair] = {**measured_inputs[pair], "agent_ref": {"name": label}}
+    task_rows, agent_rows = profile_groups(measured_inputs, measured, private_keys=False)
+    first_of_task: dict[int, Pair] = {}
+    for pair in measured:  # sorted: a task's first measured rollout
+        first_of_task.setdefault(pair[0], pair)
+    for row in task_rows:  # the sample keeps its own row's agent_ref
+        pair = first_of_task[row[TASK_INDEX_KEY]]
+        row["sample"] = {k: v for k, v in inputs[pair].items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
+    fields = {pair: numeric_fields(rollout, private_keys=False) for pair, rollout in measured.items()}
+    repeat_rows = repeat_level_metrics(fields, {pair: labels[pair] for pair in measured})
+    extra = across_repeats(repeat_rows)
+    for row in agent_rows:
+        row |= extra.get(row["agent_ref"]["name"], {})
+    pairs_of_agent: dict[str, list[Pair]] = defaultdict(list)
+    for pair in rollouts:
+        pairs_of_agent[inputs[pair]["agent_ref"]["name"]].append(pair)
+    coverage = {name: c for name, pairs in pairs_of_agent.items() if (c := coverage_metrics(pairs, masked))}
+    for row in agent_rows:
+        row |= coverage.pop(row["agent_ref"]["name"], {})
+    agent_rows += [{"agent_ref": {"name": name}, **c} for name, c in coverage.items()]
+    return task_rows, agent_rows, repeat_rows, masked
+
+
 def reward_profile(cfg: RewardProfileConfig) -> RewardProfile:
-    """Write `<stem>_reward_profiling.jsonl` and `<stem>_agent_metrics.json` (module docstring) and return the counts.
+    """Write `<stem>_reward_profiling.jsonl`, `<stem>_agent_metrics.json` and (NeMo Gym 0.7.0's output)
+    `<stem>_repeat_level_metrics.json` (module docstring) and return the counts.
 
     Raises:
-        DataError: a bad line in either file (`file:line:`), rollouts without a materialized row, or (without
-            `allow_partial_rollouts`) materialized rows without a rollout.
+        DataError: a bad line in either file (`file:line:`), rollouts without a materialized row, (without
+            `allow_partial_rollouts`) materialized rows without a rollout, or (0.7.0) a task sent to several agents.
     """
     inputs, rollouts = _load(cfg)
-    task_rows, agent_rows = profile_groups(inputs, rollouts)
     profiling_fpath, agent_metrics_fpath = output_paths(cfg.rollouts_jsonl_fpath)
+    extra: dict[str, Any] = {}
+    if cfg.nemo_gym_version == "0.4.0":
+        task_rows, agent_rows = profile_groups(inputs, rollouts)
+    else:
+        task_rows, agent_rows, repeat_rows, masked = _profile_07(cfg, inputs, rollouts)
+        extra = {"repeat_level_metrics_fpath": repeat_level_metrics_path(cfg.rollouts_jsonl_fpath)}
+        extra["masked_rollouts"] = len(masked)
+        replace_atomically(extra["repeat_level_metrics_fpath"], orjson.dumps(repeat_rows))
     write_jsonl(profiling_fpath, task_rows)
     replace_atomically(agent_metrics_fpath, orjson.dumps(agent_rows))  # one line, as NeMo Gym writes it
     expected: dict[int, int] = defaultdict(int)
@@ -200,6 +311,7 @@ def reward_profile(cfg: RewardProfileConfig) -> RewardProfile:
         tasks_complete=sum(1 for t, n in expected.items() if completed.get(t) == n),
         tasks_partial=sum(1 for t, n in expected.items() if 0 < completed.get(t, 0) < n),
         tasks_without_rollouts=sum(1 for t in expected if t not in completed),
+        **extra,
     )
 
 
