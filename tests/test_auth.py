@@ -192,3 +192,31 @@ def test_refused_uploads_get_their_401_over_real_http():
             == 401
         )
         assert client.get("/tools", headers={TOKEN_HEADER: TOKEN}).status_code == 200
+
+
+def test_nemo_gym_07_probe_routes_need_no_token():
+    """NeMo Gym 0.7.0's probe routes on our servers and head, without the token (they hold no data): a server's
+    `/readyz` and `/healthz` as its `/health`, `/livez` and `/` liveness; the head's `/readyz` and `/healthz` 503
+    until ng_run marks the run ready (every server healthy), as 0.7.0's head answers."""
+    with TestClient(Echo().build_app(run_token=TOKEN)) as client:
+        for path in ("/readyz", "/healthz"):
+            assert (
+                client.get(path).json()
+                == client.get("/health").json()
+                == {
+                    "status": "ok",
+                    "name": "server",
+                    "server_type": "resources_servers",
+                }
+            )
+        for path in ("/livez", "/"):
+            assert client.get(path).json() == {"status": "ok"}
+    app = build_head_app(run_token=TOKEN)
+    with TestClient(app) as client:
+        for path in ("/readyz", "/healthz"):
+            answer = client.get(path)
+            assert (answer.status_code, answer.json()) == (503, {"status": "starting"})
+        assert client.get("/livez").json() == client.get("/").json() == {"status": "ok"}
+        app.state.ready = True
+        assert [client.get(p).json() for p in ("/readyz", "/healthz")] == [{"status": "ok"}] * 2
+        assert client.get("/servers").status_code == 401  # the rest still needs the token

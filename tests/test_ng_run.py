@@ -132,6 +132,8 @@ def test_servers_refuse_calls_without_the_run_token():
         servers = httpx.get(f"{head}/servers", headers=auth(head)).json()
         for url in [head, *(s["url"] for s in servers)]:
             assert httpx.get(f"{url}/health").status_code == 200  # liveness stays open
+            for path in ["/readyz", "/healthz", "/livez", "/"]:  # NeMo Gym 0.7.0's probes: the run is ready
+                assert httpx.get(f"{url}{path}").json()["status"] == "ok", (url, path)
             for path in ["/servers", "/openapi.json", "/tools", "/v1/models"]:
                 assert httpx.get(f"{url}{path}").status_code == 401, (url, path)
                 assert httpx.get(f"{url}{path}", headers={TOKEN_HEADER: "not-the-token"}).status_code == 401

@@ -389,6 +389,7 @@ class Run:
             await self.start_head()
             await self.start_servers()
             self.write_state()
+            self.head_app.state.ready = True  # the head's /readyz answers 200 from here on
             self.print_ready(time.monotonic() - start)
             return await self.monitor()
         except ServerStartError as exc:

@@ -70,7 +70,8 @@ ALLOWED_PEERS_FILE = "allowed_peers.json"  # in the run's folder: {"pids": [...]
 SAME_USER_ENV = "NEMO_GYM_ALLOW_SAME_USER"  # "1": ng_run +allow_same_user=true
 _BROWSER_HEADERS = frozenset({b"origin", b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest"})
 TOKEN_FILE_NAME = "token"
-OPEN_PATHS = frozenset({"/health"})  # liveness only: no data, so it needs no token
+# liveness and readiness only (NeMo Gym 0.7.0's probe routes too): no data, so they need no token
+OPEN_PATHS = frozenset({"/health", "/healthz", "/readyz", "/livez", "/"})
 DRAIN_LIMIT_BYTES = 1 << 20  # body of a refused request read (and dropped) before answering 401; beyond it, close
 
 _process_token: str | None = None

@@ -186,10 +186,24 @@ def build_head_app(run_token: str | None = None, peers: PeerPolicy | None = None
         RunTokenAuth, token=run_token, peers=peers
     )  # outermost: nothing runs for a caller without the token
     app.state.servers = ServerRegistry()
+    app.state.ready = False  # set by ng_run once every server of the run answers its health route
 
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "name": "head", "server_type": "head"}
+
+    # NeMo Gym 0.7.0's probe routes: liveness, and readiness (503 until every server of the run is ready)
+    @app.get("/livez", include_in_schema=False)
+    @app.get("/", include_in_schema=False)
+    async def live() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    @app.get("/healthz", include_in_schema=False)
+    async def ready() -> JSONResponse:
+        if not app.state.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     components: dict[str, Any] = {}
     add_components(app, components)

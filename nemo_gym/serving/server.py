@@ -186,10 +186,17 @@ class BaseServer:
         add_components(app, self.openapi_components)
 
         @app.get("/health")
+        @app.get("/healthz", include_in_schema=False)  # NeMo Gym 0.7.0's probe routes: readiness
+        @app.get("/readyz", include_in_schema=False)
         async def health() -> JSONResponse:
             if not self.ready:
                 return JSONResponse({"status": "starting"}, status_code=503)
             return JSONResponse({"status": "ok", "name": self.name, "server_type": self.server_type})
+
+        @app.get("/livez", include_in_schema=False)  # NeMo Gym 0.7.0's probe routes: liveness
+        @app.get("/", include_in_schema=False)
+        async def live() -> dict:
+            return {"status": "ok"}
 
         @app.post("/close_session")
         async def close_session(request: Request) -> dict:
