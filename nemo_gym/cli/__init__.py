@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from nemo_gym.commands import COMMANDS, dispatch, main, unknown_command
 
-__all__ = ["COMMANDS", "main", "dispatch", "ng", "unknown_command"]
+__all__ = ["COMMANDS", "main", "dispatch", "gym", "ng", "unknown_command"]
 
 
 def _entry(name: str) -> Callable[[], None]:
@@ -26,7 +26,11 @@ def _entry(name: str) -> Callable[[], None]:
             # ignores SIGINT: every ng_ command documents Ctrl-C / SIGINT as its stop, so it gets KeyboardInterrupt
             # back.
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.exit(main(name))
+        if name in COMMANDS:
+            sys.exit(main(name))
+        from nemo_gym.cli import legacy  # NeMo Gym 0.7.0's commands that are not in COMMANDS
+
+        sys.exit(legacy.run(name))
 
     entry.__name__ = f"ng_{name}"
     return entry
@@ -34,11 +38,23 @@ def _entry(name: str) -> Callable[[], None]:
 
 def __getattr__(name: str) -> Callable[[], None]:
     """`ng_<command>`: the console-script entry of a command of COMMANDS (`from nemo_gym.cli import ng_run`)."""
-    if name.startswith("ng_") and name.removeprefix("ng_") in COMMANDS:
+    from nemo_gym.cli.legacy import LEGACY_COMMANDS
+
+    if name.startswith("ng_") and (name.removeprefix("ng_") in COMMANDS or name.removeprefix("ng_") in LEGACY_COMMANDS):
         return _entry(name.removeprefix("ng_"))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ng() -> None:
-    """`ng <command> +key=value ...`: any ng_* command by name, with a suggestion for an unknown one."""
-    sys.exit(dispatch(sys.argv[1:]))
+    """`ng <command> +key=value ...`: any ng_* command by name, with a suggestion for an unknown one; or NeMo Gym
+    0.7.0's `ng <group> <action> ...` (`nemo_gym.cli.gym_router`)."""
+    from nemo_gym.cli.gym_router import ng_main
+
+    sys.exit(ng_main(sys.argv[1:]))
+
+
+def gym() -> None:
+    """`gym <group> <action> [flags] [+key=value ...]`: NeMo Gym 0.7.0's command router over our commands."""
+    from nemo_gym.cli.gym_router import gym_main
+
+    sys.exit(gym_main(sys.argv[1:]))

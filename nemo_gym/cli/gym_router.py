@@ -1,0 +1,405 @@
+"""`gym` and `ng`: NeMo Gym 0.7.0's command router (`gym <group> <action> [flags] [+key=value ...]`) over our
+commands. Each supported subcommand runs the `ng_*` command 0.7.0's `nemo_gym/cli/legacy.py` maps to it, with
+0.7.0's flags translated into our `+key=value` parameters (`nemo_gym.cli.gym_flags`) and any `+key=value` given
+passed on as is. `gym --help` lists the supported subcommands and, below, those we do not support and why; running
+one of them exits 2 with that reason. `ng <command> ...` (one of our own command names) still runs that command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from nemo_gym.cli import legacy
+from nemo_gym.cli.gym_flags import (
+    CONFIG,
+    JSON,
+    MODEL_FLAGS,
+    SEARCH_DIR,
+    SELECTORS,
+    Flag,
+    GymUsageError,
+    bool_flag,
+    merge_config_paths,
+    refused,
+    value_flag,
+)
+from nemo_gym.commands import dispatch
+from nemo_gym.commands import main as run_command
+
+__all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A supported subcommand: the command it runs (a name, or chosen from the parsed flags) and its flags."""
+
+    summary: str
+    command: str | Callable[[argparse.Namespace], str]
+    flags: tuple[Flag, ...] = ()
+
+
+_NO_HEALTH = "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file)"
+RESOURCES_SERVER = Flag(
+    lambda p: p.add_argument("--resources-server", metavar="NAME", help="Name of the resources server."),
+    lambda a: [f"+entrypoint=resources_servers/{a.resources_server}"] if a.resources_server else [],
+)
+STORAGE = Flag(lambda p: p.add_argument("--storage", choices=("hf", "gitlab"), default="hf", help="Storage backend."))
+OUTPUT = value_flag("output", "output_jsonl_fpath", "Output JSONL file.", aliases=("-o",))
+
+
+def _hf_only_refused(name: str) -> Flag:
+    return refused(name, "nemo_gym's Hugging Face dataset commands upload/download one JSONL file of a repo")
+
+
+EVAL_RUN_FLAGS = (
+    CONFIG,
+    *SELECTORS,
+    SEARCH_DIR,
+    Flag(lambda p: p.add_argument("--no-serve", action="store_true", help="Collect against running servers.")),
+    bool_flag("resume", "resume", "Resume from earlier rollouts (our default: +resume=true)."),
+    value_flag("agent", "agent_name", "Agent to collect rollouts with.", aliases=("-a",)),
+    value_flag("input", "input_jsonl_fpath", "Input tasks JSONL file.", aliases=("-i",)),
+    OUTPUT,
+    value_flag("limit", "limit", "Maximum number of tasks to run."),
+    value_flag("num-repeats", "num_repeats", "Number of rollouts per task."),
+    value_flag("concurrency", "num_samples_in_parallel", "Maximum number of concurrent samples."),
+    value_flag("split", "split", "Dataset split to use (train, validation, or benchmark)."),
+    *MODEL_FLAGS,
+    value_flag("temperature", "responses_create_params.temperature", "Sampling temperature."),
+    value_flag("top-p", "responses_create_params.top_p", "Nucleus sampling top-p."),
+    value_flag("max-output-tokens", "responses_create_params.max_output_tokens", "Maximum output tokens."),
+    refused("prompt-config", "apply the template first with `gym dataset render` (ng_materialize_prompts)"),
+    refused("interleave-repeats", "our collector dispatches every rollout at once", takes_value=False),
+    refused("disable-aggregation", "our collector always writes the aggregate metrics", takes_value=False),
+    refused("allow-unsupported-pairing", "nemo_gym has no agent/model pairing guards", takes_value=False),
+    refused("no-health-check", _NO_HEALTH, takes_value=False),
+    refused("health-check-workers", _NO_HEALTH),
+    refused("health-check-ignore", _NO_HEALTH),
+)
+
+
+def _eval_run_command(args: argparse.Namespace) -> str:
+    if args.no_serve:
+        if args.split is not None or any(getattr(args, f.replace("-", "_")) for f in ("config", "benchmark")):
+            raise GymUsageError("--no-serve collects --input through running servers: --split/--config do not apply")
+        return "collect_rollouts"
+    return "e2e_collect_rollouts"
+
+
+def _storage(hf: str, gitlab: str) -> Callable[[argparse.Namespace], str]:
+    return lambda args: hf if args.storage == "hf" else gitlab
+
+
+def _env_test_command(args: argparse.Namespace) -> str:
+    if args.onboarding_name:
+        raise GymUsageError("a workload name selects 0.7.0's manifest catalog, which nemo_gym does not have")
+    if args.all and args.resources_server:
+        raise GymUsageError("--all tests every resources server, so it cannot be combined with a named target")
+    if not (args.all or args.resources_server):
+        raise GymUsageError("requires a target: --resources-server NAME, or --all to test every resources server")
+    return "test_all" if args.all else "test"
+
+
+def _refuse_inspect(args: argparse.Namespace) -> list[str]:
+    if args.name and "=" in args.name:  # a `+key=value` taken for the name, as 0.7.0 passes it on
+        return [args.name]
+    if args.name:
+        raise GymUsageError("the inspect view (gym list benchmarks NAME) is not offered; --json lists every field")
+    return []
+
+
+_NO_INSPECT = Flag(lambda p: p.add_argument("name", nargs="?", metavar="NAME", help="(not supported)"), _refuse_inspect)
+_VALIDATE_NAME = Flag(
+    lambda p: p.add_argument("onboarding_name", nargs="?", metavar="NAME", help="(manifest workloads: not supported)"),
+    lambda a: (
+        []
+        if not a.onboarding_name
+        else [a.onboarding_name if "=" in a.onboarding_name else f"+onboarding_name={a.onboarding_name}"]
+    ),
+)
+
+ROUTES: dict[str, Route] = {
+    "list benchmarks": Route(
+        "List manifest-backed benchmarks (ng_list_benchmarks).",
+        "list_benchmarks",
+        (_NO_INSPECT, JSON, SEARCH_DIR),
+    ),
+    "dataset upload": Route(
+        "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
+        _storage("upload_dataset_to_hf", "upload_dataset_to_gitlab"),
+        (
+            STORAGE,
+            value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload.", aliases=("-i",)),
+            value_flag("name", "dataset_name", "Dataset name."),
+            value_flag("revision", "version", "Dataset version (GitLab)."),
+            _hf_only_refused("split"),
+            refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
+        ),
+    ),
+    "dataset download": Route(
+        "Download a dataset file from HF (default) or GitLab (ng_download_dataset_from_hf / _gitlab).",
+        _storage("download_dataset_from_hf", "download_dataset_from_gitlab"),
+        (
+            STORAGE,
+            value_flag("repo-id", "repo_id", "HF repo id, e.g. org/dataset (HF only)."),
+            value_flag("name", "dataset_name", "Dataset name (GitLab only)."),
+            value_flag("revision", "version", "Dataset version (GitLab only)."),
+            value_flag("artifact", "artifact_fpath", "Remote file to fetch."),
+            value_flag("output", "output_fpath", "Local destination file.", aliases=("-o",)),
+            _hf_only_refused("output-dir"),
+            _hf_only_refused("split"),
+        ),
+    ),
+    "dataset rm": Route(
+        "Delete a dataset from GitLab (ng_delete_dataset_from_gitlab).",
+        "delete_dataset_from_gitlab",
+        (value_flag("name", "dataset_name", "Name of the dataset to delete."),),
+    ),
+    "dataset migrate": Route(
+        "Move a dataset from GitLab to HF (ng_gitlab_to_hf_dataset).",
+        "gitlab_to_hf_dataset",
+        (
+            value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload to HF.", aliases=("-i",)),
+            value_flag("name", "dataset_name", "Dataset name."),
+            value_flag("revision", "version", "Dataset version (GitLab)."),
+            _hf_only_refused("split"),
+            refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
+        ),
+    ),
+    "dataset render": Route(
+        "Apply a prompt template to raw JSONL (ng_materialize_prompts).",
+        "materialize_prompts",
+        (
+            value_flag("input", "input_jsonl_fpath", "Raw input JSONL file.", aliases=("-i",)),
+            value_flag("prompt-config", "prompt_config", "Prompt template YAML to apply."),
+            OUTPUT,
+            SEARCH_DIR,
+        ),
+    ),
+    "dataset collate": Route(
+        "Validate and collate the datasets of a config (ng_prepare_data).",
+        "prepare_data",
+        (
+            CONFIG,
+            SELECTORS[2],
+            SELECTORS[3],
+            SEARCH_DIR,
+            value_flag("mode", "mode", "Data preparation mode.", choices=("train_preparation", "example_validation")),
+            value_flag("output-dir", "output_dirpath", "Output directory for the prepared data."),
+            bool_flag("download", "should_download", "Download source datasets before collating."),
+        ),
+    ),
+    "env init": Route(
+        "Scaffold a resources server (ng_init_resources_server).",
+        "init_resources_server",
+        (
+            RESOURCES_SERVER,
+            refused("environment", "manifest-backed scaffolds (0.7.0's environments/) are not offered"),
+            refused("benchmark", "manifest-backed scaffolds (0.7.0's benchmarks/) are not offered"),
+        ),
+    ),
+    "env resolve": Route("Print the resolved config (ng_dump_config).", "dump_config", (CONFIG, SEARCH_DIR)),
+    "env validate": Route(
+        "Check a config without starting servers (ng_validate).",
+        "validate",
+        (
+            _VALIDATE_NAME,
+            bool_flag("strict", "strict", "Fail instead of warning on values left undefined."),
+            CONFIG,
+            *SELECTORS,
+            SEARCH_DIR,
+            *MODEL_FLAGS,
+        ),
+    ),
+    "env packages": Route(
+        "List the packages of a resources server's environment (ng_pip_list).",
+        "pip_list",
+        (
+            RESOURCES_SERVER,
+            bool_flag("outdated", "outdated", "List only outdated packages."),
+            Flag(
+                lambda p: p.add_argument(
+                    "--json", action="store_true", default=argparse.SUPPRESS, help="Output the package list as JSON."
+                ),
+                lambda a: ["+format=json"] if getattr(a, "json", False) else [],
+            ),
+        ),
+    ),
+    "env test": Route(
+        "Test a resources server, or all of them (ng_test / ng_test_all).",
+        _env_test_command,
+        (
+            Flag(lambda p: p.add_argument("onboarding_name", nargs="?", metavar="NAME", help="(not supported)")),
+            RESOURCES_SERVER,
+            Flag(lambda p: p.add_argument("--all", action="store_true", help="Test every resources server.")),
+        ),
+    ),
+    "env start": Route("Start the servers (ng_run).", "run", (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS)),
+    "env status": Route("Print the server status (ng_status).", "status", (JSON,)),
+    "eval prepare": Route(
+        "Prepare benchmark data: not supported, says why (ng_prepare_benchmark).",
+        "prepare_benchmark",
+        (CONFIG, SELECTORS[0], SEARCH_DIR),
+    ),
+    "eval run": Route(
+        "Prepare data, start servers and collect rollouts (ng_e2e_collect_rollouts); --no-serve: collect only"
+        " (ng_collect_rollouts).",
+        _eval_run_command,
+        EVAL_RUN_FLAGS,
+    ),
+    "eval aggregate": Route(
+        "Merge rollout shards and write their aggregate metrics (ng_aggregate_rollouts).",
+        "aggregate_rollouts",
+        (
+            refused("config", "the metrics come from the running ng_run's agents (or local statistics), not a config"),
+            value_flag("input-glob", "input_glob", "Glob(s) of the rollout shards.", aliases=("-i",)),
+            value_flag("output", "output_jsonl_fpath", "Merged rollouts file.", aliases=("-o",)),
+            refused("no-health-check", _NO_HEALTH, takes_value=False),
+            refused("health-check-workers", _NO_HEALTH),
+            refused("health-check-ignore", _NO_HEALTH),
+        ),
+    ),
+    "eval profile": Route(
+        "Reward profile from rollouts (ng_reward_profile).",
+        "reward_profile",
+        (
+            value_flag("inputs", "materialized_inputs_jsonl_fpath", "Materialized inputs JSONL."),
+            value_flag("rollouts", "rollouts_jsonl_fpath", "Rollouts JSONL."),
+        ),
+    ),
+    "dev test": Route("Run the core tests with coverage (ng_dev_test).", "dev_test"),
+}
+
+_CATALOG = "0.7.0's component catalog (manifests and its install root's folders) is not part of nemo_gym"
+UNSUPPORTED: dict[str, str] = {
+    "list environments": _CATALOG,
+    "list agents": _CATALOG,
+    "list models": _CATALOG + " (ng_models lists models to train or serve)",
+    "list resources-servers": _CATALOG,
+    "search": _CATALOG,
+    "env schema": "nemo_gym's resources servers declare no task-data JSON Schema",
+    "env publish": "manifest publication checks need 0.7.0's manifest catalog",
+    "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
+    "eval health-check": _NO_HEALTH,
+    "eval export": "ATIF trajectory export is not implemented",
+    "eval reverify": "use ng_group_verify to score collected rollouts again",
+    "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
+    "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
+}
+GROUPS = {
+    "list": "List available components (benchmarks).",
+    "dataset": "Manage datasets.",
+    "env": "Develop and run environments.",
+    "eval": "Run evaluations.",
+    "dev": "Contributor helpers.",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """exit status 2 with the message, as argparse, for our own usage errors too."""
+
+
+def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
+    """0.7.0's parser, with the supported subcommands only (the others are listed in the epilog)."""
+    epilog = "not supported (exit 2):\n" + "\n".join(f"  {prog} {k}: {why}" for k, why in UNSUPPORTED.items())
+    parser = _Parser(prog=prog, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="store_true", help="Show the nemo_gym version and exit (ng_version).")
+    parser.add_argument("--json", action="store_true", help="With --version: output JSON.")
+    parser.set_defaults(_parser=parser, _route=None)
+    top = parser.add_subparsers(metavar="{" + ",".join(GROUPS) + "}")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for name, route in ROUTES.items():
+        group, action = name.split()
+        if group not in groups:
+            group_parser = top.add_parser(group, help=GROUPS[group], description=GROUPS[group])
+            group_parser.set_defaults(_parser=group_parser)
+            groups[group] = group_parser.add_subparsers(metavar="ACTION")
+        leaf = groups[group].add_parser(action, help=route.summary, description=route.summary)
+        leaf.set_defaults(_route=route, _parser=leaf)
+        for flag in route.flags:
+            flag.register(leaf)
+    return parser
+
+
+def _unsupported(argv: list[str], prog: str) -> str | None:
+    words = [a for a in argv if not a.startswith("-")][:2]
+    for key in (" ".join(words), words[0] if words else ""):
+        if key in UNSUPPORTED:
+            return f"{prog}: `{prog} {key}` is not supported: {UNSUPPORTED[key]}"
+    return None
+
+
+@contextmanager
+def _extra_roots(search_dirs: list[str] | None):
+    """`--search-dir`s first in `$NEMO_GYM_EXTRA_ROOTS` while the command runs (as 0.7.0 passes them on)."""
+    before = os.environ.get("NEMO_GYM_EXTRA_ROOTS")
+    if search_dirs:
+        os.environ["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join([*search_dirs, *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if search_dirs and before is None:
+            del os.environ["NEMO_GYM_EXTRA_ROOTS"]
+        elif search_dirs:
+            os.environ["NEMO_GYM_EXTRA_ROOTS"] = before
+
+
+def run_named(name: str, argv: list[str]) -> int:
+    """Run our command `name` (one of COMMANDS or the legacy ones) with `argv`."""
+    return legacy.run(name, argv) if name in legacy.LEGACY_COMMANDS else run_command(name, argv)
+
+
+def gym_main(argv: list[str], prog: str = "gym") -> int:
+    """`gym <group> <action> [flags] [+key=value ...]`. Returns the exit status (2: a usage error or a subcommand
+    we do not support)."""
+    message = _unsupported(argv, prog)
+    if message:
+        print(message, file=sys.stderr)
+        return 2
+    parser = build_parser(prog)
+    try:
+        args, overrides = parser.parse_known_args(argv)
+        unknown = [token for token in overrides if token.startswith("-")]
+        if unknown:
+            args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.version:
+            return run_command("version", ["+json=true"] if args.json else [])
+        route: Route | None = args._route
+        if route is None:
+            args._parser.print_help()
+            return 1
+        if args.json and not any("--json" in a.option_strings for a in args._parser._actions):
+            args._parser.error("--json applies to --version and to reporting commands (list benchmarks, env status)")
+        translated = [token for flag in route.flags for token in flag.translate(args)]
+        name = route.command(args) if callable(route.command) else route.command
+    except GymUsageError as exc:
+        args._parser.print_usage(sys.stderr)
+        print(f"{args._parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse's own exit (--help: 0, a usage error: 2)
+        return int(exc.code or 0)
+    with _extra_roots(getattr(args, "search_dir", None)):
+        return run_named(name, merge_config_paths(translated + overrides))
+
+
+def ng_main(argv: list[str]) -> int:
+    """`ng`: 0.7.0's `gym` subcommands (`ng eval run ...`), or one of our commands by name (`ng run ...`,
+    `ng_run`, `nemo_gym_run`) as before; with no arguments or `--help`, our command list, then `gym --help`'s
+    pointer."""
+    first = argv[0] if argv else "--help"
+    if first in GROUPS or first in UNSUPPORTED or first in ("--version", "--json"):
+        return gym_main(argv, prog="ng")
+    name = first.removeprefix("nemo_gym_").removeprefix("ng_")
+    if name in legacy.LEGACY_COMMANDS:
+        return legacy.run(name, argv[1:])
+    status = dispatch(argv)
+    if first in ("--help", "-h") or not argv:
+        for command in legacy.LEGACY_COMMANDS.values():
+            print(f"  ng_{command.name:<22} {command.summary}")
+        print("NeMo Gym 0.7.0's subcommands (ng eval run, ng env start, ...): see gym --help")
+    return status

@@ -1,0 +1,120 @@
+"""The `ng_*` commands of NeMo Gym 0.7.0 that have no twin in `nemo_gym.commands.COMMANDS`, declared the same way
+(`Command`: name, summary, options model, main; `+help=true` prints the parameters) and run by `run`:
+
+| command | 0.7.0's `gym` form | here |
+|---|---|---|
+| ng_aggregate_rollouts | eval aggregate | `nemo_gym.collect.aggregate_rollouts` |
+| ng_e2e_collect_rollouts | eval run | `nemo_gym.cli.e2e` |
+| ng_list_benchmarks | list benchmarks | `nemo_gym.datasets.benchmarks` |
+| ng_materialize_prompts | dataset render | `nemo_gym.datasets.prompts` |
+| ng_prepare_benchmark | eval prepare | refused with the reason (`nemo_gym.datasets.benchmarks`) |
+| ng_reinstall | (none) | `uv sync --extra dev`, as 0.7.0 runs it |
+| ng_validate | env validate | `nemo_gym.cli.validate` |
+
+They live in the cli package (not in `nemo_gym.commands`) because they join core commands to the extras (datasets,
+prompts) or exist only for NeMo Gym 0.7.0's users; background runs and team jobs do not run them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from nemo_gym.commands import HELP_FLAGS, Command, NoOptions, format_help, parse_options
+from nemo_gym.errors import ConfigError, NemoGymError
+
+__all__ = ["LEGACY_COMMANDS", "reinstall_main", "run"]
+
+LEGACY_COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in [
+        Command(
+            "aggregate_rollouts",
+            "merge rollout shards (a glob) into one rollouts file and write its aggregate metrics (0.7.0's gym eval"
+            " aggregate)",
+            "nemo_gym.collect.aggregate_rollouts:AggregateRolloutsOptions",
+            "nemo_gym.collect.aggregate_rollouts:aggregate_rollouts_main",
+        ),
+        Command(
+            "e2e_collect_rollouts",
+            "prepare a split of the config's datasets, start its servers, collect rollouts, stop them (0.7.0's gym eval"
+            " run)",
+            "nemo_gym.collect.command:CollectConfig",
+            "nemo_gym.cli.e2e:e2e_main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "list_benchmarks",
+            "list NeMo Gym 0.7.0's manifest-backed benchmark folders under the search roots (0.7.0's gym list"
+            " benchmarks)",
+            "nemo_gym.datasets.benchmarks:ListBenchmarksOptions",
+            "nemo_gym.datasets.benchmarks:list_benchmarks_main",
+        ),
+        Command(
+            "materialize_prompts",
+            "apply a prompt template YAML to raw JSONL rows (0.7.0's gym dataset render)",
+            "nemo_gym.datasets.prompts:MaterializePromptsOptions",
+            "nemo_gym.datasets.prompts:materialize_main",
+        ),
+        Command(
+            "prepare_benchmark",
+            "not supported: 0.7.0's gym eval prepare runs a benchmark's own prepare.py (network, 0.7.0 internals)",
+            "nemo_gym.datasets.benchmarks:PrepareBenchmarkOptions",
+            "nemo_gym.datasets.benchmarks:prepare_benchmark_main",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
+            "reinstall",
+            "reinstall the project of the current directory with its dev extra: `uv sync --extra dev`, as 0.7.0 does",
+            "nemo_gym.commands:NoOptions",
+            "nemo_gym.cli.legacy:reinstall_main",
+        ),
+        Command(
+            "validate",
+            "check a config as ng_run would, without starting anything (0.7.0's gym env validate)",
+            "nemo_gym.orchestration.run:RunOptions",
+            "nemo_gym.cli.validate:validate_main",
+            strict=False,
+            takes_argv=True,
+        ),
+    ]
+}
+
+
+def reinstall_main(options: NoOptions) -> int:
+    """`ng_reinstall`: `uv sync --extra dev` in the current directory (NeMo Gym 0.7.0's command, run without a shell).
+    Returns uv's exit status.
+
+    Raises:
+        ConfigError: no pyproject.toml here, or no uv.
+    """
+    if not Path("pyproject.toml").is_file():
+        raise ConfigError(f"no pyproject.toml in {os.getcwd()}: run ng_reinstall in the project's folder")
+    uv = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if uv is None:
+        raise ConfigError("uv not found (next to this Python or on PATH): install it (pip install uv)")
+    print("ng_reinstall: uv sync --extra dev", file=sys.stderr)
+    return subprocess.run([uv, "sync", "--extra", "dev"], check=False).returncode
+
+
+def run(name: str, argv: list[str] | None = None) -> int:
+    """Run legacy command `name` with `argv` (default sys.argv[1:]), as `nemo_gym.commands.main` runs the others:
+    `+help=true` prints the parameters, a `NemoGymError` is one line on stderr and exit status 2, Ctrl-C is 130."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = LEGACY_COMMANDS[name]
+    try:
+        if any(arg.lower() in HELP_FLAGS for arg in argv):
+            print(format_help(command))
+            return 0
+        return command.main()(argv if command.takes_argv else parse_options(command, argv))
+    except NemoGymError as exc:
+        message = str(exc)
+        print(message if message.startswith("ng_") else f"ng_{name}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
