@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -449,3 +451,23 @@ def test_e2e_prepares_the_split_starts_the_servers_collects_and_stops_them(tmp_p
         ("collect", str(prepared), "http://127.0.0.1:1", 2),
         ("stop",),
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.long
+def test_gym_eval_run_prepares_serves_collects_and_stops_for_real(tmp_path):
+    """`gym eval run` end to end: string_match's train split prepared, ng_run started (the scripted policy), 2 tasks x
+    2 rollouts collected, ng_run stopped (about 10 s with the environments built)."""
+    out = tmp_path / "rollouts.jsonl"
+    argv = ["eval", "run", "--config", "resources_servers/string_match/configs/string_match.yaml", "--config"]
+    argv += ["responses_api_models/scripted_model/configs/scripted_model.yaml", "--split", "train", "--limit", "2"]
+    argv += ["--num-repeats", "2", "-o", str(out), "+progress=false"]
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "gym"), *argv], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len((tmp_path / "rollouts/preprocessed_datasets/train.jsonl").read_text().splitlines()) == 60
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(isinstance(r["reward"], float) for r in rows)
+    assert "ng_run: stopping servers" in (tmp_path / "rollouts.ng_run.log").read_text()
