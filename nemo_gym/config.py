@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from nemo_gym.config_directives import apply_config_directives
 from nemo_gym.errors import ConfigError
 from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 
@@ -134,18 +135,35 @@ def _read_yaml(path: Path, cited_from: str) -> DictConfig:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def _resolve_path(raw: str, relative_to: Path) -> Path:
+def _tree_root(yaml_path: Path) -> Path | None:
+    """The root of the server tree a YAML file belongs to (`<root>/<server_type>/<name>/configs/<file>.yaml`, e.g.
+    a NeMo Gym checkout or wheel), else None."""
+    parts = yaml_path.resolve().parts
+    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+        return None
+    return Path(*parts[:-4])
+
+
+def _resolve_path(raw: str, relative_to: Path, tree_root: Path | None = None) -> Path:
+    """A config path: absolute, or relative to `relative_to` (the citing file's folder, or the working directory),
+    to the citing file's server tree (NeMo Gym's config files name others from its install root:
+    `environment_servers/single_agent_turn_legacy/configs/single_agent_turn_legacy.yaml`), or to this repository."""
     path = Path(raw).expanduser()
     if path.is_absolute():
         return path
-    for base in (relative_to, REPO_ROOT):
-        if (base / path).exists():
+    for base in (relative_to, tree_root, REPO_ROOT):
+        if base is not None and (base / path).exists():
             return (base / path).resolve()
     return (relative_to / path).resolve()
 
 
 def _load_config_paths(
-    paths: Any, cited_from: str, base_dir: Path, seen: tuple[Path, ...], origins: dict[str, str]
+    paths: Any,
+    cited_from: str,
+    base_dir: Path,
+    seen: tuple[Path, ...],
+    origins: dict[str, str],
+    tree_root: Path | None = None,
 ) -> DictConfig:
     if isinstance(paths, str):
         paths = [paths]
@@ -153,7 +171,7 @@ def _load_config_paths(
         raise ConfigError(f"{cited_from}: config_paths must be a list of YAML paths, got {paths!r}")
     merged = OmegaConf.create({})
     for raw in paths:
-        path = _resolve_path(str(raw), base_dir)
+        path = _resolve_path(str(raw), base_dir, tree_root)
         if path in seen:
             raise ConfigError(f"{cited_from}: config_paths cycle: {' -> '.join(map(str, seen + (path,)))}")
         cfg = _read_yaml(path, cited_from)
@@ -161,8 +179,9 @@ def _load_config_paths(
         _anchor_sibling_server_folders(cfg, path)
         nested = cfg.pop("config_paths", None)
         if nested:
+            root = _tree_root(path) or tree_root
             merged = OmegaConf.merge(
-                merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins)
+                merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins, root)
             )
         for key in cfg:
             origins[str(key)] = str(path)
@@ -187,11 +206,8 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
     NeMo Gym checkout or the folders of NeMo Gym's wheel) names that tree's servers: each instance of it whose
     folder `<root>/<server_type>/<implementation>` exists runs from there (its `implementation_dir`, unless set),
     as NeMo Gym resolves a server folder next to its config. YAML files of this repository are left as they are."""
-    parts = yaml_path.resolve().parts
-    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
-        return
-    root = Path(*parts[:-4])
-    if root == REPO_ROOT:
+    root = _tree_root(yaml_path)
+    if root is None or root == REPO_ROOT:
         return
     for name, server_type, implementation, fields in instance_sections(OmegaConf.to_container(cfg, resolve=False)):
         folder = root / str(server_type) / str(implementation)
@@ -260,6 +276,7 @@ def load_config(
             reason = str(getattr(exc, "msg", None) or exc).splitlines()[0]
             raise ConfigError(f"<command line>: key {key!r}: {reason} (a list's items are numbered from 0)") from exc
     loaded = LoadedConfig(values={}, origins=origins)
+    apply_config_directives(merged, loaded.origin)  # NeMo Gym 0.7.0's _inherit_from, _copy, _delete_key
     _check_missing(merged, loaded)
     try:
         loaded.values = OmegaConf.to_container(merged, resolve=resolve)  # type: ignore[assignment]

@@ -36,6 +36,8 @@ __all__ = [
 TASK_INDEX_KEY = "_ng_task_index"  # a row's index in the collection's input file (0-based), as NeMo Gym writes it
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"  # which of the task's repeats (0-based)
 AGENT_REF_KEY = "agent_ref"  # `{"name": <agent instance>}`: the agent that runs the row
+# the environment server (NeMo Gym 0.7.0) a row was sent to, in front of its agent, as NeMo Gym's collector stamps it
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
 
 
 def _describe(value: Any) -> str:

@@ -220,3 +220,14 @@ def test_nemo_gym_07_probe_routes_need_no_token():
         app.state.ready = True
         assert [client.get(p).json() for p in ("/readyz", "/healthz")] == [{"status": "ok"}] * 2
         assert client.get("/servers").status_code == 401  # the rest still needs the token
+
+
+def test_nemo_gym_07s_rollout_path_prefix_is_taken_off():
+    """NeMo Gym 0.7.0's agents call `/ng-rollout/<rollout id>/v1/responses`: our servers serve `/ng-rollout/<id>/<rest>`
+    as `/<rest>` (`nemo_gym.serving.rollout_prefix`), behind the same token check; an id that is no path-safe
+    segment is not taken off (404)."""
+    with TestClient(Echo().build_app(run_token=TOKEN)) as client:
+        headers = {TOKEN_HEADER: TOKEN}
+        assert client.post("/ng-rollout/3-0/echo", json={"text": "a"}, headers=headers).json() == {"text": "a"}
+        assert client.post("/ng-rollout/3-0/echo", json={"text": "a"}).status_code == 401
+        assert client.post("/ng-rollout/.hidden/echo", json={"text": "a"}, headers=headers).status_code == 404

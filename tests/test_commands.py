@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 import nemo_gym.cli
+from nemo_gym.cli.legacy import LEGACY_COMMANDS
 from nemo_gym.commands import COMMANDS
 from nemo_gym.layout import REPO_ROOT
 
@@ -22,10 +23,12 @@ def test_options_and_main_load(name):
 
 
 def test_console_scripts_are_the_registrys_commands():
-    """`ng_<name>` and `nemo_gym_<name>` for every command (and nothing else), plus `ng` / `nemo_gym`."""
+    """`ng_<name>` and `nemo_gym_<name>` for every command and every NeMo Gym 0.7.0 command of
+    `nemo_gym.cli.legacy` (and nothing else), plus `ng` / `nemo_gym` and 0.7.0's `gym`."""
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    expected = {f"{prefix}{name}": f"nemo_gym.cli:ng_{name}" for name in COMMANDS for prefix in ("ng_", "nemo_gym_")}
-    assert scripts == {**expected, "ng": "nemo_gym.cli:ng", "nemo_gym": "nemo_gym.cli:ng"}
+    names = [*COMMANDS, *LEGACY_COMMANDS]
+    expected = {f"{prefix}{name}": f"nemo_gym.cli:ng_{name}" for name in names for prefix in ("ng_", "nemo_gym_")}
+    assert scripts == {**expected, "ng": "nemo_gym.cli:ng", "nemo_gym": "nemo_gym.cli:ng", "gym": "nemo_gym.cli:gym"}
 
 
 def test_console_script_entries_come_from_the_registry():

@@ -41,12 +41,15 @@ from nemo_gym.processes import free_port
 pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(1800)]
 
 # resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
-# `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one), tool calls, multi-reward,
-# session state, multi-step, gymnasium agents, a judge, and new offline servers (lc_niah, ragtruth, citation_if,
-# string_match). Left out: spartqa (0.7.0's own ng_run refuses its config: its datasets' `license`), configs
-# whose judge names a model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack
-# (an unseeded deck: two runs differ), wordle (the fake policy's text is no guess: 0.7.0's own /run answers 500),
-# ruler2 (imports editdistance, which it does not declare)
+# `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one but the last), tool calls,
+# multi-reward, session state, multi-step, gymnasium agents, a judge, new offline servers (lc_niah, ragtruth,
+# citation_if, string_match), and a single_agent_turn_legacy environment server (the last: a config file that includes
+# another and `_inherit_from`s its template; the server seeds the resources server with 0.7.0's typed /seed_session
+# body, closes it with /close_session, seeds a session agent and grants it direct HTTP tool access; its agent calls the
+# model server at /ng-rollout/<id>/v1/responses). Left out: spartqa (0.7.0's own ng_run refuses its config: its
+# datasets' `license`), configs whose judge names a model server they do not define (abstention, simpleqa, inverse_if,
+# omniscience), blackjack (an unseeded deck: two runs differ), wordle (the fake policy's text is no guess: 0.7.0's own
+# /run answers 500), ruler2 (imports editdistance, which it does not declare)
 ENVIRONMENTS = (
     "example_single_tool_call",
     "example_tool_call_multireward",
@@ -64,9 +67,10 @@ ENVIRONMENTS = (
     "frontierscience_judge",
     "equivalence_rule:lc",
     "arc_agi",
+    "example_single_tool_call:example_single_tool_call_single_agent_turn",
 )
 REPEATS = 2
-BATCH = 8  # environments per pair of runs
+BATCH = 9  # environments per pair of runs
 # keys of a rollout row that are the collector's own, not the environment's
 COLLECTOR_KEYS = ("_ng_", "ng_trajectory", "ng_perf")
 
@@ -219,13 +223,12 @@ def _without_byte_derived(value: Any) -> Any:
     return value
 
 
-def assert_same_rollouts(reference: Path, other: Path, agent_ref: str | None = None) -> None:
+def assert_same_rollouts(reference: Path, other: Path) -> None:
     """Every rollout of `reference` (NeMo Gym's own) has its twin in `other`: the same reward, the same value of each
     environment field the reference row has (the collectors' own `_ng_*` keys aside; `agent_ref` by its agent's name:
-    ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`), the same response (its output items, text, tool
-    calls and arguments, status; the ids and token counts the fake derives from request bytes aside). `agent_ref`:
-    the name every row of `other` records instead (ours records the instance it sent the row to, an environment
-    server too; 0.7.0 records the agent behind it, and the server in `_ng_environment_server`)."""
+    ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`; through an environment server both name the agent
+    behind it, and the server in `_ng_environment_server`), the same response (its output items, text, tool calls
+    and arguments, status; the ids and token counts the fake derives from request bytes aside)."""
     theirs, ours = by_rollout(reference), by_rollout(other)
     assert set(theirs) == set(ours), (reference.name, sorted(theirs), sorted(ours))
     for key, row in theirs.items():
@@ -234,7 +237,7 @@ def assert_same_rollouts(reference: Path, other: Path, agent_ref: str | None = N
             if field.startswith(COLLECTOR_KEYS):
                 continue
             if field == "agent_ref":
-                mine, value = (mine or {}).get("name"), agent_ref or value["name"]
+                mine, value = (mine or {}).get("name"), value["name"]
             elif field == "response":
                 mine, value = _without_byte_derived(mine), _without_byte_derived(value)
             assert mine == value, (other.name, key, field, value, mine)
@@ -281,14 +284,11 @@ def test_row_by_row_against_nemo_gym_07(collected, folder):
     files = collected[folder]
     rows = read_jsonl(files["theirs"])
     assert len(rows) == REPEATS * len(read_jsonl(example_rows(folder)))
+    for label in ("ours_on_theirs", "ours_env_on_theirs", "ours", "ours_env", "theirs_on_ours"):
+        assert_same_rollouts(files["theirs"], files[label])
     env_server = instances(folder)["environment_servers"]
-    rows_with_agent = any("agent_ref" in row for row in read_jsonl(example_rows(folder)))
-    env_ref = None if rows_with_agent else env_server
-    assert_same_rollouts(files["theirs"], files["ours_on_theirs"])
-    assert_same_rollouts(files["theirs"], files["ours_env_on_theirs"], agent_ref=env_ref)
-    assert_same_rollouts(files["theirs"], files["ours"])
-    assert_same_rollouts(files["theirs"], files["ours_env"], agent_ref=env_ref)
-    assert_same_rollouts(files["theirs"], files["theirs_on_ours"])
+    for label in ("ours_env_on_theirs", "ours_env"):  # sent to the environment server, as 0.7.0's collector sends
+        assert {row.get("_ng_environment_server") for row in read_jsonl(files[label])} == {env_server}, label
 
 
 # environments whose rollouts both reward profiles read: multi-reward fields, session state, a judge's fields, the

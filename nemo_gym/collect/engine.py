@@ -31,6 +31,7 @@ from tqdm import tqdm
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import Pair, now
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
+from nemo_gym.collect.routing import dispatch_target, environment_server_failure, route_through_environment_servers
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
 from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
@@ -201,11 +202,13 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
     `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
     without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
     try:
-        answer = await client.post(row[AGENT_REF_KEY]["name"], "/run", row)
+        answer = await client.post(dispatch_target(row), "/run", row)
     except ServerError as exc:
         return None, _server_failure(row, exc)
     except ValueError as exc:  # a 2xx answer that is not JSON
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
+    if (episode_failure := environment_server_failure(answer)) is not None:
+        return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
         got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
         return None, _failure_record(
@@ -373,7 +376,7 @@ async def _dispatch(
 
     async def worker() -> None:
         for row in rows:  # one shared iterator: next() never interleaves in asyncio
-            pair, agent = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]), row[AGENT_REF_KEY]["name"]
+            pair, agent = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]), dispatch_target(row)
             watchdog.started(pair)
             rollout, failure = await run_rollout(client, row)
             if failure is not None and failure["failure_class"] == UNAVAILABLE:
@@ -466,6 +469,7 @@ async def collect(
     tasks = _materialize_all(
         [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
     )
+    await route_through_environment_servers(client, tasks)
     await check_agents(client, tasks, where)
     every_sink = _Sinks(sinks)
     done, failures = every_sink.open(tasks, num_repeats)
@@ -478,8 +482,8 @@ async def collect(
         state.add(rollout, failure)
         every_sink.add(rollout, failure)
 
-    watchdog = CollectWatchdog(watchdog_s, lambda pair: tasks[pair[0]][AGENT_REF_KEY]["name"], every_sink.stalled)
-    liveness = ServerLiveness(client, (task[AGENT_REF_KEY]["name"] for task in tasks), servers_gone_s=servers_gone_s)
+    watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(tasks[pair[0]]), every_sink.stalled)
+    liveness = ServerLiveness(client, (dispatch_target(task) for task in tasks), servers_gone_s=servers_gone_s)
     try:
         dispatched = ({**tasks[t], TASK_INDEX_KEY: t, ROLLOUT_INDEX_KEY: r} for t, r in pending)
         await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)

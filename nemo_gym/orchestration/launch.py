@@ -30,6 +30,7 @@ from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.processes import die_with_parent
 from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.head import ServerRegistry
+from nemo_gym.serving.nemo_gym_discovery import agent_references
 
 __all__ = ["Environment", "Launcher", "RunContext", "build_environments", "register", "spawn"]
 
@@ -136,13 +137,7 @@ def register(
     `{type: responses_api_agents, name}`) go with it: NeMo Gym's collector finds an agent's environment server by
     them (`nemo_gym.serving.nemo_gym_discovery`)."""
     instance = server.instance
-    agent_refs = {
-        key: {"type": "responses_api_agents", "name": value["name"]}
-        for key, value in instance.fields.items()
-        if isinstance(value, dict)
-        and "name" in value
-        and (value.get("type") == "responses_api_agents" or (key == "agent_server" and "type" not in value))
-    }
+    agent_refs = agent_references(instance.fields)
     registry[instance.name] = {
         "name": instance.name,
         "server_type": instance.server_type,

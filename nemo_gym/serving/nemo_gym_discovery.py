@@ -16,7 +16,20 @@ from fastapi import FastAPI, Request
 from nemo_gym.config import server_sections
 from nemo_gym.errors import ServerBadAnswerError
 
-__all__ = ["add_nemo_gym_discovery_routes", "nemo_gym_discovery", "nemo_gym_head_servers"]
+__all__ = ["add_nemo_gym_discovery_routes", "agent_references", "nemo_gym_discovery", "nemo_gym_head_servers"]
+
+
+def agent_references(fields: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """An environment server's references to agent instances, by field (NeMo Gym 0.7.0's rule,
+    `environment_server_agent_names`: a field `agent_server`, or any field `{type: responses_api_agents, name}`):
+    `{field: {"type": "responses_api_agents", "name": ...}}`."""
+    return {
+        key: {"type": AGENT_TYPE, "name": str(value["name"])}
+        for key, value in fields.items()
+        if isinstance(value, Mapping)
+        and "name" in value
+        and (value.get("type") == AGENT_TYPE or (key == "agent_server" and value.get("type") is None))
+    }
 
 
 def _host_port(url: str) -> dict[str, Any]:
@@ -101,7 +114,7 @@ def add_nemo_gym_discovery_routes(app: FastAPI) -> None:
 def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
     """`GET /servers`-shaped entries from the `/global_config_dict_yaml` answer of NVIDIA NeMo Gym's head server (a
     JSON string holding the run's config as YAML): one per server instance (`{server_type: {implementation: {host,
-    port, ...}}}`), replica 0, no run token.
+    port, ...}}}`), replica 0, no run token; an environment server's with its `agent_refs` (`agent_references`).
 
     Raises:
         ServerBadAnswerError: the answer is not such a YAML mapping.
@@ -130,6 +143,11 @@ def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
                     "url": url,
                     "send_run_token": False,
                     "framework": "nemo_gym",
+                    **(
+                        {"agent_refs": refs}
+                        if server_type == "environment_servers" and (refs := agent_references(fields))
+                        else {}
+                    ),
                 }
             )
     return entries

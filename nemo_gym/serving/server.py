@@ -23,6 +23,7 @@ from nemo_gym.serving.api_schema import add_components
 from nemo_gym.serving.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.serving.client import SESSION_COOKIE, SESSION_HEADER, ServerClient
 from nemo_gym.serving.limits import DEFAULT_MAX_BODY_MB, RequestLimits, read_json_object
+from nemo_gym.serving.rollout_prefix import RolloutPathPrefix
 from nemo_gym.serving.session_cookie import SessionCookieEcho
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -177,6 +178,7 @@ class BaseServer:
             await self.client.aclose()
 
         app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
+        app.add_middleware(RolloutPathPrefix)  # innermost: NeMo Gym 0.7.0's /ng-rollout/<id>/ prefix taken off
         app.add_middleware(SessionCookieEcho)
         app.add_middleware(RequestLimits, max_body_bytes=int(self.config.max_body_mb * 2**20))
         # outermost: nothing runs for a caller without the token (or one the run's peer policy allows:

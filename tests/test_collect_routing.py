@@ -1,0 +1,95 @@
+"""Collection through NeMo Gym 0.7.0 environment servers (`nemo_gym.collect.routing`), against a real head server and
+real HTTP on loopback: a row for an environment server in front of one agent is sent to it as NeMo Gym 0.7.0's
+collector sends it (`agent_ref` the agent, `_ng_environment_server` the server); an environment server's failed
+episode (its `_ng_failure_*` keys, no reward) is a failure of that class with its message, never a reward."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from test_collect import FAST, Served, write_input
+
+from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.jsonl import read_jsonl
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.head import build_head_app
+
+
+def environment_server(agent: str, fail: bool) -> FastAPI:
+    """A stand-in for 0.7.0's single_agent_turn_legacy `/run`: refuses a row naming another agent (as it does), and
+    answers either a reward or its failure-routing keys."""
+    app = FastAPI()
+
+    @app.post("/run")
+    async def run(row: dict[str, Any]) -> dict[str, Any]:
+        if row["agent_ref"]["name"] != agent:
+            raise ValueError(f"Row agent_ref {row['agent_ref']['name']!r} does not match configured agent server")
+        if fail:
+            return {
+                "_ng_failure_class": "environment_server_failed",
+                "_ng_failure_terminal": True,
+                "_ng_failure_message": "500, message='Internal Server Error'",
+                "_ng_failure_stage": "agent",
+                "agent_ref": {"name": agent},
+            }
+        return {"reward": float(row["x"]), "agent_ref": {"name": agent}}
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def head():
+    app = build_head_app()
+    served = {"head": Served(app), "env": Served(environment_server("agent", False))}
+    served["env_failing"] = Served(environment_server("agent", True))
+    for name in ("env", "env_failing"):
+        app.state.servers[name] = {  # as ng_run registers a NeMo Gym environment server (launch.register)
+            "name": name,
+            "server_type": "environment_servers",
+            "implementation": "single_agent_turn_legacy",
+            "url": served[name].url,
+            "pid": os.getpid(),
+            "replica": 0,
+            "agent_refs": {"agent_server": {"type": "responses_api_agents", "name": "agent"}},
+        }
+    app.state.servers["agent"] = {**app.state.servers["env"], "name": "agent", "server_type": "responses_api_agents"}
+    yield served["head"].url
+    for server in served.values():
+        server.stop()
+
+
+def collect(head: str, tmp_path: Path, agent_name: str):
+    cfg = CollectConfig(
+        agent_name=agent_name,
+        input_jsonl_fpath=str(write_input(tmp_path / "in.jsonl", 3)),
+        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        progress=False,
+    )
+
+    async def run():
+        async with ServerClient(head, timeouts=FAST) as client:
+            return await collect_rollouts(cfg, client)
+
+    return asyncio.run(run()), tmp_path / "out.jsonl"
+
+
+def test_rows_for_an_environment_server_name_its_agent(head, tmp_path):
+    summary, out = collect(head, tmp_path, "env")
+    rows = read_jsonl(out)
+    assert summary.rollouts_missing == 0 and sorted(r["reward"] for r in rows) == [0.0, 1.0, 2.0]
+    assert {(r["agent_ref"]["name"], r["_ng_environment_server"]) for r in rows} == {("agent", "env")}
+    materialized = read_jsonl(tmp_path / "out_materialized_inputs.jsonl")
+    assert {r["agent_ref"]["name"] for r in materialized} == {"agent"}
+
+
+def test_a_failed_episode_is_a_failure_with_its_class_and_message(head, tmp_path):
+    summary, out = collect(head, tmp_path, "env_failing")
+    assert summary.failures_by_class == {"environment_server_failed": 3} and not read_jsonl(out)
+    (failure, *_) = read_jsonl(tmp_path / "out_failures.jsonl")
+    assert failure["failure_class"] == "environment_server_failed" and failure["transient"] is False
+    assert failure["message"] == "environment server (agent stage): 500, message='Internal Server Error'"
