@@ -154,8 +154,9 @@ class TheirRun:
         self.process.stop()
 
 
-def our_run(work: Path, folders: tuple[str, ...], fake_policy: str) -> NgRun:
-    """Our ng_run of the same config files (the wheel's folders, unmodified) and our openai_model."""
+def our_run(work: Path, folders: tuple[str, ...], fake_policy: str, extra_paths: list[Path] = ()) -> NgRun:
+    """Our ng_run of the same config files (the wheel's folders, unmodified; `extra_paths` too) and our
+    openai_model."""
     policy = work / "policy.yaml"
     policy.write_text(
         yaml.safe_dump(
@@ -174,6 +175,7 @@ def our_run(work: Path, folders: tuple[str, ...], fake_policy: str) -> NgRun:
         )
     )
     paths = [str(peer07_site_packages() / config_path(folder)) for folder in folders] + [str(policy)]
+    paths += [str(path) for path in extra_paths]
     # +allow_same_user: NeMo Gym's ng_collect_rollouts (run by this user) cannot send the run token
     return NgRun(
         f"+config_paths=[{','.join(paths)}]", "+allow_same_user=true", *policy_overrides(fake_policy), timeout_s=900
@@ -223,18 +225,19 @@ def _without_byte_derived(value: Any) -> Any:
     return value
 
 
-def assert_same_rollouts(reference: Path, other: Path) -> None:
+def assert_same_rollouts(reference: Path, other: Path, same_agent: bool = True) -> None:
     """Every rollout of `reference` (NeMo Gym's own) has its twin in `other`: the same reward, the same value of each
     environment field the reference row has (the collectors' own `_ng_*` keys aside; `agent_ref` by its agent's name:
     ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`; through an environment server both name the agent
     behind it, and the server in `_ng_environment_server`), the same response (its output items, text, tool calls
-    and arguments, status; the ids and token counts the fake derives from request bytes aside)."""
+    and arguments, status; the ids and token counts the fake derives from request bytes aside). `same_agent` False:
+    `agent_ref` is not compared (two agents of one run)."""
     theirs, ours = by_rollout(reference), by_rollout(other)
     assert set(theirs) == set(ours), (reference.name, sorted(theirs), sorted(ours))
     for key, row in theirs.items():
         for field, value in row.items():
             mine = ours[key].get(field)
-            if field.startswith(COLLECTOR_KEYS):
+            if field.startswith(COLLECTOR_KEYS) or (field == "agent_ref" and not same_agent):
                 continue
             if field == "agent_ref":
                 mine, value = (mine or {}).get("name"), value["name"]
@@ -357,3 +360,58 @@ def test_reward_profile_of_masked_rollouts_as_nemo_gym_07s(collected, tmp_path):
     assert_same_reward_profiles(folders)
     (agent,) = json.loads((folders["ours"] / "r_agent_metrics.json").read_text())
     assert agent["coverage/masked_rollouts"] == REPEATS + 1 and agent["coverage/fully_masked_tasks"] == 1
+
+
+def mixed_config(work: Path) -> Path:
+    """NeMo Gym 0.7.0's single_agent_turn_legacy environment server and session agent (simple_agent) twice: in front
+    of 0.7.0's example_single_tool_call resources server (`*_07`) and in front of ours (`*_ours`, this repository's
+    folder), the template included from the wheel and `_inherit_from`ed by both, as 0.7.0's
+    example_single_tool_call_single_agent_turn.yaml does. (0.7.0's own example_session_state_mgmt answers the typed
+    /seed_session body 422: its seed_session takes the row only.)"""
+    site = peer07_site_packages()
+    template = site / "environment_servers/single_agent_turn_legacy/configs/single_agent_turn_legacy.yaml"
+    config: dict[str, Any] = {"config_paths": [str(template)]}
+    for side in ("07", "ours"):
+        resources = {"entrypoint": "app.py"}
+        if side == "07":
+            resources["implementation_dir"] = str(site / "resources_servers/example_single_tool_call")
+        config[f"weather_{side}"] = {"resources_servers": {"example_single_tool_call": resources}}
+        config[f"agent_{side}"] = {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "implementation_dir": str(site / "responses_api_agents/simple_agent"),
+                    "resources_server": {"type": "resources_servers", "name": f"weather_{side}"},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                }
+            }
+        }
+        config[f"env_{side}"] = {
+            "_inherit_from": "single_agent_turn_legacy",
+            "environment_servers": {
+                "single_agent_turn_legacy": {
+                    "resources_server": {"type": "resources_servers", "name": f"weather_{side}"},
+                    "agent_server": {"type": "responses_api_agents", "name": f"agent_{side}"},
+                    "resources_tool_transports": ["direct_http"],
+                }
+            },
+        }
+    path = work / "mixed.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer07, fake_policy):
+    """0.7.0's environment server and agent on our resources server (its typed /seed_session body, the session cookie
+    for the agent's tool calls and /verify, /close_session with its body) give the rollouts they give on 0.7.0's own
+    resources server in the same run: row by row, collected by 0.7.0's collector and by ours."""
+    folder = "example_single_tool_call"
+    files = {}
+    with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
+        run.wait_ready()
+        for side in ("07", "ours"):
+            files[side] = nemo_gym07_collect(tmp_path, run.head_url, f"agent_{side}", folder, side)
+            files[f"{side}_by_ours"] = our_collect(tmp_path, run.head_url, f"env_{side}", folder, f"{side}_by_ours")
+    assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
+    for label in ("ours", "07_by_ours", "ours_by_ours"):
+        assert_same_rollouts(files["07"], files[label], same_agent=False)

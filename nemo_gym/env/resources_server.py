@@ -11,8 +11,10 @@ and the typed bodies of `/seed_session` and `/verify`.
             return VerifyResult(reward=float(bool(Trajectory.of(request.response).calls_named("get_weather"))))
 
 Routes (the framework's; a server never registers one): `POST /<tool>`, `GET /tools`, `GET /row_schema`,
-`POST /seed_session`, `POST /verify` (`?close_session=true`: the answer also ends the session, as
-`POST /close_session` does), `POST /aggregate_metrics`, and `BaseServer`'s `/health` and `/close_session`.
+`POST /seed_session` (a dataset row, or NeMo Gym 0.7.0's typed body from an environment server:
+`EnvironmentSeedRequest`), `POST /verify` (`?close_session=true`: the answer also ends the session, as
+`POST /close_session` does), `POST /aggregate_metrics`, and `BaseServer`'s `/health` and `/close_session` (with 0.7.0's
+`{resources_session_id, episode_id}` body, that session).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from nemo_gym.serving.api_schema import AGGREGATE_BODY, json_body, model_schema,
 from nemo_gym.serving.client import SESSION_COOKIE
 from nemo_gym.serving.server import BaseServer, Session, request_body, validated
 
-__all__ = ["SeedRequest", "VerifyRequest", "VerifyResult", "ResourcesServer"]
+__all__ = ["EnvironmentSeedRequest", "SeedRequest", "VerifyRequest", "VerifyResult", "ResourcesServer"]
 
 
 class SeedRequest(BaseModel):
@@ -41,6 +43,26 @@ class SeedRequest(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow")
+
+
+class EnvironmentSeedRequest(BaseModel):
+    """NeMo Gym 0.7.0's `/seed_session` body from an environment server (its `ResourcesSeedSessionRequest`): the
+    session id the caller assigns, the episode, the task id, and the task's fields (`task_data`: the dataset row
+    without `responses_create_params`). Answered `{resources_session_id}` with the session cookie; seeding the same
+    id again returns the existing session; an id already closed is refused (409)."""
+
+    model_config = ConfigDict(extra="forbid")
+    resources_session_id: str = Field(min_length=1)
+    episode_id: Any
+    task_id: Any
+    task_data: dict[str, Any]
+
+    @classmethod
+    def of(cls, body: Any) -> EnvironmentSeedRequest | None:
+        """The body as this request when it has exactly its four keys, else None (a dataset row)."""
+        if not isinstance(body, dict) or set(body) != set(cls.model_fields) or not isinstance(body["task_data"], dict):
+            return None
+        return cls.model_validate(body)
 
 
 class VerifyRequest(BaseModel):
@@ -175,12 +197,28 @@ class ResourcesServer(BaseServer):
 
     async def _seed_route(self, request: Request) -> JSONResponse:
         row = await request_body(request)
+        environment_seed = EnvironmentSeedRequest.of(row)
+        if environment_seed is not None:
+            return await self._seed_for_environment_server(environment_seed)
         typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
         session = self.session_for(request)
         session.clear()
         answer = await self.seed_session(typed, session)
         result = JSONResponse(answer or {})
         result.set_cookie(SESSION_COOKIE, session.session_id, httponly=True)
+        return result
+
+    async def _seed_for_environment_server(self, seed: EnvironmentSeedRequest) -> JSONResponse:
+        session_id = seed.resources_session_id
+        if session_id in self.closed_session_ids:
+            return JSONResponse({"detail": f"session {session_id!r} was closed"}, status_code=409)
+        if session_id not in self.sessions:  # the same id again: the session it has
+            row = seed.task_data
+            typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
+            session = self.sessions[session_id] = Session(session_id)
+            await self.seed_session(typed, session)
+        result = JSONResponse({"resources_session_id": session_id})
+        result.set_cookie(SESSION_COOKIE, session_id, httponly=True)
         return result
 
     async def _verify_route(self, request: Request) -> dict[str, Any]:

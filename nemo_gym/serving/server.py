@@ -104,6 +104,9 @@ class ServerConfig(BaseModel):
     )
 
 
+MAX_CLOSED_SESSION_IDS = 100_000
+
+
 class Session(dict):
     """Per-rollout state of a server: a dict, created empty on first use of a session id."""
 
@@ -132,6 +135,9 @@ class BaseServer:
         self.name = name
         self.client = client or ServerClient()
         self.sessions: dict[str, Session] = {}
+        # ids an environment server closed (NeMo Gym 0.7.0: a seed racing its close must not create the session
+        # again), oldest first, at most MAX_CLOSED_SESSION_IDS
+        self.closed_session_ids: dict[str, None] = {}
 
     # -- hooks -------------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -202,6 +208,19 @@ class BaseServer:
 
         @app.post("/close_session")
         async def close_session(request: Request) -> dict:
+            # NeMo Gym 0.7.0's environment servers name the session in the body (ResourcesCloseSessionRequest)
+            raw = await request.body()
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError:  # no JSON: the request's own session (cookie or header), as before
+                body = {}
+            named = body.get("resources_session_id") if isinstance(body, dict) else None
+            if isinstance(named, str) and named:
+                self.end_session(named)
+                self.closed_session_ids[named] = None  # a seed of it that comes later is refused (409)
+                while len(self.closed_session_ids) > MAX_CLOSED_SESSION_IDS:
+                    self.closed_session_ids.pop(next(iter(self.closed_session_ids)))
+                return {"resources_session_id": named}
             self.end_session(self.request_session_id(request) or "")
             return {}
 
