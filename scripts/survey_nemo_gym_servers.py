@@ -1,20 +1,22 @@
 """Survey of the resources servers of NVIDIA NeMo Gym's wheel: which run unmodified under our `ng_run` here, and why
-the others do not. Writes docs/nemo_gym_wheel_servers.md.
+the others do not. Writes docs/nemo_gym_wheel_servers.md (NeMo Gym 0.4.0) and docs/nemo_gym07_servers.md (0.7.0).
 
-    .venv/bin/python scripts/survey_nemo_gym_servers.py [--site-packages DIR] [--write docs/nemo_gym_wheel_servers.md]
-    .venv/bin/python scripts/survey_nemo_gym_servers.py --try OUT_DIR name[:config.yaml] ...
+    .venv/bin/python scripts/survey_nemo_gym_servers.py [--release 0.7.0] [--site-packages DIR] [--write FILE.md]
+    .venv/bin/python scripts/survey_nemo_gym_servers.py [--release 0.7.0] --try OUT_DIR name[:config.yaml] ...
 
 The first form reads every `<site-packages>/resources_servers/<name>/` of the wheel (default: the NeMo Gym venv of
-`tests/nemo_gym_peer.py`, `$NGBENCH_DIR/venv`): its requirements (lines from git or a URL cannot install from the
-package index), its configs (agents, model servers it calls, environment variables), its example rows, and whether
-our ng_run recognises it as a NeMo Gym folder; the verdict of each server is `VERDICTS` below (what a run here
-showed, or what in the server's code stops it here), else the first static reason that rules it out.
+`tests/nemo_gym_peer.py`, `$NGBENCH_DIR/venv`, for 0.4.0; of `tests/nemo_gym_peer07.py`, `$NGBENCH07_DIR/venv`, for
+0.7.0): its requirements (lines from git or a URL cannot install from the package index), its configs (agents,
+environment servers, model servers it calls, environment variables), its example rows, and whether our ng_run
+recognises it as a NeMo Gym folder; the verdict of each server is the release's table (`VERDICTS` below for 0.4.0,
+`scripts/nemo_gym07_verdicts.py` for 0.7.0: what a run here showed, or what in the server's code stops it here), else
+the first static reason that rules it out.
 
 `--try` runs the named servers (a config file of theirs, default `<name>.yaml`) under our ng_run with the fake
 policy of `../shared/bench/fake_openai.py` (a judge reference to a model server the config does not define is
 pointed at `policy_model`) and collects each agent's `data/example.jsonl` once with our ng_collect_rollouts: how
 the `runs here` verdicts were found. `tests/test_nemo_gym_wheel_servers.py` checks the rewards of a dozen of them
-against NeMo Gym's own ng_run.
+against NeMo Gym 0.4.0's own ng_run, `tests/test_nemo_gym07.py` sixteen against 0.7.0's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +43,18 @@ sys.path.insert(0, str(REPO))
 
 from nemo_gym.orchestration.upstream_servers import release_requirements  # noqa: E402
 from nemo_gym.upstream.detect import detect_framework
+from scripts import nemo_gym07_verdicts as v07  # noqa: E402
 
-TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
-DEFAULT_SITE = (
-    Path(os.environ.get("NGBENCH_DIR", "/tmp/ngbench"))
-    / "venv"
-    / "lib"
-    / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    / "site-packages"
-)
+# environment_servers: NeMo Gym 0.7.0's servers in front of an agent (legacy_agent, single_agent_turn, ...)
+TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+
+
+def site_packages(bench_dir: Path) -> Path:
+    """The site-packages of the NeMo Gym venv under `bench_dir` (where the wheel's server folders are)."""
+    return bench_dir / "venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+DEFAULT_SITE = site_packages(Path(os.environ.get("NGBENCH_DIR", "/tmp/ngbench")))
 FAKE = REPO.parent / "shared" / "bench" / "fake_openai.py"
 
 # Servers checked against NeMo Gym's own ng_run, row by row (tests/test_nemo_gym_wheel_servers.py).
@@ -288,8 +296,11 @@ VERDICTS: dict[str, tuple[str, str]] = {
 
 
 def instances(config: Any):
-    """(name, server type, implementation, fields) of each server instance of a loaded YAML mapping."""
+    """(name, server type, implementation, fields) of each server instance of a loaded YAML mapping (0.7.0's
+    directives beside the server type, e.g. `_inherit_from`, left out)."""
     for name, value in (config or {}).items() if isinstance(config, dict) else []:
+        if isinstance(value, dict):
+            value = {key: inner for key, inner in value.items() if not str(key).startswith("_")}
         if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in TYPES:
             server_type, inner = next(iter(value.items()))
             if isinstance(inner, dict) and len(inner) == 1:
@@ -309,7 +320,8 @@ def model_refs(obj: Any, path: tuple[str, ...] = ()):
             yield from model_refs(value, path + (str(index),))
 
 
-def survey_one(folder: Path) -> dict[str, Any]:
+def survey_one(folder: Path, verdicts: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """What the survey reads of one resources server folder, and its verdict from `verdicts` (else a static one)."""
     raw = (
         [line.strip() for line in (folder / "requirements.txt").read_text().splitlines()]
         if (folder / "requirements.txt").is_file()
@@ -318,7 +330,7 @@ def survey_one(folder: Path) -> dict[str, Any]:
     requirements = release_requirements(folder)
     from_git = [line for line in requirements if re.search(r"git\+|https?://|\.whl\b", line)]
     pyproject_git = (folder / "pyproject.toml").is_file() and "git =" in (folder / "pyproject.toml").read_text()
-    configs, agents, judges, env_vars, entrypoints = [], set(), set(), set(), []
+    configs, agents, environments, judges, env_vars, entrypoints = [], set(), set(), set(), set(), []
     for path in sorted((folder / "configs").glob("*.yaml")):
         text = path.read_text()
         env_vars |= set(re.findall(r"oc\.env:([A-Za-z0-9_]+)", text))
@@ -333,6 +345,8 @@ def survey_one(folder: Path) -> dict[str, Any]:
         for _name, server_type, implementation, fields in found:
             if server_type == "responses_api_agents":
                 agents.add(implementation)
+            if server_type == "environment_servers":
+                environments.add(implementation)
             if server_type == "resources_servers":
                 entrypoints.append(str(fields.get("entrypoint") or "app.py"))
                 for _, ref in model_refs(fields):
@@ -346,13 +360,15 @@ def survey_one(folder: Path) -> dict[str, Any]:
         "pyproject_git": pyproject_git,
         "configs": configs,
         "agents": sorted(agents),
+        "environments": sorted(environments),
         "judges": sorted(judges),
         "env": sorted(env_vars),
         "example_rows": rows,
+        "has_app": (folder / "app.py").is_file(),
         "recognised": detect_framework(folder, (entrypoints or ["app.py"])[0]) == "nemo_gym",
         "nemo_gym_line": any("../.." in line for line in raw),
     }
-    entry["verdict"], entry["why"] = verdict(entry)
+    entry["verdict"], entry["why"] = verdict(entry, verdicts)
     return entry
 
 
@@ -370,7 +386,7 @@ def short(requirement: str) -> str:
     return f"{name.strip() or last} ({'git' if 'git+' in source else 'URL'})"
 
 
-def verdict(entry: dict[str, Any]) -> tuple[str, str]:
+def verdict(entry: dict[str, Any], verdicts: dict[str, tuple[str, str]]) -> tuple[str, str]:
     if entry["from_git"]:
         return NO, "requirement from git or a URL: " + ", ".join(short(line) for line in entry["from_git"])
     if entry["pyproject_git"]:
@@ -381,19 +397,54 @@ def verdict(entry: dict[str, Any]) -> tuple[str, str]:
                 " the index)"
             ),
         )
-    if entry["name"] in VERDICTS:
-        return VERDICTS[entry["name"]]
+    if entry["name"] in verdicts:
+        return verdicts[entry["name"]]
     if not entry["example_rows"]:
         return NO, "no data/example.jsonl"
     return "not tried", "requirements install from the index; not run here yet (`--try` it)"
 
 
-def render(entries: list[dict[str, Any]]) -> str:
+# the notes under the counts of the 0.4.0 survey: how our ng_run runs the wheel's folders
+NOTES04 = [
+    "Notes on how our ng_run runs them, seen here:",
+    "",
+    (
+        "- A folder that imports another server folder of its tree (`from resources_servers.mcqa.app import ...`)"
+        " gets the copy of that folder inside the NeMo Gym release's environment, as under NeMo Gym's own ng_run"
+        " from its wheel (an editable NeMo Gym checkout would give the checkout's folder): for the wheel's folders"
+        " the two are the same files."
+    ),
+    (
+        "- A folder without `requirements.txt` that declares its packages in `pyproject.toml` (code_fim,"
+        " vlm_eval_kit) gets only the NeMo Gym release: NeMo Gym's ng_run installs such a folder with `uv pip"
+        " install -e .`, ours reads `requirements.txt` only. Neither of the two wheel folders could run here"
+        " anyway."
+    ),
+    (
+        "- The judges' calls reach our `policy_model` without our run token: ng_run lets the NeMo Gym servers it"
+        " started in (`nemo_gym.serving.auth.PeerPolicy`)."
+    ),
+    "",
+]
+
+
+def verdict_groups(entries: list[dict[str, Any]], tested: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """The entries that run, run and are tested, do not run, are not tried, and do not run for a git requirement."""
     runs = [e for e in entries if e["verdict"] == RUNS]
-    tested = [e for e in runs if e["name"] in TESTED]
     no = [e for e in entries if e["verdict"] == NO]
-    other = [e for e in entries if e["verdict"] not in (RUNS, NO)]
-    git = [e for e in no if e["from_git"] or e["pyproject_git"]]
+    return {
+        "runs": runs,
+        "tested": [e for e in runs if e["name"] in tested],
+        "no": no,
+        "other": [e for e in entries if e["verdict"] not in (RUNS, NO)],
+        "git": [e for e in no if e["from_git"] or e["pyproject_git"]],
+    }
+
+
+def intro04(entries: list[dict[str, Any]]) -> list[str]:
+    """The text above the table of NeMo Gym 0.4.0's survey: what "runs" means, the counts, notes."""
+    group = verdict_groups(entries, TESTED)
+    runs, tested, no, other, git = (group[key] for key in ("runs", "tested", "no", "other", "git"))
     lines = [
         "# NeMo Gym 0.4.0's resources servers under our ng_run",
         "",
@@ -424,7 +475,7 @@ def render(entries: list[dict[str, Any]]) -> str:
     ]
     if other:
         lines.append(f"- {len(other)} not tried yet: their requirements install from the index.")
-    lines += [
+    return lines + [
         "",
         (
             "Every folder is recognised as a NeMo Gym folder by `detect_framework`"
@@ -434,46 +485,92 @@ def render(entries: list[dict[str, Any]]) -> str:
             " OUT_DIR name[:config.yaml] ...` (`--override '+judge_base_url={fake}'` for a config's own judge)."
         ),
         "",
+        *NOTES04,
+    ]
+
+
+GIT_KIND = "a requirement from git or a URL (no git host is reachable here, only the package index)"
+VERDICTS07: dict[str, tuple[str, str]] = {name: (RUNS, why) for name, why in v07.RUNS_HERE.items()} | {
+    name: (NO, why) for group in v07.NOT_HERE.values() for name, why in group.items()
+}
+KIND07 = {name: kind for kind, group in v07.NOT_HERE.items() for name in group}
+
+
+def intro07(entries: list[dict[str, Any]]) -> list[str]:
+    """The text above the table of NeMo Gym 0.7.0's survey: what "runs" means, the counts by kind of reason."""
+    group = verdict_groups(entries, v07.TESTED)
+    kinds = Counter(GIT_KIND if e in group["git"] else KIND07[e["name"]] for e in group["no"])
+    environments = Counter(kind for e in entries for kind in e["environments"])
+    lines = [
+        "# NeMo Gym 0.7.0's resources servers under our ng_run",
+        "",
+        (
+            f"Generated by `scripts/survey_nemo_gym_servers.py --release 0.7.0` from the {len(entries)} resources"
+            " server folders of NVIDIA NeMo Gym 0.7.0's wheel (installed by `tests/nemo_gym_peer07.py`;"
+            f' {sum(e["has_app"] for e in entries)} of them have an `app.py`). "Runs" means: started unmodified'
+            " under our `ng_run` from the wheel's folder with its own config file (each NeMo Gym folder in an"
+            " environment of its own with the NeMo Gym 0.7.0 release and its `requirements.txt` from the package"
+            " index; the config's environment servers, e.g. `legacy_agent`, started too), our `openai_model` as"
+            " `policy_model` over the fake policy of `../shared/bench/fake_openai.py`, and every row of its"
+            " `data/example.jsonl` collected through its agent by our `ng_collect_rollouts` (`--try`; a judge"
+            " reference to a model server the config does not define pointed at `policy_model`, a config's own"
+            " `judge_model` at the fake with `++judge_base_url`). The verdicts of 0.4.0"
+            " (`docs/nemo_gym_wheel_servers.md`) were not carried over: each server here was tried again, or its"
+            " reason read again in 0.7.0's code."
+        ),
+        "",
+        f"- **{len(group['runs'])} run here unmodified.** {v07.RUNS_CAVEATS} {len(group['tested'])} are checked row"
+        " by row against NeMo"
+        " Gym 0.7.0's own `ng_run` and `ng_collect_rollouts` by `tests/test_nemo_gym07.py` (same reward, same"
+        " verifier fields, same response): " + ", ".join(e["name"] for e in group["tested"]) + ".",
+        f"- **{len(group['no'])} do not run here**, by what they need: "
+        + "; ".join(f"{kind}: {count}" for kind, count in kinds.most_common())
+        + '. The column "why" says what, and whether it was tried here or read in the server\'s code and config.',
+    ]
+    if group["other"]:
+        lines.append(f"- {len(group['other'])} not tried yet: their requirements install from the index.")
+    return lines + [
+        (
+            f"- **Environment servers**: the configs of {sum(bool(e['environments']) for e in entries)} folders"
+            " declare them (0.7.0's `environment_servers` in front of an agent): "
+            + ", ".join(f"{kind} in {count}" for kind, count in environments.most_common())
+            + "."
+        ),
+        "",
+        (
+            f"{sum(e['recognised'] for e in entries)} of the {len(entries)} folders are recognised as NeMo Gym"
+            " folders by `detect_framework` (not: "
+            + ", ".join(f"{e['name']}{'' if e['has_app'] else ', no app.py'}" for e in entries if not e["recognised"])
+            + "). Regenerate: `.venv/bin/python"
+            " scripts/survey_nemo_gym_servers.py --release 0.7.0 --write docs/nemo_gym07_servers.md`; try servers:"
+            " `... --release 0.7.0 --try OUT_DIR name[:config.yaml] ...` (`--override '++judge_base_url={fake}'` for"
+            " a config's own judge). The verdicts are `scripts/nemo_gym07_verdicts.py`."
+        ),
+        "",
         "Notes on how our ng_run runs them, seen here:",
         "",
-        (
-            "- A folder that imports another server folder of its tree (`from resources_servers.mcqa.app import ...`)"
-            " gets the copy of that folder inside the NeMo Gym release's environment, as under NeMo Gym's own ng_run"
-            " from its wheel (an editable NeMo Gym checkout would give the checkout's folder): for the wheel's folders"
-            " the two are the same files."
-        ),
-        (
-            "- A folder without `requirements.txt` that declares its packages in `pyproject.toml` (code_fim,"
-            " vlm_eval_kit) gets only the NeMo Gym release: NeMo Gym's ng_run installs such a folder with `uv pip"
-            " install -e .`, ours reads `requirements.txt` only. Neither of the two wheel folders could run here"
-            " anyway."
-        ),
-        (
-            "- The judges' calls reach our `policy_model` without our run token: ng_run lets the NeMo Gym servers it"
-            " started in (`nemo_gym.serving.auth.PeerPolicy`)."
-        ),
+        *v07.NOTES,
         "",
-        (
-            "| server | verdict | why | requirements added | agents (all configs) | model servers it calls | example"
-            " rows |"
-        ),
-        "|---|---|---|---|---|---|---|",
     ]
+
+
+def render(entries: list[dict[str, Any]], release: Release) -> str:
+    """The Markdown survey: the release's intro, then one table row per server folder (an environment servers
+    column where the release has them)."""
+    columns = ["server", "verdict", "why", "requirements added", "agents (all configs)"]
+    columns += ["environment servers"] if release.environment_servers else []
+    columns += ["model servers it calls", "example rows"]
+    lines = release.intro(entries) + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for e in entries:
         verdict_text = (
             "**runs**, checked vs NeMo Gym"
-            if e["name"] in TESTED
+            if e["name"] in release.tested
             else ("**runs**" if e["verdict"] == RUNS else e["verdict"])
         )
-        cells = [
-            e["name"],
-            verdict_text,
-            e["why"] or "-",
-            ", ".join(map(short, e["requirements"])) or "-",
-            ", ".join(e["agents"]) or "-",
-            ", ".join(e["judges"]) or "-",
-            str(e["example_rows"]),
-        ]
+        cells = [e["name"], verdict_text, e["why"] or "-", ", ".join(map(short, e["requirements"])) or "-"]
+        cells += [", ".join(e["agents"]) or "-"]
+        cells += [", ".join(e["environments"]) or "-"] if release.environment_servers else []
+        cells += [", ".join(e["judges"]) or "-", str(e["example_rows"])]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -503,11 +600,9 @@ def try_servers(site: Path, out: Path, specs: list[str], extra: list[str] = ()) 
     return results
 
 
-def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], extra: list[str]) -> set[str]:
-    """One ng_run of `specs`; returns the servers whose start failed (recorded in `results`), else collects."""
-    from nemo_gym.env.testing import NgRun
-
-    out.mkdir(parents=True, exist_ok=True)
+def _try_plan(site: Path, specs: list[str]) -> tuple[list[str], list[str], list[tuple[str, str]], dict[str, str]]:
+    """The config files of `specs`, the overrides pointing judge references the configs do not define at
+    policy_model, the (server, agent instance) pairs to collect, and the server folder owning each instance."""
     configs, overrides, agents, owner = [], [], [], {}
     for spec in specs:
         name, _, config_name = spec.partition(":")
@@ -524,6 +619,56 @@ def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], 
                     overrides.append(
                         f"++{instance}.{server_type}.{implementation}.{'.'.join(ref_path)}.name=policy_model"
                     )
+    return configs, overrides, agents, owner
+
+
+def _start_failed(message: str, specs: list[str], owner: dict[str, str], results: dict[str, Any]) -> set[str]:
+    """The servers ng_run's start error `message` names (all of `specs` when it names none), recorded in `results`."""
+    failed = {owner[name] for name in re.findall(r"server '([^']+)'", message) if name in owner}
+    failed |= {
+        name for name in re.findall(r"resources_servers/([A-Za-z0-9_]+)/configs/", message) if name in owner.values()
+    }
+    for name in failed or {spec.partition(":")[0] for spec in specs}:
+        results[name] = {"start_error": message[-3000:]}
+        print(name, "did not start:", message[-1500:], flush=True)
+    return failed or {spec.partition(":")[0] for spec in specs}
+
+
+def _collect(site: Path, out: Path, head: str, name: str, agent: str) -> dict[str, Any]:
+    """Collect the example rows of server `name` once through `agent` with our ng_collect_rollouts."""
+    output = out / f"{name}__{agent}.jsonl"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ng_collect_rollouts"),
+            f"+head_server_url={head}",
+            f"+agent_name={agent}",
+            f"+input_jsonl_fpath={site / 'resources_servers' / name / 'data' / 'example.jsonl'}",
+            f"+output_jsonl_fpath={output}",
+            "+num_repeats=1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    rows = sorted(
+        (json.loads(line) for line in output.read_text().splitlines()) if output.exists() else [],
+        key=lambda r: r["_ng_task_index"],
+    )
+    failures = output.with_name(output.stem + "_failures.jsonl")
+    return {
+        "exit": done.returncode,
+        "rewards": [row.get("reward") for row in rows],
+        "failures": failures.read_text().splitlines()[:3] if failures.exists() else [],
+    }
+
+
+def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], extra: list[str]) -> set[str]:
+    """One ng_run of `specs`; returns the servers whose start failed (recorded in `results`), else collects."""
+    from nemo_gym.env.testing import NgRun
+
+    out.mkdir(parents=True, exist_ok=True)
+    configs, overrides, agents, owner = _try_plan(site, specs)
     port = free_port()
     with (out / "fake.log").open("w") as log:
         fake = subprocess.Popen(
@@ -546,44 +691,10 @@ def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], 
             try:
                 head = run.wait_ready()
             except (RuntimeError, TimeoutError) as exc:
-                message = str(exc)
                 (out / f"ng_run_failed_{int(time.time())}.log").write_text(run.output())
-                failed = {owner[name] for name in re.findall(r"server '([^']+)'", message) if name in owner}
-                failed |= {
-                    name
-                    for name in re.findall(r"resources_servers/([A-Za-z0-9_]+)/configs/", message)
-                    if name in owner.values()
-                }
-                for name in failed or {spec.partition(":")[0] for spec in specs}:
-                    results[name] = {"start_error": message[-3000:]}
-                    print(name, "did not start:", message[-1500:], flush=True)
-                return failed or {spec.partition(":")[0] for spec in specs}
+                return _start_failed(str(exc), specs, owner, results)
             for name, agent in agents:
-                output = out / f"{name}__{agent}.jsonl"
-                done = subprocess.run(
-                    [
-                        str(Path(sys.executable).parent / "ng_collect_rollouts"),
-                        f"+head_server_url={head}",
-                        f"+agent_name={agent}",
-                        f"+input_jsonl_fpath={site / 'resources_servers' / name / 'data' / 'example.jsonl'}",
-                        f"+output_jsonl_fpath={output}",
-                        "+num_repeats=1",
-                    ],
-                    cwd=REPO,
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
-                rows = sorted(
-                    (json.loads(line) for line in output.read_text().splitlines()) if output.exists() else [],
-                    key=lambda r: r["_ng_task_index"],
-                )
-                failures = output.with_name(output.stem + "_failures.jsonl")
-                results[f"{name}/{agent}"] = {
-                    "exit": done.returncode,
-                    "rewards": [row.get("reward") for row in rows],
-                    "failures": failures.read_text().splitlines()[:3] if failures.exists() else [],
-                }
+                results[f"{name}/{agent}"] = _collect(site, out, head, name, agent)
                 print(name, agent, json.dumps(results[f"{name}/{agent}"])[:1500], flush=True)
             (out / "ng_run.log").write_text(run.output())
     finally:
@@ -592,13 +703,44 @@ def _try_once(site: Path, out: Path, specs: list[str], results: dict[str, Any], 
     return set()
 
 
-def main() -> None:
+@dataclass(frozen=True)
+class Release:
+    """A NeMo Gym release the survey covers: where its wheel is installed, how to install it, the servers its peer
+    test checks row by row, the verdicts found here, and the text above its table."""
+
+    site: Path
+    install_hint: str
+    tested: tuple[str, ...]
+    verdicts: dict[str, tuple[str, str]]
+    intro: Callable[[list[dict[str, Any]]], list[str]]
+    environment_servers: bool  # a column for the environment servers its configs declare (0.7.0 has them)
+
+
+RELEASES = {
+    "0.4.0": Release(DEFAULT_SITE, "bash ../shared/bench/setup_nemo_gym.sh", TESTED, VERDICTS, intro04, False),
+    "0.7.0": Release(
+        site_packages(Path(os.environ.get("NGBENCH07_DIR", "/tmp/ngbench07"))),
+        (
+            ".venv/bin/python -c \"import sys; sys.path.insert(0, 'tests'); import nemo_gym_peer07;"
+            ' nemo_gym_peer07.peer07_venv()"'
+        ),
+        v07.TESTED,
+        VERDICTS07,
+        intro07,
+        True,
+    ),
+}
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--release", choices=sorted(RELEASES), default="0.4.0", help="the NeMo Gym wheel to survey (default: 0.4.0)"
+    )
     parser.add_argument(
         "--site-packages",
         type=Path,
-        default=DEFAULT_SITE,
-        help="the folder holding the wheel's resources_servers/ (default: %(default)s)",
+        help="the folder holding the wheel's resources_servers/ (default: the release's NeMo Gym venv)",
     )
     parser.add_argument(
         "--write", type=Path, help="write the Markdown survey here (e.g. docs/nemo_gym_wheel_servers.md)"
@@ -618,25 +760,35 @@ def main() -> None:
         default=[],
         help="with --try: one more ng_run override; {fake} is the fake policy's URL",
     )
-    args = parser.parse_args()
-    site = args.site_packages
+    return parser.parse_args()
+
+
+def survey(site: Path, release: Release) -> list[dict[str, Any]]:
+    """One entry per resources server folder of the wheel at `site`, sorted by name."""
+    return [
+        survey_one(folder, release.verdicts)
+        for folder in sorted((site / "resources_servers").iterdir())
+        if folder.is_dir() and not folder.name.startswith("__")
+    ]
+
+
+def main() -> None:
+    args = parse_args()
+    release = RELEASES[args.release]
+    site = args.site_packages or release.site
     if not (site / "resources_servers").is_dir():
         raise SystemExit(
-            f"no resources_servers/ in {site}: install NeMo Gym 0.4.0 first (bash ../shared/bench/setup_nemo_gym.sh)"
+            f"no resources_servers/ in {site}: install NeMo Gym {args.release} first ({release.install_hint})"
         )
     if args.try_out:
         started = time.monotonic()
         print(json.dumps(try_servers(site, args.try_out, args.servers, args.override), indent=1))
         print(f"{time.monotonic() - started:.0f} s")
         return
-    entries = [
-        survey_one(folder)
-        for folder in sorted((site / "resources_servers").iterdir())
-        if folder.is_dir() and not folder.name.startswith("__")
-    ]
+    entries = survey(site, release)
     if args.json:
         print(json.dumps(entries, indent=1))
-    text = render(entries)
+    text = render(entries, release)
     if args.write:
         args.write.parent.mkdir(parents=True, exist_ok=True)
         args.write.write_text(text)
