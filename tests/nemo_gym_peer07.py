@@ -53,34 +53,67 @@ def peer07_venv() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".install.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        log = root / "install.log"
-        log.write_text("")
-        uv = str(Path(sys.executable).parent / "uv")  # a dependency of ours, in the test's environment
-        python = venv / "bin" / "python"
-        _run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(venv)], log)
-        downloads = root / "dl"
-        if not list(downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")):
-            _run(
-                [str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-                + ["--ignore-requires-python", f"nemo-gym=={PEER07_VERSION}", "-d", str(downloads)],
-                log,
-            )
-        (wheel,) = downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")
-        with zipfile.ZipFile(wheel) as archive:
-            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            metadata = email.parser.HeaderParser().parsestr(archive.read(name).decode())
-        requirements = root / "requirements.txt"
-        requirements.write_text(
-            "".join(f"{line}\n" for line in metadata.get_all("Requires-Dist") or [] if "extra ==" not in line)
-        )
-        _run([uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(requirements)], log)
-        _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-requires-python", str(wheel)], log)
-        _run([str(python), "-c", "import nemo_gym.server_utils, nemo_gym.rollout_collection"], log)
-        marker.touch()
+        if not marker.exists():
+            _install_release(root, venv, marker)
+        _install_extras(venv)
     return venv
+
+
+def _install_release(root: Path, venv: Path, marker: Path) -> None:
+    """The wheel (downloaded with `--ignore-requires-python`), its runtime Requires-Dist, then the wheel itself."""
+    shutil.rmtree(venv, ignore_errors=True)
+    log = root / "install.log"
+    log.write_text("")
+    uv = str(Path(sys.executable).parent / "uv")  # a dependency of ours, in the test's environment
+    python = venv / "bin" / "python"
+    _run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(venv)], log)
+    downloads = root / "dl"
+    if not list(downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")):
+        _run(
+            [str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+            + ["--ignore-requires-python", f"nemo-gym=={PEER07_VERSION}", "-d", str(downloads)],
+            log,
+        )
+    (wheel,) = downloads.glob(f"nemo_gym-{PEER07_VERSION}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.HeaderParser().parsestr(archive.read(name).decode())
+    requirements = root / "requirements.txt"
+    requirements.write_text(
+        "".join(f"{line}\n" for line in metadata.get_all("Requires-Dist") or [] if "extra ==" not in line)
+    )
+    _run([uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(requirements)], log)
+    _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-requires-python", str(wheel)], log)
+    _run([str(python), "-c", "import nemo_gym.server_utils, nemo_gym.rollout_collection"], log)
+    marker.touch()
+
+
+# server folders of the wheel whose own requirements the tests install into the venv too (NeMo Gym's ng_run of the
+# tests runs every folder from this venv): haystack_agent, 0.7.0's agent that calls a resources server's tools over
+# MCP (haystack-ai, mcp-haystack: only additions to the venv, nothing of it changed)
+EXTRA_FOLDERS = ("responses_api_agents/haystack_agent",)
+
+
+def _install_extras(venv: Path) -> None:
+    """The requirements of EXTRA_FOLDERS (their `-e nemo-gym` line aside), once (a marker per set of folders)."""
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    lines = sorted(
+        {
+            line.strip()
+            for folder in EXTRA_FOLDERS
+            for line in (site / folder / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.strip().startswith(("-e", "#"))
+        }
+    )
+    marker = venv / f".extras-{'-'.join(sorted(Path(f).name for f in EXTRA_FOLDERS))}-installed"
+    if marker.exists():
+        return
+    uv = str(Path(sys.executable).parent / "uv")
+    _run(
+        [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), *lines],
+        peer07_root() / "install.log",
+    )
+    marker.touch()
 
 
 def peer07_site_packages() -> Path:

@@ -40,16 +40,43 @@ from nemo_gym.processes import free_port
 # 900 s per test once NeMo Gym 0.7.0 is installed in the same test (a minute or two) on a loaded machine
 pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(1800)]
 
+# a config file of ours in the wheel's example_single_tool_call folder (written by the `peer07` fixture): its tools
+# over MCP (`expose_tools_over_mcp`, 0.7.0's /mcp route) to 0.7.0's haystack_agent with its MCP pipeline
+MCP_CONFIG = "ng_test_haystack_mcp"
+MCP_CONFIG_TEXT = """\
+example_single_tool_call_mcp:
+  resources_servers:
+    example_single_tool_call:
+      entrypoint: app.py
+      domain: agent
+      expose_tools_over_mcp: true
+example_single_tool_call_haystack_agent:
+  responses_api_agents:
+    haystack_agent:
+      entrypoint: app.py
+      resources_server: {type: resources_servers, name: example_single_tool_call_mcp}
+      model_server: {type: responses_api_models, name: policy_model}
+      pipeline_yaml: configs/pipeline_mcp.yaml
+      agent_component_name: agent
+      allow_mcp_tool_filtering: false
+example_single_tool_call_haystack_environment_server:
+  environment_servers:
+    legacy_agent:
+      entrypoint: app.py
+      agent_server: {type: responses_api_agents, name: example_single_tool_call_haystack_agent}
+"""
+
 # resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
-# `configs/<folder or config>.yaml`: environment servers (legacy_agent in every one but the last), tool calls,
-# multi-reward, session state, multi-step, gymnasium agents, a judge, new offline servers (lc_niah, ragtruth,
-# citation_if, string_match), and a single_agent_turn_legacy environment server (the last: a config file that includes
-# another and `_inherit_from`s its template; the server seeds the resources server with 0.7.0's typed /seed_session
-# body, closes it with /close_session, seeds a session agent and grants it direct HTTP tool access; its agent calls the
-# model server at /ng-rollout/<id>/v1/responses). Left out: spartqa (0.7.0's own ng_run refuses its config: its
-# datasets' `license`), configs whose judge names a model server they do not define (abstention, simpleqa, inverse_if,
-# omniscience), blackjack (an unseeded deck: two runs differ), wordle (the fake policy's text is no guess: 0.7.0's own
-# /run answers 500), ruler2 (imports editdistance, which it does not declare)
+# `configs/<folder or config>.yaml`: environment servers (legacy_agent in all but one), tool calls, multi-reward,
+# session state, multi-step, gymnasium agents, a judge, new offline servers (lc_niah, ragtruth, citation_if,
+# string_match), a single_agent_turn_legacy environment server (example_single_tool_call_single_agent_turn: a config
+# file that includes another and `_inherit_from`s its template; the server seeds the resources server with 0.7.0's
+# typed /seed_session body, closes it with /close_session, seeds a session agent and grants it direct HTTP tool
+# access; its agent calls the model server at /ng-rollout/<id>/v1/responses), and tools over MCP (MCP_CONFIG).
+# Left out: spartqa (0.7.0's own ng_run refuses its config: its datasets' `license`), configs whose judge names a
+# model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack (an unseeded deck: two
+# runs differ), wordle (the fake policy's text is no guess: 0.7.0's own /run answers 500), ruler2 (imports
+# editdistance, which it does not declare)
 ENVIRONMENTS = (
     "example_single_tool_call",
     "example_tool_call_multireward",
@@ -68,6 +95,7 @@ ENVIRONMENTS = (
     "equivalence_rule:lc",
     "arc_agi",
     "example_single_tool_call:example_single_tool_call_single_agent_turn",
+    f"example_single_tool_call:{MCP_CONFIG}",
 )
 REPEATS = 2
 BATCH = 9  # environments per pair of runs
@@ -98,7 +126,10 @@ def example_rows(spec: str) -> Path:
 
 @pytest.fixture(scope="module")
 def peer07() -> Path:
-    return peer07_venv()
+    venv = peer07_venv()
+    config = peer07_site_packages() / config_path(f"example_single_tool_call:{MCP_CONFIG}")
+    config.write_text(MCP_CONFIG_TEXT)
+    return venv
 
 
 @pytest.fixture(scope="module")
