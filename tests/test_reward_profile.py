@@ -17,6 +17,7 @@ from nemo_gym.collect.profile import profile_rollouts
 from nemo_gym.env.metrics import numeric_fields
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import read_jsonl
+from nemo_gym.upstream.repeat_metrics import t_interval_95
 from nemo_gym.upstream.reward_profile import (
     RewardProfileConfig,
     output_paths,
@@ -24,7 +25,6 @@ from nemo_gym.upstream.reward_profile import (
     reward_profile,
     reward_profile_main,
 )
-from nemo_gym.upstream.repeat_metrics import t_interval_95
 
 BIN = Path(sys.executable).parent
 STATS = ("mean", "max", "min", "median", "std")
