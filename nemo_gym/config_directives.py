@@ -65,6 +65,8 @@ def _at(config: DictConfig, path: list[str], where: str) -> Any:
 
 def _apply(node: DictConfig, root: DictConfig, frozen: DictConfig, prefix: str) -> None:
     for key in list(node.keys()):
+        if key not in node:  # moved away by an `_inherit_from` of a key before it
+            continue
         value = node._get_node(key)
         value = value if isinstance(value, (DictConfig, ListConfig)) else value._value()
         where = f"{prefix}{key}"

@@ -41,6 +41,12 @@ def test_inherit_from_moves_and_merges(tmp_path):
     assert values["by_string"] == {"a": 1, "b": 2}  # from the config before any directive ran
 
 
+def test_a_key_may_inherit_from_one_that_comes_after_it(tmp_path):
+    config = write(tmp_path / "c.yaml", "mine:\n  _inherit_from: template\n  y: 2\ntemplate:\n  x: 1\n  y: 1\n")
+    values = load(config)
+    assert values["mine"] == {"x": 1, "y": 2} and "template" not in values
+
+
 def test_delete_key_after_an_inherit(tmp_path):
     config = write(
         tmp_path / "c.yaml",

@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 import yaml
-from nemo_gym_peer import BENCH_DIR, nemo_gym_collect_argv
+from nemo_gym_peer import (
+    BENCH_DIR,
+    nemo_gym_collect_argv,
+    nemo_gym_run_argv,
+    peer_env,
+    peer_site_packages,
+    peer_venv,
+)
 from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
 from test_nemo_gym_interop import Process, _wait_http, wait_for
 from test_reward_profile_parity import assert_same
@@ -221,12 +228,13 @@ def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label
     return out
 
 
-def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
+def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str, rows: Path | None = None) -> Path:
+    """Our ng_collect_rollouts of `rows` (default: the 0.7.0 folder's example rows) through `agent`."""
     out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
     command = [
         str(Path(sys.executable).parent / "ng_collect_rollouts"),
         f"+agent_name={agent}",
-        f"+input_jsonl_fpath={example_rows(folder)}",
+        f"+input_jsonl_fpath={rows or example_rows(folder)}",
         f"+output_jsonl_fpath={out}",
         f"+num_repeats={REPEATS}",
         f"+head_server_url={head_url}",
@@ -446,3 +454,45 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
     for label in ("ours", "07_by_ours", "ours_by_ours"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
+
+
+def nemo_gym04_collect(work: Path, folder: str, fake_policy: str) -> Path:
+    """NeMo Gym 0.4.0's own ng_run and ng_collect_rollouts of one of its wheel's folders (its `<folder>.yaml`)."""
+    head_port = free_port()
+    config = f"resources_servers/{folder}/configs/{folder}.yaml"
+    argv = nemo_gym_run_argv(
+        [config, "responses_api_models/openai_model/configs/openai_model.yaml"],
+        head_port,
+        *policy_overrides(fake_policy)[:3],
+    )
+    log = work / "nemo_gym04_ng_run.log"
+    process = Process(argv, log, peer_env(), peer_site_packages())
+    try:
+        wait_for(log, r"All \d+ / \d+ servers ready", process, 600)
+        out = work / f"theirs04_{folder}.jsonl"
+        rows = peer_site_packages() / "resources_servers" / folder / "data" / "example.jsonl"
+        argv = nemo_gym_collect_argv(
+            peer_venv(), f"http://127.0.0.1:{head_port}", f"{folder}_simple_agent", rows, out, REPEATS
+        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=work, env=peer_env())
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return out
+    finally:
+        process.stop()
+
+
+def test_nemo_gym_04_and_07_folders_in_one_run(collected, tmp_path, fake_policy):
+    """A folder of NeMo Gym 0.4.0's wheel (example_single_tool_call) and one of 0.7.0's (mcqa, behind its environment
+    server) in one of our ng_runs, each in an environment with its own release, both releases' servers on the run's
+    one Ray head: each gives the rollouts its own release's ng_run gives, row by row."""
+    folder04 = peer_site_packages() / "resources_servers/example_single_tool_call"
+    theirs04 = nemo_gym04_collect(tmp_path, "example_single_tool_call", fake_policy)
+    config04 = folder04 / "configs/example_single_tool_call.yaml"
+    with our_run(tmp_path, ("mcqa",), fake_policy, extra_paths=[config04]) as run:
+        run.wait_ready()
+        agent04 = "example_single_tool_call_simple_agent"
+        rows04 = folder04 / "data/example.jsonl"
+        ours04 = our_collect(tmp_path, run.head_url, agent04, "example_single_tool_call", "ours04", rows04)
+        ours07 = our_collect(tmp_path, run.head_url, instances("mcqa")["environment_servers"], "mcqa", "ours07")
+    assert_same_rollouts(theirs04, ours04)
+    assert_same_rollouts(collected["mcqa"]["theirs"], ours07)
