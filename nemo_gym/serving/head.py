@@ -173,6 +173,23 @@ class ServerRegistry(dict):
         return [{**entry, "replica": index} for index, entry in sorted(self.replicas.get(name, {}).items())]
 
 
+def _add_probe_routes(app: FastAPI) -> None:
+    """NeMo Gym 0.7.0's probe routes of a head server: liveness (`/livez`, `/`), and readiness (`/readyz`,
+    `/healthz`: 503 until ng_run sets `app.state.ready`, every server of the run healthy)."""
+
+    @app.get("/livez", include_in_schema=False)
+    @app.get("/", include_in_schema=False)
+    async def live() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    @app.get("/healthz", include_in_schema=False)
+    async def ready() -> JSONResponse:
+        if not app.state.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+
 def build_head_app(run_token: str | None = None, peers: PeerPolicy | None = None) -> FastAPI:
     """The head server app; `app.state.servers` (a `ServerRegistry`) maps instance name → registration dict
     of its lowest-numbered replica, and keeps every replica.
@@ -192,18 +209,7 @@ def build_head_app(run_token: str | None = None, peers: PeerPolicy | None = None
     async def health() -> dict:
         return {"status": "ok", "name": "head", "server_type": "head"}
 
-    # NeMo Gym 0.7.0's probe routes: liveness, and readiness (503 until every server of the run is ready)
-    @app.get("/livez", include_in_schema=False)
-    @app.get("/", include_in_schema=False)
-    async def live() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/readyz", include_in_schema=False)
-    @app.get("/healthz", include_in_schema=False)
-    async def ready() -> JSONResponse:
-        if not app.state.ready:
-            return JSONResponse({"status": "starting"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+    _add_probe_routes(app)
 
     components: dict[str, Any] = {}
     add_components(app, components)

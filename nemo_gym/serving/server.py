@@ -167,31 +167,9 @@ class BaseServer:
         """Forget a session (`POST /close_session`, `POST /verify?close_session=true`); an unknown id is ignored."""
         self.sessions.pop(session_id, None)
 
-    def build_app(self, *, run_token: str | None = None) -> FastAPI:
-        """The FastAPI app of this server. With `run_token` (`ng_run` passes its run's), every route but
-        `/health` answers 401 to a caller without it, unless the run's peer policy allows the caller
-        (`nemo_gym.serving.auth`:
-        NeMo Gym servers the run started; with `+allow_same_user=true`, this user's processes); without, nothing is
-        checked."""
-        self.ready = False
-
-        async def lifespan(app: FastAPI):
-            await self.startup()
-            self.ready = True
-            yield
-            self.ready = False
-            await self.shutdown()
-            await self.client.aclose()
-
-        app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
-        app.add_middleware(RolloutPathPrefix)  # innermost: NeMo Gym 0.7.0's /ng-rollout/<id>/ prefix taken off
-        app.add_middleware(SessionCookieEcho)
-        app.add_middleware(RequestLimits, max_body_bytes=int(self.config.max_body_mb * 2**20))
-        # outermost: nothing runs for a caller without the token (or one the run's peer policy allows:
-        # nemo_gym.serving.auth)
-        app.add_middleware(RunTokenAuth, token=run_token, peers=PeerPolicy.from_env() if run_token else None)
-        self.openapi_components: dict[str, Any] = {}  # sub-schemas of the declared request bodies
-        add_components(app, self.openapi_components)
+    def _add_session_and_health_routes(self, app: FastAPI) -> None:
+        """`/health` (and NeMo Gym 0.7.0's probes: `/healthz`, `/readyz` as it, `/livez` and `/` for liveness) and
+        `/close_session` (a cookie's or header's session, or the one NeMo Gym 0.7.0's body names)."""
 
         @app.get("/health")
         @app.get("/healthz", include_in_schema=False)  # NeMo Gym 0.7.0's probe routes: readiness
@@ -223,6 +201,34 @@ class BaseServer:
                 return {"resources_session_id": named}
             self.end_session(self.request_session_id(request) or "")
             return {}
+
+    def build_app(self, *, run_token: str | None = None) -> FastAPI:
+        """The FastAPI app of this server. With `run_token` (`ng_run` passes its run's), every route but
+        `/health` answers 401 to a caller without it, unless the run's peer policy allows the caller
+        (`nemo_gym.serving.auth`:
+        NeMo Gym servers the run started; with `+allow_same_user=true`, this user's processes); without, nothing is
+        checked."""
+        self.ready = False
+
+        async def lifespan(app: FastAPI):
+            await self.startup()
+            self.ready = True
+            yield
+            self.ready = False
+            await self.shutdown()
+            await self.client.aclose()
+
+        app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
+        app.add_middleware(RolloutPathPrefix)  # innermost: NeMo Gym 0.7.0's /ng-rollout/<id>/ prefix taken off
+        app.add_middleware(SessionCookieEcho)
+        app.add_middleware(RequestLimits, max_body_bytes=int(self.config.max_body_mb * 2**20))
+        # outermost: nothing runs for a caller without the token (or one the run's peer policy allows:
+        # nemo_gym.serving.auth)
+        app.add_middleware(RunTokenAuth, token=run_token, peers=PeerPolicy.from_env() if run_token else None)
+        self.openapi_components: dict[str, Any] = {}  # sub-schemas of the declared request bodies
+        add_components(app, self.openapi_components)
+
+        self._add_session_and_health_routes(app)
 
         @app.exception_handler(RejectedRequest)
         async def rejected(request: Request, exc: RejectedRequest) -> JSONResponse:
