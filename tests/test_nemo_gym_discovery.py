@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from nemo_gym.serving.nemo_gym_discovery import nemo_gym_discovery
+import yaml
+
+from nemo_gym.serving.nemo_gym_discovery import agent_references, nemo_gym_discovery, nemo_gym_head_servers
 
 
 def entry(server_type: str, implementation: str, port: int, **extra) -> dict:
@@ -51,3 +53,30 @@ def test_each_agent_without_an_environment_server_gets_a_relay_entry_at_its_own_
     assert not [name for name in config if name.startswith("fronted_agent") and name != "fronted_agent"]
     assert config["policy_model"] == {"responses_api_models": {"openai_model": {"host": "127.0.0.1", "port": 1}}}
     assert len(config) == len(servers) + 1 + 3  # head_server, three relays
+
+
+def test_nemo_gym_07s_head_answer_read_back_gives_environment_servers_their_agents():
+    """Our client reading a NeMo Gym 0.7.0 head (`nemo_gym_head_servers`: its `/global_config_dict_yaml`, here the
+    one our head writes) gets each environment server with its agent references, by 0.7.0's rule (a field
+    `agent_server`, typed or not, or any field `{type: responses_api_agents, name}`; a resources server reference is
+    none), so our collector sends a row for an environment server as 0.7.0's does (`nemo_gym.collect.routing`)."""
+    config = {
+        "head_server": {"host": "127.0.0.1", "port": 11000},
+        "env": {
+            "environment_servers": {
+                "single_agent_turn_legacy": {
+                    "host": "127.0.0.1",
+                    "port": 8,
+                    "resources_server": {"type": "resources_servers", "name": "weather"},
+                    "agent_server": {"name": "weather_agent"},
+                }
+            }
+        },
+        "weather_agent": {"responses_api_agents": {"simple_agent": {"host": "127.0.0.1", "port": 3}}},
+    }
+    entries = {e["name"]: e for e in nemo_gym_head_servers(yaml.safe_dump(config), "http://127.0.0.1:11000")}
+    assert entries["env"]["agent_refs"] == {"agent_server": {"type": "responses_api_agents", "name": "weather_agent"}}
+    assert entries["env"]["url"] == "http://127.0.0.1:8" and "agent_refs" not in entries["weather_agent"]
+    assert agent_references({"judge": {"type": "responses_api_agents", "name": "a"}, "x": {"name": "b"}}) == {
+        "judge": {"type": "responses_api_agents", "name": "a"}
+    }
