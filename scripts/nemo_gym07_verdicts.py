@@ -253,6 +253,42 @@ NOT_HERE: dict[str, dict[str, str]] = {
             "tried: exits at start, cloning NewtonBench from GitHub ('fatal: unable to access"
             " https://github.com/HKUST-KnowComp/NewtonBench/: Could not resolve host: github.com')"
         ),
+        "bird_sql": (
+            "tried: exits at start, downloading the BIRD databases (https://bird-bench.oss-cn-beijing.aliyuncs.com/"
+            "dev.zip): 'URLError: Name or service not known'"
+        ),
+        "critpt": (
+            "tried: exits at start: its config's api_key for Artificial Analysis' grading API (internet) is unset"
+            " ('ValidationError: 2 validation errors for CritPtResourcesServerConfig api_key ... input_value=None')"
+        ),
+        "google_search": (
+            "tried: exits at start: web search through Google's API needs its key ('ValidationError: 2 validation"
+            " errors for GoogleSearchResourcesServerConfig google_api_key Field required ... google_cx Field"
+            " required')"
+        ),
+        "spider2_lite": (
+            "tried: exits at start, downloading the Spider 2.0-lite databases from Google Drive: 'URLError: Name or"
+            " service not known'"
+        ),
+        "evalplus": (
+            "tried: exits at start, downloading the HumanEval+/MBPP+ data sets from the web (evalplus' urlretrieve:"
+            " 'URLError: Name or service not known')"
+        ),
+        "bigcodebench": (
+            "tried: exits at start: it builds a Python 3.10 environment in its folder ('uv venv --seed --python 3.10"
+            " .../bigcodebench/.bcb_venv' returned non-zero exit status 2: no Python 3.10 here, and uv's download of"
+            " one needs the internet); then BigCodeBench's requirements from GitHub"
+        ),
+        "scicode": (
+            "tried: starts, but every rollout fails: 'RuntimeError(test_data_fpath is not configured. Stage SciCode's"
+            " test_data.h5 ...)' (a data file the wheel does not ship, staged by hand from SciCode's release)"
+        ),
+        "rolemrc": (
+            "tried: config rolemrc.yaml (reference mode, whose agent rolemrc_simple_agent its example rows name) exits"
+            " at start: \"LookupError: Resource 'wordnet' not found. Please use the NLTK Downloader\" (and its"
+            " BERTScore downloads roberta-large from the Hugging Face hub); config rolemrc_judge.yaml starts, but its"
+            " rows name that agent, which it does not define, so our ng_collect_rollouts collects none"
+        ),
         "tavily_search": (
             "tried (config tavily_search_judge_openai_model.yaml): its config needs a Tavily API key and a search"
             " judge ('Interpolation key search_judge_model_base_url not found'); web search through the Tavily API"
@@ -283,6 +319,11 @@ NOT_HERE: dict[str, dict[str, str]] = {
         ),
     },
     "a service of their own (a NeMo Skills sandbox, LibreOffice)": {
+        "competitive_coding_challenges": (
+            "tried: exits at start: 'RuntimeError: Sandbox not ready after waiting 240s' (a NeMo Skills code sandbox"
+            " server at NEMO_SKILLS_SANDBOX_HOST/PORT, default 127.0.0.1:6000); its test data (~27 GB) is loaded at"
+            " start"
+        ),
         "math_formal_lean": (
             STATIC + "needs a Lean 4 sandbox server (NEMO_SKILLS_SANDBOX_HOST/PORT, default 127.0.0.1:6000)"
         ),
@@ -307,6 +348,10 @@ NOT_HERE: dict[str, dict[str, str]] = {
         ),
     },
     "nothing: they are not servers (a base class, a library)": {
+        "gymnasium": (
+            "tried: exits at once with code 0 and an empty log: a base class for other servers (its config says 'Not"
+            " a standalone server'; base.py starts nothing)"
+        ),
         "sec_local_index": (
             "tried: no app.py: its config's entrypoint local_edgar_search.py is a library of SEC EDGAR search for"
             " finance_sec_search and finance_agent_v2 ('Not a standalone server'); detect_framework finds no NeMo Gym"
@@ -325,8 +370,7 @@ NOTES = [
     ),
     (
         "- A server whose rows need files the wheel does not ship (wordle, indian_banking, gdp_pdf, scicode) starts"
-        " here as under NeMo Gym's own ng_run; the missing file shows on the first rollout, as a failure in the"
-        " collector's failures file."
+        " here; the missing file shows on the first rollout, as a failure in the collector's failures file."
     ),
     (
         "- Defect of ours, seen here (conversational_tool_use_simulation): `nemo_gym.upstream.detect.detect_release`"

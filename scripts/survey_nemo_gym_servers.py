@@ -543,8 +543,9 @@ def intro07(entries: list[dict[str, Any]]) -> list[str]:
             + ", ".join(f"{e['name']}{'' if e['has_app'] else ', no app.py'}" for e in entries if not e["recognised"])
             + "). Regenerate: `.venv/bin/python"
             " scripts/survey_nemo_gym_servers.py --release 0.7.0 --write docs/nemo_gym07_servers.md`; try servers:"
-            " `... --release 0.7.0 --try OUT_DIR name[:config.yaml] ...` (`--override '++judge_base_url={fake}'` for"
-            " a config's own judge). The verdicts are `scripts/nemo_gym07_verdicts.py`."
+            " `... --release 0.7.0 --try OUT_DIR name[:config.yaml] ...` (the tries here added `--override"
+            " '++judge_base_url={fake}' --override ++judge_api_key=dummy-key --override ++judge_model_name=fake-policy`"
+            " for a config's own judge). The verdicts are `scripts/nemo_gym07_verdicts.py`."
         ),
         "",
         "Notes on how our ng_run runs them, seen here:",
