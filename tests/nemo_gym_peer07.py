@@ -90,8 +90,9 @@ def _install_release(root: Path, venv: Path, marker: Path) -> None:
 
 # server folders of the wheel whose own requirements the tests install into the venv too (NeMo Gym's ng_run of the
 # tests runs every folder from this venv): haystack_agent, 0.7.0's agent that calls a resources server's tools over
-# MCP (haystack-ai, mcp-haystack: only additions to the venv, nothing of it changed)
-EXTRA_FOLDERS = ("responses_api_agents/haystack_agent",)
+# MCP (haystack-ai, mcp-haystack), gdp_pdf, whose judge masks (liteparse), and ruler2 (editdistance): only additions
+# to the venv
+EXTRA_FOLDERS = ("responses_api_agents/haystack_agent", "resources_servers/gdp_pdf", "resources_servers/ruler2")
 
 
 def _install_extras(venv: Path) -> None:

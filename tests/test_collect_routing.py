@@ -1,7 +1,8 @@
 """Collection through NeMo Gym 0.7.0 environment servers (`nemo_gym.collect.routing`), against a real head server and
 real HTTP on loopback: a row for an environment server in front of one agent is sent to it as NeMo Gym 0.7.0's
-collector sends it (`agent_ref` the agent, `_ng_environment_server` the server); an environment server's failed
-episode (its `_ng_failure_*` keys, no reward) is a failure of that class with its message, never a reward."""
+collector sends it (`agent_ref` the agent, `_ng_environment_server` the server); an answer with NeMo Gym's
+failure-routing keys (an environment server's failed episode, a verify whose judge failed) is a failure of that class
+with its message, never a reward."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import build_head_app
 
 
-def environment_server(agent: str, fail: bool) -> FastAPI:
+def environment_server(agent: str, fail: bool, judge_fails: bool = False) -> FastAPI:
     """A stand-in for 0.7.0's single_agent_turn_legacy `/run`: refuses a row naming another agent (as it does), and
-    answers either a reward or its failure-routing keys."""
+    answers a reward, its failure-routing keys, or (`judge_fails`) what a verify wrapped in 0.7.0's judge_failsafe
+    answers when its judge fails."""
     app = FastAPI()
 
     @app.post("/run")
@@ -37,6 +39,16 @@ def environment_server(agent: str, fail: bool) -> FastAPI:
                 "_ng_failure_stage": "agent",
                 "agent_ref": {"name": agent},
             }
+        if judge_fails and row["x"] == 1:  # nemo_gym.judge.judge_failsafe's answer (0.7.0)
+            return {
+                **row,
+                "reward": 0.0,
+                "mask_sample": True,
+                "failure_kind": "judge_failed",
+                "failure_reason": "JudgeError: criterion 1 unparseable after 2 attempts",
+                "_ng_failure_class": "judge_failed",
+                "_ng_failure_judge_error": "JudgeError: criterion 1 unparseable after 2 attempts",
+            }
         return {"reward": float(row["x"]), "agent_ref": {"name": agent}}
 
     return app
@@ -47,7 +59,8 @@ def head():
     app = build_head_app()
     served = {"head": Served(app), "env": Served(environment_server("agent", False))}
     served["env_failing"] = Served(environment_server("agent", True))
-    for name in ("env", "env_failing"):
+    served["env_judged"] = Served(environment_server("agent", False, judge_fails=True))
+    for name in ("env", "env_failing", "env_judged"):
         app.state.servers[name] = {  # as ng_run registers a NeMo Gym environment server (launch.register)
             "name": name,
             "server_type": "environment_servers",
@@ -92,4 +105,15 @@ def test_a_failed_episode_is_a_failure_with_its_class_and_message(head, tmp_path
     assert summary.failures_by_class == {"environment_server_failed": 3} and not read_jsonl(out)
     (failure, *_) = read_jsonl(tmp_path / "out_failures.jsonl")
     assert failure["failure_class"] == "environment_server_failed" and failure["transient"] is False
-    assert failure["message"] == "environment server (agent stage): 500, message='Internal Server Error'"
+    assert failure["message"] == "NeMo Gym failure (agent stage): 500, message='Internal Server Error'"
+
+
+def test_a_failed_judge_is_a_failure_not_a_reward_of_zero(head, tmp_path):
+    """0.7.0's judge_failsafe answer (reward 0.0, mask_sample, `_ng_failure_class: judge_failed`) goes to the failures
+    file with its class and the judge's error, as 0.7.0's collector routes it; the other rows are rollouts."""
+    summary, out = collect(head, tmp_path, "env_judged")
+    assert summary.failures_by_class == {"judge_failed": 1}
+    assert sorted(r["reward"] for r in read_jsonl(out)) == [0.0, 2.0]  # rows 0 and 2; row 1's judge failed
+    (failure,) = read_jsonl(tmp_path / "out_failures.jsonl")
+    assert (failure["_ng_task_index"], failure["failure_class"], failure["transient"]) == (1, "judge_failed", True)
+    assert failure["message"] == "NeMo Gym failure: JudgeError: criterion 1 unparseable after 2 attempts"

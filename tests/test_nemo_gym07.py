@@ -73,17 +73,53 @@ example_single_tool_call_haystack_environment_server:
       agent_server: {type: responses_api_agents, name: example_single_tool_call_haystack_agent}
 """
 
+# a config file of ours in the wheel's gdp_pdf folder (written by the `peer07` fixture): gdp_pdf's rubric verify, its
+# judge failing (the fake's text is no verdict: after judge_max_attempts its `judge_failsafe` answers reward 0.0,
+# `mask_sample`, `_ng_failure_class: judge_failed`), behind simple_agent (its own agent renders PDFs the wheel does not
+# ship; the rows' text prompts are enough for a text answer to verify)
+JUDGE_CONFIG = "ng_test_judge_fails"
+JUDGE_CONFIG_TEXT = """\
+gdp_pdf_judged:
+  resources_servers:
+    gdp_pdf:
+      entrypoint: app.py
+      domain: other
+      judge_model_server: {type: responses_api_models, name: judge_model}
+      judge_chat_create_params: {messages: [], max_tokens: 1024}
+      judge_prompt_template_fpath: prompt_templates/judge.txt
+      judge_max_attempts: 2
+      judge_endpoint_max_concurrency: 16
+gdp_pdf_text_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+      resources_server: {type: resources_servers, name: gdp_pdf_judged}
+      model_server: {type: responses_api_models, name: policy_model}
+gdp_pdf_text_environment_server:
+  environment_servers:
+    legacy_agent:
+      entrypoint: app.py
+      agent_server: {type: responses_api_agents, name: gdp_pdf_text_agent}
+judge_model:
+  responses_api_models:
+    openai_model:
+      entrypoint: app.py
+      openai_base_url: ${judge_base_url}
+      openai_api_key: ${judge_api_key}
+      openai_model: ${judge_model_name}
+"""
+
 # resources server folders of the 0.7.0 wheel (`folder` or `folder:config`), each run with its config file
 # `configs/<folder or config>.yaml`: environment servers (legacy_agent in all but one), tool calls, multi-reward,
 # session state, multi-step, gymnasium agents, a judge, new offline servers (lc_niah, ragtruth, citation_if,
-# string_match), a single_agent_turn_legacy environment server (example_single_tool_call_single_agent_turn: a config
-# file that includes another and `_inherit_from`s its template; the server seeds the resources server with 0.7.0's
-# typed /seed_session body, closes it with /close_session, seeds a session agent and grants it direct HTTP tool
-# access; its agent calls the model server at /ng-rollout/<id>/v1/responses), and tools over MCP (MCP_CONFIG).
+# string_match, ruler2), a single_agent_turn_legacy environment server (example_single_tool_call_single_agent_turn:
+# a config file that includes another and `_inherit_from`s its template; the server seeds the resources server with
+# 0.7.0's typed /seed_session body, closes it with /close_session, seeds a session agent and grants it direct HTTP
+# tool access; its agent calls the model server at /ng-rollout/<id>/v1/responses), and tools over MCP (MCP_CONFIG).
 # Left out: spartqa (0.7.0's own ng_run refuses its config: its datasets' `license`), configs whose judge names a
 # model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack (an unseeded deck: two
-# runs differ), wordle (the fake policy's text is no guess: 0.7.0's own /run answers 500), ruler2 (imports
-# editdistance, which it does not declare)
+# runs differ), wordle (the wheel does not ship its word lists, data/guesses.txt: every rollout fails, under 0.7.0's
+# own ng_run too)
 ENVIRONMENTS = (
     "example_single_tool_call",
     "example_tool_call_multireward",
@@ -103,9 +139,10 @@ ENVIRONMENTS = (
     "arc_agi",
     "example_single_tool_call:example_single_tool_call_single_agent_turn",
     f"example_single_tool_call:{MCP_CONFIG}",
+    "ruler2",
 )
 REPEATS = 2
-BATCH = 9  # environments per pair of runs
+BATCH = 10  # environments per pair of runs
 # keys of a rollout row that are the collector's own, not the environment's
 COLLECTOR_KEYS = ("_ng_", "ng_trajectory", "ng_perf")
 
@@ -134,8 +171,11 @@ def example_rows(spec: str) -> Path:
 @pytest.fixture(scope="module")
 def peer07() -> Path:
     venv = peer07_venv()
-    config = peer07_site_packages() / config_path(f"example_single_tool_call:{MCP_CONFIG}")
-    config.write_text(MCP_CONFIG_TEXT)
+    for spec, text in (
+        (f"example_single_tool_call:{MCP_CONFIG}", MCP_CONFIG_TEXT),
+        (f"gdp_pdf:{JUDGE_CONFIG}", JUDGE_CONFIG_TEXT),
+    ):
+        (peer07_site_packages() / config_path(spec)).write_text(text)
     return venv
 
 
@@ -220,16 +260,21 @@ def our_run(work: Path, folders: tuple[str, ...], fake_policy: str, extra_paths:
     )
 
 
-def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label: str) -> Path:
+def nemo_gym07_collect(work: Path, head_url: str, agent: str, folder: str, label: str, fails: bool = False) -> Path:
+    """NeMo Gym 0.7.0's ng_collect_rollouts of the folder's example rows through `agent`; `fails`: every rollout
+    fails (0.7.0 exits 1 when no rollout gave a result)."""
     out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
     command = nemo_gym_collect_argv(peer07_venv(), head_url, agent, example_rows(folder), out, REPEATS)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=peer07_env())
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == (1 if fails else 0), done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
 
-def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str, rows: Path | None = None) -> Path:
-    """Our ng_collect_rollouts of `rows` (default: the 0.7.0 folder's example rows) through `agent`."""
+def our_collect(
+    work: Path, head_url: str, agent: str, folder: str, label: str, rows: Path | None = None, fails: bool = False
+) -> Path:
+    """Our ng_collect_rollouts of `rows` (default: the 0.7.0 folder's example rows) through `agent`; `fails`: every
+    rollout fails (exit 1, each in the failures file)."""
     out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
     command = [
         str(Path(sys.executable).parent / "ng_collect_rollouts"),
@@ -240,9 +285,9 @@ def our_collect(work: Path, head_url: str, agent: str, folder: str, label: str, 
         f"+head_server_url={head_url}",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == (1 if fails else 0), done.stdout[-3000:] + done.stderr[-3000:]
     failures = out.with_name(f"{out.stem}_failures.jsonl")
-    assert not failures.exists() or not failures.read_text().strip(), failures.read_text()
+    assert fails or not failures.exists() or not failures.read_text().strip(), failures.read_text()
     return out
 
 
@@ -329,8 +374,9 @@ def test_row_by_row_against_nemo_gym_07(collected, folder):
     for label in ("ours_on_theirs", "ours_env_on_theirs", "ours", "ours_env", "theirs_on_ours"):
         assert_same_rollouts(files["theirs"], files[label])
     env_server = instances(folder)["environment_servers"]
-    for label in ("ours_env_on_theirs", "ours_env"):  # sent to the environment server, as 0.7.0's collector sends
-        assert {row.get("_ng_environment_server") for row in read_jsonl(files[label])} == {env_server}, label
+    if not any("agent_ref" in row for row in read_jsonl(example_rows(folder))):  # a row's own agent_ref wins
+        for label in ("ours_env_on_theirs", "ours_env"):  # sent to the environment server, as 0.7.0's collector does
+            assert {row.get("_ng_environment_server") for row in read_jsonl(files[label])} == {env_server}, label
 
 
 # environments whose rollouts both reward profiles read: multi-reward fields, session state, a judge's fields, the
@@ -496,3 +542,35 @@ def test_nemo_gym_04_and_07_folders_in_one_run(collected, tmp_path, fake_policy)
         ours07 = our_collect(tmp_path, run.head_url, instances("mcqa")["environment_servers"], "mcqa", "ours07")
     assert_same_rollouts(theirs04, ours04)
     assert_same_rollouts(collected["mcqa"]["theirs"], ours07)
+
+
+def failure_classes(output: Path, class_key: str) -> dict[tuple[int, int], str]:
+    """(task, repeat) → failure class of a collection's failures file (`<out>_failures.jsonl`); its output has no
+    row."""
+    assert not output.exists() or not read_jsonl(output), output
+    failures = read_jsonl(output.with_name(f"{output.stem}_failures.jsonl"))
+    return {(row["_ng_task_index"], row["_ng_rollout_index"]): row[class_key] for row in failures}
+
+
+def test_a_failing_judge_routes_the_rollout_to_the_failures_file_as_0_7_0_does(tmp_path, peer07, fake_policy):
+    """gdp_pdf's judge fails on every row (JUDGE_CONFIG): 0.7.0's judge_failsafe answers reward 0.0 with
+    `mask_sample` and `_ng_failure_class: judge_failed`, and 0.7.0's collector writes each such rollout to its
+    failures file, none to the output. Ours does the same, on 0.7.0's ng_run and on ours, and 0.7.0's collector on our
+    ng_run too: the same rollouts, each failed as judge_failed (never a reward of 0 in the output)."""
+    spec = f"gdp_pdf:{JUDGE_CONFIG}"
+    names = instances(spec)
+    agent, env_server = names["responses_api_agents"], names["environment_servers"]
+    classes = {}
+    with TheirRun(tmp_path, (spec,), fake_policy) as theirs:
+        output = nemo_gym07_collect(tmp_path, theirs.head_url, agent, spec, "theirs", fails=True)
+        classes["theirs"] = failure_classes(output, "_ng_failure_class")
+        output = our_collect(tmp_path, theirs.head_url, env_server, spec, "ours_on_theirs", fails=True)
+        classes["ours_on_theirs"] = failure_classes(output, "failure_class")
+    with our_run(tmp_path, (spec,), fake_policy) as run:
+        run.wait_ready()
+        output = our_collect(tmp_path, run.head_url, env_server, spec, "ours", fails=True)
+        classes["ours"] = failure_classes(output, "failure_class")
+        output = nemo_gym07_collect(tmp_path, run.head_url, agent, spec, "theirs_on_ours", fails=True)
+        classes["theirs_on_ours"] = failure_classes(output, "_ng_failure_class")
+    expected = {(task, repeat): "judge_failed" for task in range(5) for repeat in range(REPEATS)}
+    assert classes == {label: expected for label in classes}

@@ -93,6 +93,10 @@ def test_the_release_a_nemo_gym_folder_needs(tmp_path):
     (wheel / "nemo_gym-0.6.0.dist-info").mkdir()
     write(wheel / "resources_servers" / "judged" / "app.py", "from nemo_gym.judge import JudgeClient\n")
     assert detect_release(_instance(wheel, "resources_servers", "judged")) == "0.6.0"
+    # a nested agent folder (0.7.0's responses_api_agents/conversational_tool_use/simulation): the same tree's release
+    write(wheel / "responses_api_agents" / "conversational_tool_use" / "simulation" / "app.py", "import nemo_gym\n")
+    nested = _instance(wheel, "responses_api_agents", "conversational_tool_use/simulation")
+    assert detect_release(nested) == "0.6.0"
     checkout = nemo_gym_tree(tmp_path / "checkout")
     write(
         checkout / "nemo_gym" / "package_info.py",

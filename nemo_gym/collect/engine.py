@@ -31,7 +31,7 @@ from tqdm import tqdm
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import Pair, now
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
-from nemo_gym.collect.routing import dispatch_target, environment_server_failure, route_through_environment_servers
+from nemo_gym.collect.routing import dispatch_target, nemo_gym_failure, route_through_environment_servers
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
 from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
@@ -207,7 +207,7 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
         return None, _server_failure(row, exc)
     except ValueError as exc:  # a 2xx answer that is not JSON
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
-    if (episode_failure := environment_server_failure(answer)) is not None:
+    if (episode_failure := nemo_gym_failure(answer)) is not None:
         return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
         got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"

@@ -11,7 +11,7 @@ from nemo_gym.serving.client import ServerClient
 __all__ = [
     "NEMO_GYM_FAILURE_CLASS",
     "dispatch_target",
-    "environment_server_failure",
+    "nemo_gym_failure",
     "route_through_environment_servers",
 ]
 
@@ -46,13 +46,20 @@ async def route_through_environment_servers(client: ServerClient, tasks: list[di
             task[ENVIRONMENT_SERVER_KEY] = server
 
 
-def environment_server_failure(answer: Any) -> tuple[str, str, bool] | None:
-    """(failure class, message, transient) of a NeMo Gym 0.7.0 environment server's answer for a failed episode (its
-    failure-routing keys `_ng_failure_class`, `_ng_failure_message`, `_ng_failure_stage`, `_ng_failure_terminal`
-    instead of a reward, e.g. `environment_server_failed`), else None."""
-    if not isinstance(answer, dict) or not isinstance(answer.get(NEMO_GYM_FAILURE_CLASS), str) or "reward" in answer:
+def nemo_gym_failure(answer: Any) -> tuple[str, str, bool] | None:
+    """(failure class, message, transient) of an answer NeMo Gym 0.7.0 routes to the failures file, not the output,
+    else None: one with its failure-routing key `_ng_failure_class`, e.g. an environment server's failed episode
+    (`environment_server_failed`, no reward; its message in `_ng_failure_message`, the stage in `_ng_failure_stage`)
+    or a verify whose judge failed (`judge_failed`, from `nemo_gym.judge.judge_failsafe`: reward 0.0 and
+    `mask_sample: true` that measure nothing; the judge's error in `_ng_failure_judge_error`). Transient unless
+    `_ng_failure_terminal`."""
+    if not isinstance(answer, dict) or not isinstance(answer.get(NEMO_GYM_FAILURE_CLASS), str):
         return None
-    message = str(answer.get("_ng_failure_message") or "no message")
+    message = answer.get("_ng_failure_message") or answer.get("_ng_failure_judge_error") or answer.get("failure_reason")
     stage = answer.get("_ng_failure_stage")
-    where = f"environment server ({stage} stage)" if stage else "environment server"
-    return answer[NEMO_GYM_FAILURE_CLASS], f"{where}: {message}", not answer.get("_ng_failure_terminal", False)
+    where = f" ({stage} stage)" if stage else ""
+    return (
+        answer[NEMO_GYM_FAILURE_CLASS],
+        f"NeMo Gym failure{where}: {message or 'no message'}",
+        not answer.get("_ng_failure_terminal", False),
+    )

@@ -48,7 +48,17 @@ def detect_framework(folder: Path, entrypoint: str) -> str | None:
     written for NeMo Gym), or a module of another server folder of its tree (`<tree>/<server type>/<name>/`,
     e.g. `from resources_servers.mcqa.app import ...`) that does, else None. A file that does not parse is left to
     the server's own start to report."""
-    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, folder.parent.parent) else None
+    return FRAMEWORK if _imports_nemo_gym(folder / entrypoint, server_tree(folder)) else None
+
+
+def server_tree(folder: Path) -> Path:
+    """The root of the server tree a server folder is in: the parent of its nearest ancestor named by a server type
+    (`<tree>/<server type>/<name>/`, or nested, as NeMo Gym 0.7.0's
+    `responses_api_agents/conversational_tool_use/simulation/`); the folder's grandparent when none is."""
+    for ancestor in folder.parents:
+        if ancestor.name in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+            return ancestor.parent
+    return folder.parent.parent
 
 
 def detect_release(instance: ServerInstance) -> str | None:
@@ -61,7 +71,7 @@ def detect_release(instance: ServerInstance) -> str | None:
        imports a module of NeMo Gym's package that 0.4.0 lacks (e.g. `nemo_gym.judge`), itself or through the server
        folders of its tree it imports.
     """
-    tree = instance.implementation_dir.parent.parent
+    tree = server_tree(instance.implementation_dir)
     found = sorted(tree.glob("nemo_gym-*.dist-info"))
     if found:
         return found[-1].name.removeprefix("nemo_gym-").removesuffix(".dist-info")
