@@ -27,6 +27,7 @@ TESTED = (
     "frontierscience_judge",
     "equivalence_rule",
     "arc_agi",
+    "ruler2",
 )
 
 # name -> why: started under our ng_run with `--try` (its <name>.yaml config unless said) and every row of its
@@ -38,6 +39,10 @@ RUNS_HERE: dict[str, str] = {
     "example_tool_call_multireward": "rewards 2.0 and 1.0 with the fake",
     "example_multi_step": "multi-step tool use",
     "example_multi_turn_gymnasium": "gymnasium_agent",
+    "conversational_tool_use_simulation": (
+        "a nested agent implementation (responses_api_agents/conversational_tool_use/simulation), its simulator model"
+        " `_copy: policy_model` (the fake); rewards 0.0 with the fake"
+    ),
     "workplace_assistant": "stateful tools per session",
     "multichallenge": "judge: calls `policy_model` itself",
     "text_to_sql": "judge: calls `policy_model` itself",
@@ -339,14 +344,6 @@ NOT_HERE: dict[str, dict[str, str]] = {
             " fetched from the web"
         ),
     },
-    "a fix of a defect of our ng_run (reported, not fixed here)": {
-        "conversational_tool_use_simulation": (
-            "tried: its agent's implementation is nested (responses_api_agents/conversational_tool_use/simulation);"
-            " our detect_release takes the folder's parent's parent (responses_api_agents/) for the wheel's tree,"
-            " finds no release there and runs the agent with NeMo Gym 0.4.0, which lacks it: 'ModuleNotFoundError: No"
-            " module named responses_api_agents.conversational_tool_use'"
-        ),
-    },
     "nothing: they are not servers (a base class, a library)": {
         "gymnasium": (
             "tried: exits at once with code 0 and an empty log: a base class for other servers (its config says 'Not"
@@ -373,10 +370,12 @@ NOTES = [
         " here; the missing file shows on the first rollout, as a failure in the collector's failures file."
     ),
     (
-        "- Defect of ours, seen here (conversational_tool_use_simulation): `nemo_gym.upstream.detect.detect_release`"
-        " takes `implementation_dir.parent.parent` for the folder's tree, which is wrong for 0.7.0's nested"
-        " implementations (`responses_api_agents/conversational_tool_use/simulation`); the agent gets no release of"
-        " its own and runs on 0.4.0."
+        "- A defect of ours, seen here and fixed (conversational_tool_use_simulation): `detect_release` took"
+        " `implementation_dir.parent.parent` for a folder's tree, wrong for 0.7.0's nested implementations"
+        " (`responses_api_agents/conversational_tool_use/simulation`): the agent ran on 0.4.0 and exited"
+        " ('ModuleNotFoundError: No module named responses_api_agents.conversational_tool_use'). It now takes the"
+        " parent of the nearest ancestor named by a server type (`nemo_gym.upstream.detect.server_tree`;"
+        " `tests/test_nemo_gym_detect.py`), and the server runs."
     ),
     (
         "- Two configs that define the same instance name (rolemrc_judge.yaml's and lmarena_v2.yaml's `judge_model`)"
