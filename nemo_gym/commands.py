@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -432,10 +432,11 @@ def dump_config_main(argv: list[str]) -> int:
     return 0
 
 
-def main(name: str, argv: list[str] | None = None) -> int:
-    """Run command `name` with `argv` (default: sys.argv[1:]). Returns the exit status."""
+def main(name: str, argv: list[str] | None = None, commands: Mapping[str, Command] | None = None) -> int:
+    """Run command `name` of `commands` (default COMMANDS; `nemo_gym.cli.legacy` passes NeMo Gym 0.7.0's others)
+    with `argv` (default: sys.argv[1:]). Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = COMMANDS[name]
+    command = (COMMANDS if commands is None else commands)[name]
     try:
         if any(arg.lower() in HELP_FLAGS for arg in argv):
             print(format_help(command))

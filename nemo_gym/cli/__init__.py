@@ -28,9 +28,9 @@ def _entry(name: str) -> Callable[[], None]:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         if name in COMMANDS:
             sys.exit(main(name))
-        from nemo_gym.cli import legacy  # NeMo Gym 0.7.0's commands that are not in COMMANDS
+        from nemo_gym.cli.legacy import run  # NeMo Gym 0.7.0's commands that are not in COMMANDS
 
-        sys.exit(legacy.run(name))
+        sys.exit(run(name))
 
     entry.__name__ = f"ng_{name}"
     return entry

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from nemo_gym.cli import legacy
 from nemo_gym.cli.gym_flags import (
     CONFIG,
     JSON,
@@ -28,6 +27,8 @@ from nemo_gym.cli.gym_flags import (
     refused,
     value_flag,
 )
+from nemo_gym.cli.legacy import LEGACY_COMMANDS
+from nemo_gym.cli.legacy import run as run_legacy_command
 from nemo_gym.commands import dispatch
 from nemo_gym.commands import main as run_command
 
@@ -123,6 +124,15 @@ _VALIDATE_NAME = Flag(
     ),
 )
 
+# the flags of `dataset upload` and `dataset migrate` (an upload to HF of a file GitLab holds)
+_UPLOAD_FLAGS = (
+    value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload.", aliases=("-i",)),
+    value_flag("name", "dataset_name", "Dataset name."),
+    value_flag("revision", "version", "Dataset version (GitLab)."),
+    _hf_only_refused("split"),
+    refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
+)
+
 ROUTES: dict[str, Route] = {
     "list benchmarks": Route(
         "List manifest-backed benchmarks (ng_list_benchmarks).",
@@ -132,14 +142,7 @@ ROUTES: dict[str, Route] = {
     "dataset upload": Route(
         "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
         _storage("upload_dataset_to_hf", "upload_dataset_to_gitlab"),
-        (
-            STORAGE,
-            value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload.", aliases=("-i",)),
-            value_flag("name", "dataset_name", "Dataset name."),
-            value_flag("revision", "version", "Dataset version (GitLab)."),
-            _hf_only_refused("split"),
-            refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
-        ),
+        (STORAGE, *_UPLOAD_FLAGS),
     ),
     "dataset download": Route(
         "Download a dataset file from HF (default) or GitLab (ng_download_dataset_from_hf / _gitlab).",
@@ -163,13 +166,7 @@ ROUTES: dict[str, Route] = {
     "dataset migrate": Route(
         "Move a dataset from GitLab to HF (ng_gitlab_to_hf_dataset).",
         "gitlab_to_hf_dataset",
-        (
-            value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload to HF.", aliases=("-i",)),
-            value_flag("name", "dataset_name", "Dataset name."),
-            value_flag("revision", "version", "Dataset version (GitLab)."),
-            _hf_only_refused("split"),
-            refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
-        ),
+        _UPLOAD_FLAGS,
     ),
     "dataset render": Route(
         "Apply a prompt template to raw JSONL (ng_materialize_prompts).",
@@ -351,7 +348,7 @@ def _extra_roots(search_dirs: list[str] | None):
 
 def run_named(name: str, argv: list[str]) -> int:
     """Run our command `name` (one of COMMANDS or the legacy ones) with `argv`."""
-    return legacy.run(name, argv) if name in legacy.LEGACY_COMMANDS else run_command(name, argv)
+    return run_legacy_command(name, argv) if name in LEGACY_COMMANDS else run_command(name, argv)
 
 
 def gym_main(argv: list[str], prog: str = "gym") -> int:
@@ -395,11 +392,11 @@ def ng_main(argv: list[str]) -> int:
     if first in GROUPS or first in UNSUPPORTED or first in ("--version", "--json"):
         return gym_main(argv, prog="ng")
     name = first.removeprefix("nemo_gym_").removeprefix("ng_")
-    if name in legacy.LEGACY_COMMANDS:
-        return legacy.run(name, argv[1:])
+    if name in LEGACY_COMMANDS:
+        return run_legacy_command(name, argv[1:])
     status = dispatch(argv)
     if first in ("--help", "-h") or not argv:
-        for command in legacy.LEGACY_COMMANDS.values():
+        for command in LEGACY_COMMANDS.values():
             print(f"  ng_{command.name:<22} {command.summary}")
         print("NeMo Gym 0.7.0's subcommands (ng eval run, ng env start, ...): see gym --help")
     return status

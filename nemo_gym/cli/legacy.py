@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nemo_gym.commands import HELP_FLAGS, Command, NoOptions, format_help, parse_options
-from nemo_gym.errors import ConfigError, NemoGymError
+from nemo_gym.commands import Command, NoOptions, main
+from nemo_gym.errors import ConfigError
 
 __all__ = ["LEGACY_COMMANDS", "reinstall_main", "run"]
 
@@ -103,18 +103,6 @@ def reinstall_main(options: NoOptions) -> int:
 
 
 def run(name: str, argv: list[str] | None = None) -> int:
-    """Run legacy command `name` with `argv` (default sys.argv[1:]), as `nemo_gym.commands.main` runs the others:
+    """Run legacy command `name` with `argv` (default sys.argv[1:]) as `nemo_gym.commands.main` runs the others:
     `+help=true` prints the parameters, a `NemoGymError` is one line on stderr and exit status 2, Ctrl-C is 130."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = LEGACY_COMMANDS[name]
-    try:
-        if any(arg.lower() in HELP_FLAGS for arg in argv):
-            print(format_help(command))
-            return 0
-        return command.main()(argv if command.takes_argv else parse_options(command, argv))
-    except NemoGymError as exc:
-        message = str(exc)
-        print(message if message.startswith("ng_") else f"ng_{name}: error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return main(name, argv, LEGACY_COMMANDS)

@@ -25,11 +25,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from nemo_gym.env.metrics import Pair
+from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY
 
 __all__ = ["across_repeats", "coverage_metrics", "repeat_level_metrics", "t_interval_95"]
-
-AGENT_REF = "agent_ref"
-ROLLOUT_INDEX = "_ng_rollout_index"
 
 
 def t_interval_95(mean: float, se: float, n: int) -> tuple[float, float] | None:
@@ -95,8 +93,8 @@ def repeat_level_metrics(fields: dict[Pair, dict[str, int | float]], agent_of: d
             continue  # one repeat: nothing to compare across repeats
         present = len({task for task, _ in pairs})
         row: dict[str, Any] = {
-            AGENT_REF: {"name": agent},
-            ROLLOUT_INDEX: repeat,
+            AGENT_REF_KEY: {"name": agent},
+            ROLLOUT_INDEX_KEY: repeat,
             "sample_count": present,
             "missing_count": len(tasks_of[agent]) - present,
         }
@@ -116,7 +114,7 @@ def across_repeats(repeat_rows: list[dict[str, Any]]) -> dict[str, dict[str, flo
     for row in repeat_rows:
         for key, value in row.items():
             if key.startswith("mean/"):
-                means[row[AGENT_REF]["name"]][key].append(value)
+                means[row[AGENT_REF_KEY]["name"]][key].append(value)
     result: dict[str, dict[str, float]] = {}
     for agent, columns in means.items():
         entry: dict[str, float] = {}

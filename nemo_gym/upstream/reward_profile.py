@@ -59,7 +59,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.env.metrics import MASK_SAMPLE_KEY, Pair, is_number, numeric_fields, profile_groups
 from nemo_gym.errors import DataError
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, replace_atomically, write_jsonl
+from nemo_gym.jsonl import (
+    ENVIRONMENT_SERVER_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    iter_jsonl,
+    replace_atomically,
+    write_jsonl,
+)
 from nemo_gym.upstream.repeat_metrics import across_repeats, coverage_metrics, repeat_level_metrics
 
 __all__ = [
@@ -72,7 +79,6 @@ __all__ = [
 ]
 
 MAX_LISTED = 10
-ENVIRONMENT_SERVER_KEY = "_ng_environment_server"  # NeMo Gym 0.7.0's collector: the environment server of a row
 
 
 class RewardProfileConfig(BaseModel):
