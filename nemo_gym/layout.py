@@ -11,9 +11,10 @@ module that no entry holds, on any import cycle, and on a cycle between the fold
   `ng_prepare_data` (`datasets`), the ART, ReinforceNow and Prime front-ends (`art`, `rnow`, `prime`), `ng_init`
   (`scaffold`, with the templates' files in `templates`), background runs and `ng_runs` (`runs`), `ng_models` and
   `ng_export` (`model_files`) and `ng_try` (`tryout`). They may import the core and each other.
-- **core**: the top modules (errors, layout, paths, processes, jsonl, config, config_directives, server_instances,
-  commands) and the folders of the gym's jobs: `serving` (the HTTP protocol), `env` (what an environment's author uses),
-  `orchestration` (`ng_run`), `model_servers`, `upstream` (NVIDIA NeMo Gym itself), `collect`, `eval`, `rl` and
+- **core**: the top modules (errors, layout, paths, processes, jsonl, config (with NeMo Gym's config directives),
+  server_instances, commands) and the folders of the gym's jobs: `serving` (the HTTP protocol), `env` (what an
+  environment's author uses), `orchestration` (`ng_run`), `model_servers`, `upstream` (NVIDIA NeMo Gym itself),
+  `collect`, `eval`, `rl` and
   `train`. The core imports no extra and no cli module.
 """
 
@@ -62,7 +63,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "nemo_gym.processes",
         "nemo_gym.jsonl",
         "nemo_gym.config",
-        "nemo_gym.config_directives",
         "nemo_gym.server_instances",
         "nemo_gym.commands",
     ),

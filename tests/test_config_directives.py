@@ -1,4 +1,4 @@
-"""NeMo Gym 0.7.0's config directives (`nemo_gym.config_directives`) through `load_config`: `_inherit_from` (a move,
+"""NeMo Gym 0.7.0's config directives (`nemo_gym.config.directives`) through `load_config`: `_inherit_from` (a move,
 with the target's keys merged over the source), `_copy`, their `${inherit_from:...}` / `${copy:...}` string forms,
 `_delete_key`, an agent moved to a new name retargeting the environment servers that named it, config files that
 include others by a path from their tree's root (0.7.0's example_single_tool_call_single_agent_turn.yaml, below), and

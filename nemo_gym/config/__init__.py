@@ -23,7 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from nemo_gym.config_directives import apply_config_directives
+from nemo_gym.config.directives import apply_config_directives
 from nemo_gym.errors import ConfigError
 from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 
