@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from nemo_gym.env.testing import NgRun
 
-__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output"]
+__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output", "weather_config"]
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -38,3 +40,35 @@ def wait_for_output(path: Path, pattern: str, process: subprocess.Popen, name: s
     raise AssertionError(
         f"no {pattern!r} in {name}'s output after {timeout_s} s:\n{path.read_text() if path.exists() else ''}"
     )
+
+
+def weather_config(path: Path, policy_url: str) -> Path:
+    """Writes to `path` (and returns it) an ng_run config of the weather environment: example_single_tool_call as
+    `weather`, simple_agent `weather_agent` (at most 4 model calls), and `policy_model`, an openai_model on
+    `policy_url` (a scripted stand-in policy serving `/v1`)."""
+    config = {
+        "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
+        "weather_agent": {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "resources_server": {"type": "resources_servers", "name": "weather"},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    "max_steps": 4,
+                }
+            }
+        },
+        "policy_model": {
+            "responses_api_models": {
+                "openai_model": {
+                    "entrypoint": "app.py",
+                    "openai_base_url": f"{policy_url}/v1",
+                    "openai_api_key": "unused",
+                    "openai_model": "scripted",
+                    "max_retries": 0,
+                }
+            }
+        },
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
+from ng_process import weather_config  # noqa: E402
 from test_train_loop import rollout_row  # noqa: E402
 
 from nemo_gym.train.config import EngineConfig, TrainerConfig, check_algorithm  # noqa: E402
@@ -393,37 +394,6 @@ def weather_policy(flat_questions: set[str]):
             return answer
 
     return Policy({"default_reply": "It is cold in San Francisco."}).build_app()
-
-
-def weather_config(path: Path, policy_url: str) -> Path:
-    import yaml
-
-    config = {
-        "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
-        "weather_agent": {
-            "responses_api_agents": {
-                "simple_agent": {
-                    "entrypoint": "app.py",
-                    "resources_server": {"type": "resources_servers", "name": "weather"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "max_steps": 4,
-                }
-            }
-        },
-        "policy_model": {
-            "responses_api_models": {
-                "openai_model": {
-                    "entrypoint": "app.py",
-                    "openai_base_url": f"{policy_url}/v1",
-                    "openai_api_key": "unused",
-                    "openai_model": "scripted",
-                    "max_retries": 0,
-                }
-            }
-        },
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

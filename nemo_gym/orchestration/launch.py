@@ -47,8 +47,11 @@ class RunContext:
     pythons: dict[str, Path] = field(default_factory=dict)  # instance name -> the Python of its environment
 
     def new_server(self, instance: ServerInstance, replica: int, **fields: Any) -> ServerProcess:
-        """A `ServerProcess` of replica `replica` of `instance`, its log at `logs/<name>[.<replica>].log`."""
-        return ServerProcess(instance, log_path(self.run_dir / "logs", instance.name, replica), replica, **fields)
+        """A `ServerProcess` of replica `replica` of `instance`, its log at `logs/<name>[.<replica>].log` (`log_start`:
+        that file's size now, so a restarted server's own lines are told from its predecessor's)."""
+        path = log_path(self.run_dir / "logs", instance.name, replica)
+        start = path.stat().st_size if path.is_file() else 0
+        return ServerProcess(instance, path, replica, log_start=start, **fields)
 
 
 class Launcher(Protocol):

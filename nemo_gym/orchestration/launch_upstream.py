@@ -66,7 +66,6 @@ class NemoGymLauncher:
         self.servers: list[ServerProcess] = []
         self.ray_head: RayHead | None = None
         self.ray_address = ""
-        self._log_starts: dict[int, int] = {}  # id(server) -> size of its log before it started
 
     def environments(self) -> list[Environment]:
         """One environment per (release, requirements) pair of the instances."""
@@ -100,7 +99,7 @@ class NemoGymLauncher:
                 server.process is not None
                 and server.process.returncode is not None
                 and not _configured_port(server.instance)
-                and ADDRESS_IN_USE.search(_log_since(server.log_path, self._log_starts.get(id(server), 0)))
+                and ADDRESS_IN_USE.search(_log_since(server.log_path, server.log_start))
             ):
                 return server
         return None
@@ -146,7 +145,6 @@ class NemoGymLauncher:
                     health_path=LIVENESS_PATH,
                     release=self.releases[instance.name],
                 )
-                self._log_starts[id(server)] = server.log_path.stat().st_size if server.log_path.is_file() else 0
                 await spawn(
                     server, [str(run.pythons[instance.name]), instance.entrypoint], instance.implementation_dir, env
                 )

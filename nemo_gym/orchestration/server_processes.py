@@ -47,6 +47,7 @@ class ServerProcess:
     kind: str = "own"
     health_path: str = "/health"
     release: str | None = None  # the NeMo Gym release of a "nemo_gym" server
+    log_start: int = 0  # bytes in log_path before this process started: what it wrote comes after
 
     @property
     def label(self) -> str:

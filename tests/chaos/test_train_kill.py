@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from live_servers import serve
-from ng_process import BIN, REPO, NgRun, clean_env
+from ng_process import BIN, REPO, NgRun, clean_env, weather_config
 
 from nemo_gym.serving.entrypoint import load_server_class
 
@@ -119,35 +118,6 @@ class KillablePolicy:
             self.killed.set()
         except ProcessLookupError:  # it had ended already
             pass
-
-
-def write_config(path: Path, policy_url: str) -> Path:
-    config = {
-        "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
-        "weather_agent": {
-            "responses_api_agents": {
-                "simple_agent": {
-                    "entrypoint": "app.py",
-                    "resources_server": {"type": "resources_servers", "name": "weather"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "max_steps": 4,
-                }
-            }
-        },
-        "policy_model": {
-            "responses_api_models": {
-                "openai_model": {
-                    "entrypoint": "app.py",
-                    "openai_base_url": f"{policy_url}/v1",
-                    "openai_api_key": "unused",
-                    "openai_model": "scripted",
-                    "max_retries": 0,
-                }
-            }
-        },
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 class Trainer:
@@ -283,7 +253,7 @@ def test_trainer_killed_anywhere_resumes_exactly(tmp_path):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     with (
         serve(policy.app) as policy_url,
-        NgRun(f"+config_paths=[{write_config(tmp_path / 'config.yaml', policy_url)}]", "+skip_venv=true") as run,
+        NgRun(f"+config_paths=[{weather_config(tmp_path / 'config.yaml', policy_url)}]", "+skip_venv=true") as run,
     ):
         head, config = run.wait_ready(), tmp_path / "config.yaml"
         whole = Trainer(config, head, model, reference, policy)
