@@ -378,7 +378,13 @@ def parse_options(command: Command, argv: list[str]) -> BaseModel:
             raise NemoGymError(f"ng_{command.name}: <{key}> given twice (as an argument and as +{key}=...)")
         values[key] = value
     known = {info.alias or name for name, info in options.model_fields.items()}
+    unsupported = getattr(options, "nemo_gym_unsupported", {})
     for key in values:
+        if key in unsupported:  # a NeMo Gym parameter this command does not take: say why, not "unknown"
+            raise NemoGymError(
+                f"ng_{command.name}: +{key} is a NeMo Gym parameter that ng_{command.name} does not take:"
+                f" {unsupported[key]}"
+            )
         if key not in known:
             raise NemoGymError(
                 f"ng_{command.name}: unknown parameter +{key}{did_you_mean(key, known)}. Parameters:"

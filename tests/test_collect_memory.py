@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from test_collect import FAST, agent, gym  # noqa: F401  (fixtures: the head server and the scoring agents)
 
-from nemo_gym.collect.engine import collect, read_tasks
+from nemo_gym.collect.engine import collect
 from nemo_gym.collect.files import OutputPaths
 from nemo_gym.collect.sink import RolloutFiles
+from nemo_gym.collect.tasks import read_tasks
 from nemo_gym.errors import DataError, ServerError
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient

@@ -136,3 +136,24 @@ def test_seeded_prompts_longer_than_a_prefill_chunk(smollm2_vllm):
     assert all(len(o["prompt_token_ids"]) > 2048 for o in outputs)
     assert outputs[0]["generation_token_ids"] == outputs[1]["generation_token_ids"]  # the same seed, the same sample
     assert "'enable_chunked_prefill': False" in smollm2_vllm.log_path.read_text()
+
+
+def test_nemo_gym_metadata_extra_body_seeds_and_limits_the_real_vllm(smollm2_vllm):
+    """NeMo Gym's per-request form, `metadata.extra_body` (a JSON object in a string, as its datasets and its
+    collector's `num_repeats_add_seed` write it), reaches vLLM: a seed there samples what the same top-level seed
+    samples, another seed something else, and its `max_tokens` applies when the request sets none."""
+
+    def ask(**fields: object) -> list[int]:
+        answer = httpx.post(
+            f"{smollm2_vllm.url}/v1/responses",
+            json={"input": "Tell me a story about a cat.", "temperature": 1.0, **fields},
+            timeout=600,
+        )
+        assert answer.status_code == 200, answer.text[:500]
+        return answer.json()["output"][-1]["generation_token_ids"]
+
+    seeded = [ask(max_output_tokens=24, metadata={"extra_body": json.dumps({"seed": s})}) for s in (5, 5, 6)]
+    assert seeded[0] == seeded[1] == ask(max_output_tokens=24, seed=5)
+    assert seeded[2] != seeded[0]
+    short = ask(metadata={"extra_body": json.dumps({"seed": 5, "max_tokens": 4})})
+    assert len(short) <= 4 and short == seeded[0][: len(short)]

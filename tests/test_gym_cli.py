@@ -69,6 +69,29 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
             ),
         ),
         (
+            [
+                "eval",
+                "run",
+                "--no-serve",
+                "-i",
+                "r.jsonl",
+                "-o",
+                "o.jsonl",
+                "--prompt-config",
+                "p.yaml",
+                "--interleave-repeats",
+            ],
+            (
+                "collect_rollouts",
+                [
+                    "+input_jsonl_fpath=r.jsonl",
+                    "+output_jsonl_fpath=o.jsonl",
+                    "+prompt_config=p.yaml",
+                    "+interleave_repeats=true",
+                ],
+            ),
+        ),
+        (
             ["eval", "run", "--config", "c.yaml", "--split", "benchmark", "-o", "o.jsonl", "--num-repeats", "4"],
             (
                 "e2e_collect_rollouts",

@@ -193,6 +193,20 @@ def test_openai_model_forwards_responses_and_chat(fake_endpoint):
         assert chat.choices[0].message.content == "It is sunny." and requests[-1]["model"] == "fake-policy"
 
 
+def test_openai_model_extra_body_goes_under_each_request(fake_endpoint):
+    """NeMo Gym's openai_model `extra_body` (its OpenAI configs set e.g. `reasoning`): added to every request, the
+    request's own fields winning; `null`, as its configs also write, adds nothing."""
+    endpoint, requests = fake_endpoint
+    with openai_model_server(endpoint, extra_body={"top_k": 5, "temperature": 0.1}) as client:
+        client.responses.create(model="x", input="hi", temperature=0.7)
+        assert requests[-1]["top_k"] == 5 and requests[-1]["temperature"] == 0.7
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+        assert requests[-1]["top_k"] == 5 and requests[-1]["temperature"] == 0.1 and requests[-1]["path"] == "chat"
+    with openai_model_server(endpoint, extra_body=None) as client:
+        client.responses.create(model="x", input="hi")
+        assert "top_k" not in requests[-1]
+
+
 def test_openai_model_errors_are_typed_and_secret_free(fake_endpoint):
     endpoint, _ = fake_endpoint
     with openai_model_server(endpoint) as client:

@@ -574,3 +574,52 @@ def test_a_failing_judge_routes_the_rollout_to_the_failures_file_as_0_7_0_does(t
         classes["theirs_on_ours"] = failure_classes(output, "_ng_failure_class")
     expected = {(task, repeat): "judge_failed" for task in range(5) for repeat in range(REPEATS)}
     assert classes == {label: expected for label in classes}
+
+
+PROMPT_TEMPLATE = "system: You help with {topic}.\nuser: '{question}'\n"
+
+
+def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, peer07, fake_policy):
+    """`+num_repeats_add_seed=true +prompt_config=<template> +interleave_repeats=true` on raw rows (no input; the
+    template builds it): 0.7.0's own ng_collect_rollouts and ours, on 0.7.0's ng_run of example_single_tool_call,
+    dispatch the same rows (the materialized inputs' responses_create_params, seeds in metadata.extra_body
+    included, (task, repeat) for (task, repeat)) and collect the same rollouts."""
+    folder = "example_single_tool_call"
+    raw = []
+    for row in read_jsonl(example_rows(folder)):
+        params = dict(row["responses_create_params"])
+        question = params.pop("input")[-1]["content"]
+        raw.append({"question": question, "topic": "the weather", "responses_create_params": params})
+    rows = tmp_path / "raw.jsonl"
+    write_jsonl(rows, raw)
+    (tmp_path / "prompt.yaml").write_text(PROMPT_TEMPLATE)
+    extra = [f"+prompt_config={tmp_path / 'prompt.yaml'}", "+num_repeats_add_seed=true", "+interleave_repeats=true"]
+    agent = instances(folder)["responses_api_agents"]
+    with TheirRun(tmp_path, (folder,), fake_policy) as theirs:
+        out_theirs, out_ours = tmp_path / "theirs.jsonl", tmp_path / "ours.jsonl"
+        command = nemo_gym_collect_argv(peer07_venv(), theirs.head_url, agent, rows, out_theirs, 3) + extra
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        ours = [
+            str(Path(sys.executable).parent / "ng_collect_rollouts"),
+            f"+agent_name={agent}",
+            f"+input_jsonl_fpath={rows}",
+            f"+output_jsonl_fpath={out_ours}",
+            "+num_repeats=3",
+            f"+head_server_url={theirs.head_url}",
+            *extra,
+        ]
+        done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    def dispatched(out: Path) -> dict[tuple[int, int], Any]:
+        return {
+            key: row["responses_create_params"]
+            for key, row in by_rollout(out.with_stem(f"{out.stem}_materialized_inputs")).items()
+        }
+
+    mine, reference = dispatched(out_ours), dispatched(out_theirs)
+    assert len(reference) == 15 and mine == reference
+    assert {json.loads(p["metadata"]["extra_body"])["seed"] for p in reference.values()} == {0, 1, 2}
+    assert reference[(0, 0)]["input"][0] == {"role": "system", "content": "You help with the weather."}
+    assert_same_rollouts(out_theirs, out_ours)

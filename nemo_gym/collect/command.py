@@ -54,19 +54,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nemo_gym.collect.engine import (
-    CollectResult,
-    collect,
-    read_tasks,
-    read_tasks_with_lines,
-)
+from nemo_gym.collect.engine import CollectResult, collect
 from nemo_gym.collect.files import OutputPaths, count_lines
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
+from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, resolve_prompt_path
 from nemo_gym.collect.sink import RolloutFiles
+from nemo_gym.collect.tasks import read_tasks, read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.errors import ServersGoneError
 from nemo_gym.processes import run_interruptible
@@ -78,12 +75,35 @@ from nemo_gym.serving.retry_policy import ClientTimeouts
 __all__ = ["SERVERS_GONE_EXIT", "CollectConfig", "CollectSummary", "collect_main", "collect_rollouts", "load_tasks"]
 
 SERVERS_GONE_EXIT = 3  # collect_main's exit status when the servers stopped answering (`ServersGoneError`)
+_ONE_ROUTE = "each row runs through its own agent_ref (or +agent_name for rows without one)"
+NEMO_GYM_UNSUPPORTED = {
+    "agent_map": f"NeMo Gym 0.7.0's re-routing by agent name; {_ONE_ROUTE}: rewrite the rows' agent_ref",
+    "fan_out": f"NeMo Gym 0.7.0's one row to several agents; {_ONE_ROUTE}: collect once per agent",
+    "skills": "NeMo Gym's Agent Skills directory is read by its own agents (claude_code_agent, ...), not ours",
+    "disable_aggregation": "the aggregate metrics file is always written (ng_aggregate_rollouts merges shards)",
+    "require_complete": "the exit status says it: 0 when every rollout has a row, 1 when some failed",
+    "count_failure_classes_as_zero": "a failed rollout goes to the failures file and is never scored as reward 0",
+    "count_missing_rollouts_as_zero": "a missing rollout is never scored as reward 0; rerun to collect it",
+    "dispatch_budget_s": "stop with Ctrl-C (or SIGTERM): finished rollouts stay, a rerun collects the rest",
+    "drain_margin_s": "stop with Ctrl-C (or SIGTERM): finished rollouts stay, a rerun collects the rest",
+    "dispatch_longest_first": "rollouts start in input order (or repeat by repeat with +interleave_repeats=true)",
+    "max_resident_rollout_tasks": "+num_samples_in_parallel bounds the rollouts in flight",
+    "retain_results_in_memory": "rollouts are appended to the output as they finish",
+    "retry_terminal_timeouts": "+max_retries retries transient failures; a rerun retries the failures file's rows",
+    "retry_invalid_judge_responses": "a rerun retries the failures file's rows (judge failures included)",
+    "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
+    "disable_health_check": "there is no health check to disable: agents are checked once, before any rollout",
+    "health_check_workers": "there is no health check to configure: agents are checked once, before any rollout",
+    "health_check_ignored_checks": "there is no health check to configure: agents are checked once, before any rollout",
+}
 
 
 class CollectConfig(BaseModel):
     """Parameters of `ng_collect_rollouts`."""
 
     model_config = ConfigDict(extra="forbid")
+    # NeMo Gym's collector parameters that this one does not take, and why (said instead of "unknown parameter")
+    nemo_gym_unsupported: ClassVar[dict[str, str]] = NEMO_GYM_UNSUPPORTED
     agent_name: str | None = Field(
         None, description="agent instance for rows without an agent_ref (a row's own agent_ref wins)"
     )
@@ -125,6 +145,31 @@ class CollectConfig(BaseModel):
             " deterministic inner failure class)"
         ),
     )
+    num_repeats_add_seed: bool = Field(
+        False,
+        description=(
+            "give each rollout its repeat index as the seed, in responses_create_params.metadata.extra_body (NeMo Gym's"
+            " form; vllm_model passes it to vLLM): repeats sample differently, a rerun samples the same"
+        ),
+    )
+    interleave_repeats: bool = Field(
+        False,
+        description=(
+            "start the rollouts repeat by repeat (abcabc) instead of task by task (aabbcc), spreading a heavy task's"
+            " repeats over the run"
+        ),
+    )
+    prompt_config: str | None = Field(
+        None,
+        description=(
+            "prompt template YAML (`user`, optional `system`: str.format over a row's fields) that builds each row's"
+            " responses_create_params.input; rows must have none. Relative: under $NEMO_GYM_EXTRA_ROOTS, else the"
+            " working directory"
+        ),
+    )
+    resume_from_cache: bool | None = Field(
+        None, description="NeMo Gym's name of `resume` (true: resume; false: start over, old files moved aside)"
+    )
     progress: bool = Field(True, description="show a progress bar")
     watchdog_s: float = Field(
         DEFAULT_WATCHDOG_S,
@@ -142,6 +187,26 @@ class CollectConfig(BaseModel):
             " a head server that refuses stops it at once"
         ),
     )
+
+    @model_validator(mode="after")
+    def _resume_from_cache(self) -> CollectConfig:
+        """NeMo Gym's `resume_from_cache` sets `resume`; both set, and differently, is refused."""
+        if self.resume_from_cache is not None:
+            if "resume" in self.model_fields_set and self.resume != self.resume_from_cache:
+                raise ValueError(
+                    f"resume={self.resume} and resume_from_cache={self.resume_from_cache} (NeMo Gym's name of resume)"
+                    " disagree: set one"
+                )
+            self.resume = self.resume_from_cache
+        return self
+
+    def prompt(self) -> PromptConfig | None:
+        """The prompt template of `prompt_config`, read (None without one).
+
+        Raises:
+            ConfigError: the file is missing, not YAML, or has no `user`.
+        """
+        return load_prompt_config(resolve_prompt_path(self.prompt_config)) if self.prompt_config else None
 
 
 @dataclass
@@ -226,7 +291,7 @@ class CollectSummary:
 
 # -- input -----------------------------------------------------------------------------------------------
 def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
-    """The input rows of `cfg`, validated and materialized (`nemo_gym.collect.engine.read_tasks` with the config's
+    """The input rows of `cfg`, validated and materialized (`nemo_gym.collect.tasks.read_tasks` with the config's
     input, `agent_name`, `limit` and `responses_create_params`). Every row is checked before any rollout starts.
 
     Raises:
@@ -239,6 +304,7 @@ def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
         agent_name=cfg.agent_name,
         limit=cfg.limit,
         responses_create_params=cfg.responses_create_params,
+        prompt=cfg.prompt(),
     )
 
 
@@ -261,9 +327,10 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         agent_name=cfg.agent_name,
         limit=cfg.limit,
         responses_create_params=cfg.responses_create_params,
+        prompt=cfg.prompt(),
     )
     files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
-    files.check_input(tasks, cfg.num_repeats)
+    files.check_input(tasks, cfg.num_repeats, add_seed=cfg.num_repeats_add_seed)
     result = await collect(
         tasks,
         client,
@@ -274,6 +341,8 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         progress=cfg.progress,
         watchdog_s=cfg.watchdog_s,
         servers_gone_s=cfg.servers_gone_s,
+        add_seed=cfg.num_repeats_add_seed,
+        interleave_repeats=cfg.interleave_repeats,
     )
     return CollectSummary.of(result, files.paths)
 

@@ -9,9 +9,9 @@ a reward of 0. At most `concurrency` rollouts are in flight. A rollout that fail
 once its agent answers a probe: when the head server (also probed every second) or the agent is gone, the collection
 stops instead and the rollouts not finished are left for a resume (`nemo_gym.collect.liveness`).
 
-Task rows are checked before any rollout: the row checks of `materialize_task` (a bad row named by its location:
-`file:line` for rows read from a file by `read_tasks`, else `row <i>`), then every agent's address and the row
-schema of its environment (`check_agents`).
+Task rows are checked before any rollout: the row checks of `nemo_gym.collect.tasks.materialize_task` (a bad row
+named by its location: `file:line` for rows read from a file by `nemo_gym.collect.tasks.read_tasks`, else `row <i>`),
+then every agent's address and the row schema of its environment (`check_agents`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,14 +29,14 @@ from jsonschema import Draft202012Validator
 from tqdm import tqdm
 
 from nemo_gym.collect.aggregate_metrics import is_reward
-from nemo_gym.collect.files import Pair, now
+from nemo_gym.collect.files import Pair, now, rollout_input
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
 from nemo_gym.collect.routing import dispatch_target, nemo_gym_failure, route_through_environment_servers
+from nemo_gym.collect.tasks import check_seedable, materialize_all
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.serving.client import ServerClient
-from nemo_gym.serving.responses_params import unknown_keys
 
 __all__ = [
     "BAD_VERIFY_ANSWER",
@@ -44,103 +44,10 @@ __all__ = [
     "CollectSink",
     "collect",
     "check_agents",
-    "materialize_task",
-    "read_tasks",
-    "read_tasks_with_lines",
     "run_rollout",
 ]
 
 BAD_VERIFY_ANSWER = "bad_verify_answer"
-
-
-# -- task rows ------------------------------------------------------------------------------------------------
-def materialize_task(
-    row: dict[str, Any],
-    where: str,
-    *,
-    agent_name: str | None = None,
-    responses_create_params: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, `agent_ref`
-    resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped.
-
-    Raises:
-        DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
-            create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
-    """
-    params = row.get("responses_create_params")
-    if not isinstance(params, dict):
-        got = "it is missing" if params is None else f"got {type(params).__name__}"
-        raise DataError(f"{where}: needs a `responses_create_params` object ({got})")
-    if problems := unknown_keys(params):
-        raise DataError(f"{where}: responses_create_params: {'; '.join(problems)}")
-    agent_ref = row.get(AGENT_REF_KEY)
-    if agent_ref is None and agent_name:
-        agent_ref = {"name": agent_name}
-    elif agent_ref is not None and not (isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str)):
-        raise DataError(f'{where}: agent_ref must be an object {{"name": "<agent instance>"}}, got {agent_ref!r}')
-    task = {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
-    task["responses_create_params"] = {**params, **(responses_create_params or {})}
-    task[AGENT_REF_KEY] = agent_ref
-    return task
-
-
-def _materialize_all(
-    located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
-) -> list[dict[str, Any]]:
-    """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
-    (at most 10 shown), or one for no rows at all."""
-    tasks: list[dict[str, Any]] = []
-    without_agent: list[str] = []
-    for where, row in located:
-        tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
-        if tasks[-1][AGENT_REF_KEY] is None:
-            without_agent.append(where)
-    if without_agent:
-        more = f" and {len(without_agent) - 10} more" if len(without_agent) > 10 else ""
-        raise DataError(
-            f"{', '.join(without_agent[:10])}{more}: row has no agent_ref; pass +agent_name=<agent instance> or add"
-            " agent_ref to the rows"
-        )
-    if not tasks:
-        raise DataError(f"{source}: no rows")
-    return tasks
-
-
-def read_tasks_with_lines(
-    path: str,
-    *,
-    agent_name: str | None = None,
-    limit: int | None = None,
-    responses_create_params: dict[str, Any] | None = None,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """`read_tasks`, and the line number of each task in `path`."""
-    line_numbers: list[int] = []
-
-    def located() -> Iterator[tuple[str, dict[str, Any]]]:
-        for line_no, row in iter_jsonl(path, limit=limit):  # lazily: a bad line is reported after the rows before it
-            line_numbers.append(line_no)
-            yield f"{path}:{line_no}", row
-
-    return _materialize_all(located(), agent_name, responses_create_params, path), line_numbers
-
-
-def read_tasks(
-    path: str,
-    *,
-    agent_name: str | None = None,
-    limit: int | None = None,
-    responses_create_params: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """The task rows of a JSONL file (its first `limit`), each checked and materialized (`materialize_task`).
-
-    Raises:
-        DataError: (`file:line: ...`) a line that is not a JSON object, a bad row (see `materialize_task`), rows
-            with no agent (no `agent_ref` and no `agent_name`: all named); or the file has no rows.
-    """
-    return read_tasks_with_lines(
-        path, agent_name=agent_name, limit=limit, responses_create_params=responses_create_params
-    )[0]
 
 
 async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:
@@ -229,10 +136,11 @@ class CollectSink(Protocol):
     then `finish` once when it was not cancelled."""
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int
+        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """After the checks, before any rollout: (reward of each pair an earlier run finished: not run again,
-        the failure record of each pair an earlier run failed: run again)."""
+        the failure record of each pair an earlier run failed: run again). Pair (t, r)'s row as dispatched is
+        `nemo_gym.collect.files.rollout_input(tasks[t], t, r, add_seed=add_seed)`."""
         ...
 
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
@@ -408,13 +316,13 @@ class _Sinks:
     sinks: Sequence[CollectSink]
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int
+        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """What every sink's earlier run finished, and the failures of the pairs none of them finished."""
         done: dict[Pair, float] = {}
         failures: dict[Pair, dict[str, Any]] = {}
         for sink in self.sinks:
-            earlier_done, earlier_failures = sink.open(tasks, num_repeats)
+            earlier_done, earlier_failures = sink.open(tasks, num_repeats, add_seed=add_seed)
             done.update(earlier_done)
             failures.update(earlier_failures)
         return done, {pair: record for pair, record in failures.items() if pair not in done}
@@ -436,6 +344,15 @@ class _Sinks:
             await sink.finish(result, client)
 
 
+def _order(num_tasks: int, num_repeats: int, interleave_repeats: bool) -> Iterator[Pair]:
+    """The (task, repeat) pairs in the order they start: task by task (aabbcc), or with `interleave_repeats` repeat by
+    repeat (abcabc: every task's first rollout, then every task's second, ...; NeMo Gym's `interleave_repeats`, which
+    spreads a heavy task's repeats over the run)."""
+    if interleave_repeats:
+        return ((t, r) for r in range(num_repeats) for t in range(num_tasks))
+    return ((t, r) for t in range(num_tasks) for r in range(num_repeats))
+
+
 async def collect(
     rows: Sequence[dict[str, Any]],
     client: ServerClient,
@@ -449,15 +366,16 @@ async def collect(
     progress: bool = False,
     watchdog_s: float = 0.0,
     servers_gone_s: float = DEFAULT_SERVERS_GONE_S,
+    add_seed: bool = False,
+    interleave_repeats: bool = False,
 ) -> CollectResult:
     """`num_repeats` rollouts of each task row through its agent, at most `concurrency` in flight; nothing is
     written unless a sink is given (see the module docstring; `sinks` also give the pairs to resume).
 
-    `rows` are task rows (checked and materialized here with `agent_name` and `responses_create_params`, see
-    `materialize_task`); `where(i)` names row i in an error (default `row <i>`, 0-based); `watchdog_s` reports stalls
-    (0: off);
-    `servers_gone_s`: how long an agent may refuse every connection before the collection stops
-    (`nemo_gym.collect.liveness`).
+    `rows`: task rows (checked and materialized here, see `materialize_task`); `where(i)` names row i in an error
+    (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
+    connection before the collection stops (`nemo_gym.collect.liveness`). NeMo Gym's `num_repeats_add_seed` and
+    `interleave_repeats`: `add_seed` (`nemo_gym.collect.files.rollout_input`) and `interleave_repeats` (`_order`).
 
     Raises:
         DataError: a bad row, or one its environment's row schema refuses (before any rollout).
@@ -466,14 +384,16 @@ async def collect(
         asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
     """
     where = where or (lambda index: f"row {index}")
-    tasks = _materialize_all(
+    tasks = materialize_all(
         [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
     )
+    if add_seed:
+        check_seedable(tasks, where)
     await route_through_environment_servers(client, tasks)
     await check_agents(client, tasks, where)
     every_sink = _Sinks(sinks)
-    done, failures = every_sink.open(tasks, num_repeats)
-    pending = [(t, r) for t in range(len(tasks)) for r in range(num_repeats) if (t, r) not in done]
+    done, failures = every_sink.open(tasks, num_repeats, add_seed=add_seed)
+    pending = [pair for pair in _order(len(tasks), num_repeats, interleave_repeats) if pair not in done]
     resumed, total = len(done), len(tasks) * num_repeats
     state = _Progress.start(done, failures, total, show=progress)
     retries_before = client.retries_used
@@ -485,7 +405,7 @@ async def collect(
     watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(tasks[pair[0]]), every_sink.stalled)
     liveness = ServerLiveness(client, (dispatch_target(task) for task in tasks), servers_gone_s=servers_gone_s)
     try:
-        dispatched = ({**tasks[t], TASK_INDEX_KEY: t, ROLLOUT_INDEX_KEY: r} for t, r in pending)
+        dispatched = (rollout_input(tasks[t], t, r, add_seed=add_seed) for t, r in pending)
         await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()

@@ -4,6 +4,7 @@ an earlier run, and `+resume=false`'s move aside."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -27,11 +28,51 @@ __all__ = [
     "now",
     "read_done",
     "read_failures",
+    "rollout_input",
+    "seed_problem",
     "write_state",
 ]
 
 STATE_FORMAT = 1
 Pair = tuple[int, int]  # (task index, rollout index)
+
+
+def seed_problem(task: dict[str, Any]) -> str | None:
+    """Why `rollout_input(..., add_seed=True)` cannot seed this task row (its `responses_create_params.metadata` is not
+    an object, or its `metadata.extra_body` is not a JSON object in a string), else None."""
+    metadata = task["responses_create_params"].get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        return f"responses_create_params.metadata must be an object to take a seed, got {metadata!r:.100}"
+    raw = metadata.get("extra_body")
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or (raw is not None and not isinstance(raw, str)):
+        return f"responses_create_params.metadata.extra_body must be a JSON object in a string, got {raw!r:.100}"
+    return None
+
+
+def rollout_input(
+    task: dict[str, Any], task_index: int, rollout_index: int, *, add_seed: bool = False
+) -> dict[str, Any]:
+    """Rollout (`task_index`, `rollout_index`)'s row, as it is sent to its agent and written to the materialized
+    inputs: the task row with `_ng_task_index` and `_ng_rollout_index`. With `add_seed` (NeMo Gym's
+    `num_repeats_add_seed`, in its form), `responses_create_params.metadata.extra_body`, a JSON object in a string,
+    also gets `"seed": rollout_index` (its other keys kept), which vllm_model passes to vLLM: each repeat samples
+    differently, and the same repeat the same way again. The task must pass `seed_problem`."""
+    row = {**task, TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout_index}
+    if add_seed:
+        params = dict(task["responses_create_params"])
+        metadata = dict(params.get("metadata") or {})
+        extra_body = json.loads(metadata.get("extra_body") or "{}")
+        extra_body["seed"] = rollout_index
+        metadata["extra_body"] = json.dumps(extra_body)
+        params["metadata"] = metadata
+        row["responses_create_params"] = params
+    return row
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,20 @@ from nemo_gym.collect.files import (
     move_aside,
     read_done,
     read_failures,
+    rollout_input,
     write_state,
 )
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, JsonlAppender, write_jsonl
+from nemo_gym.jsonl import JsonlAppender, write_jsonl
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["RolloutFiles", "collection_metrics", "input_fingerprint"]
 
 
-def input_fingerprint(tasks: list[dict[str, Any]], num_repeats: int) -> str:
-    """sha256 over the materialized task rows (keys sorted) and `num_repeats`; hex digest."""
+def input_fingerprint(tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> str:
+    """sha256 over the materialized task rows (keys sorted), `num_repeats` and (when set) `add_seed`; hex digest."""
     digest = hashlib.sha256(f"num_repeats={num_repeats}\n".encode())
+    if add_seed:
+        digest.update(b"add_seed\n")
     for task in tasks:
         digest.update(orjson.dumps(task, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
         digest.update(b"\n")
@@ -76,19 +79,24 @@ class RolloutFiles:
         self._outputs: JsonlAppender | None = None
         self._failure_log: JsonlAppender | None = None
 
-    def check_input(self, tasks: list[dict[str, Any]], num_repeats: int) -> None:
+    def check_input(self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> None:
         """With resume, refuse an output made from another input (ConfigError saying what differs)."""
         if self.resume:
             check_same_input(
-                self.paths, input_fingerprint(tasks, num_repeats), self.input_jsonl_fpath, num_repeats, len(tasks)
+                self.paths,
+                input_fingerprint(tasks, num_repeats, add_seed=add_seed),
+                self.input_jsonl_fpath,
+                num_repeats,
+                len(tasks),
             )
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int
+        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
-        """Set earlier files aside (no resume) or read them back; write the state and the materialized inputs."""
+        """Set earlier files aside (no resume) or read them back; write the state and the materialized inputs (the
+        rows as dispatched: `nemo_gym.collect.files.rollout_input`)."""
         self.fingerprint, self.num_tasks, self.num_repeats = (
-            input_fingerprint(tasks, num_repeats),
+            input_fingerprint(tasks, num_repeats, add_seed=add_seed),
             len(tasks),
             num_repeats,
         )
@@ -99,7 +107,7 @@ class RolloutFiles:
         self._write_state()
         pairs = [(t, r) for t in range(len(tasks)) for r in range(num_repeats)]
         write_jsonl(
-            self.paths.materialized_inputs, ({**tasks[t], TASK_INDEX_KEY: t, ROLLOUT_INDEX_KEY: r} for t, r in pairs)
+            self.paths.materialized_inputs, (rollout_input(tasks[t], t, r, add_seed=add_seed) for t, r in pairs)
         )
         if done:
             print(

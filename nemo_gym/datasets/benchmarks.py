@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.datasets.prompts import search_roots
+from nemo_gym.collect.prompt_templates import search_roots
 from nemo_gym.errors import ConfigError
 
 __all__ = ["ListBenchmarksOptions", "PrepareBenchmarkOptions", "benchmark_entries", "list_benchmarks_main"]

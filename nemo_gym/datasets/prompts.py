@@ -13,17 +13,15 @@ prompt templates).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.collect.prompt_templates import apply_prompt, load_prompt_config, resolve_prompt_path
+from nemo_gym.errors import DataError
 from nemo_gym.jsonl import iter_lines
 
-__all__ = ["MaterializePromptsOptions", "PromptConfig", "apply_prompt", "materialize_main", "search_roots"]
+__all__ = ["MaterializePromptsOptions", "materialize_main"]
 
 
 class MaterializePromptsOptions(BaseModel):
@@ -35,54 +33,6 @@ class MaterializePromptsOptions(BaseModel):
     output_jsonl_fpath: str = Field(description="output JSONL with responses_create_params.input filled in")
 
 
-class PromptConfig(BaseModel):
-    """A prompt template file: `{field}` placeholders are filled from a row's top-level fields (`{{` for a brace)."""
-
-    user: str
-    system: str | None = None
-
-
-def search_roots() -> list[Path]:
-    """Where relative component paths are looked up, first match wins: `$NEMO_GYM_EXTRA_ROOTS` (os.pathsep-separated,
-    as NeMo Gym 0.7.0 reads it), then the current directory."""
-    extra = [Path(p).resolve() for p in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if p]
-    return [*extra, Path.cwd()]
-
-
-def _resolve(path: str) -> Path:
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    roots = search_roots()
-    return next((root / p for root in roots if (root / p).exists()), roots[0] / p)
-
-
-def load_prompt_config(path: Path) -> PromptConfig:
-    """Raises: ConfigError: the file is missing, not YAML, or lacks `user`."""
-    try:
-        return PromptConfig.model_validate(yaml.safe_load(path.read_text()))
-    except OSError as exc:
-        raise ConfigError(f"prompt_config {path}: cannot be read ({exc.strerror})") from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(
-            f"prompt_config {path}: not a prompt template (`user:` and optional `system:`): {exc}"
-        ) from None
-
-
-def apply_prompt(row: dict[str, Any], prompt: PromptConfig) -> dict[str, Any]:
-    """`row` with `responses_create_params.input` = the template's messages (other create parameters kept).
-
-    Raises:
-        KeyError: the template names a field the row lacks.
-    """
-    messages = [] if prompt.system is None else [{"role": "system", "content": prompt.system.format_map(row)}]
-    messages.append({"role": "user", "content": prompt.user.format_map(row)})
-    params = row.get("responses_create_params", {})
-    params = dict(params) if isinstance(params, dict) else {}
-    params["input"] = messages
-    return {**row, "responses_create_params": params}
-
-
 def materialize_main(options: MaterializePromptsOptions) -> int:
     """`ng_materialize_prompts`. Returns 0.
 
@@ -90,7 +40,7 @@ def materialize_main(options: MaterializePromptsOptions) -> int:
         DataError: a line is not JSON, a row already has `responses_create_params.input`, or lacks a template field.
         ConfigError: the prompt template cannot be read.
     """
-    prompt_path = _resolve(options.prompt_config)
+    prompt_path = resolve_prompt_path(options.prompt_config)
     prompt = load_prompt_config(prompt_path)
     rows = []
     for line_no, line in iter_lines(options.input_jsonl_fpath):

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.collect.engine import collect, read_tasks
+from nemo_gym.collect.engine import collect
 from nemo_gym.collect.sink import RolloutFiles
+from nemo_gym.collect.tasks import read_tasks
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.jsonl import write_jsonl
 from nemo_gym.orchestration.server_processes import NgRunProcess

@@ -48,7 +48,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.collect.engine import CollectResult, collect, read_tasks_with_lines
+from nemo_gym.collect.engine import CollectResult, collect
+from nemo_gym.collect.tasks import read_tasks_with_lines
 from nemo_gym.errors import ConfigError, ServersGoneError
 from nemo_gym.eval.console import failure_panel, new_console, rollout_panel, summary_table
 from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, write_json
@@ -150,7 +151,7 @@ class _Printer:
         self.pairs, self.rows, self.results, self.console = pairs, rows, results, console
         self.num_rollouts, self.rnow = num_rollouts, rnow
 
-    def open(self, tasks: list[dict[str, Any]], num_repeats: int) -> tuple[dict, dict]:
+    def open(self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> tuple[dict, dict]:
         return {}, {}  # nothing to resume
 
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:

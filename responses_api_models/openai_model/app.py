@@ -61,6 +61,13 @@ class OpenAIModelConfig(ServerConfig):
         default_factory=list,
         description="host names or CIDR blocks always let through by the SSRF guard (e.g. a link-local endpoint)",
     )
+    extra_body: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "fields added to every request sent to the endpoint (e.g. {reasoning: {effort: low}}), under the request's"
+            " own: NeMo Gym's openai_model's `extra_body`; null: none"
+        ),
+    )
     default_max_output_tokens: int | None = Field(
         None,
         ge=1,
@@ -138,6 +145,8 @@ class OpenAIModel(ModelServer):
             ServerBadAnswerError: a success answer that is not JSON.
             ServerError: the endpoint redirected to an address the SSRF guard refuses.
         """
+        if self.config.extra_body:
+            body = {**self.config.extra_body, **body}
         try:
             return await self.endpoint.request_json(
                 "POST", self._base_url + path, json=body, headers=self._auth, server=self.name

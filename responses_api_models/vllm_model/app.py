@@ -64,7 +64,7 @@ from nemo_gym.model_servers.vllm_versions import VLLMFeatures, reset_prefix_cach
 from nemo_gym.model_servers.weight_sync_routes import add_weight_sync_routes
 from nemo_gym.serving import openai_convert
 
-from .completions import SAMPLING_FIELDS, chat_completion, response_format_constraint
+from .completions import SAMPLING_FIELDS, chat_completion, request_extras, response_format_constraint
 from .schemas import ScoreRequest, VLLMModelConfig
 
 logger = logging.getLogger(__name__)
@@ -320,15 +320,15 @@ class VLLMModel(ModelServer):
         if not isinstance(messages, list) or not messages:
             raise HTTPException(400, "`messages` must be a non-empty list")
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
-        prompt_ids = await self.prompt_ids(messages, tools)
-        request = {
-            "model": self.served_name,
-            "prompt": prompt_ids,
-            "return_token_ids": True,
-            "skip_special_tokens": True,
-        }
+        extra, template_kwargs = request_extras(body, self.config.extra_body, self.config.chat_template_kwargs)
+        prompt_ids = await self.prompt_ids(messages, tools, template_kwargs)
+        request = {"skip_special_tokens": True, **extra, "model": self.served_name, "prompt": prompt_ids}
+        request["return_token_ids"] = True
         request["max_tokens"] = (
-            body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens(len(prompt_ids))
+            body.get("max_completion_tokens")
+            or body.get("max_tokens")
+            or extra.get("max_tokens")
+            or self.default_max_tokens(len(prompt_ids))
         )
         request.update({key: body[key] for key in SAMPLING_FIELDS if body.get(key) is not None})
         if self.config.return_token_id_information:
@@ -362,8 +362,14 @@ class VLLMModel(ModelServer):
         return max(1, min(self.config.default_max_output_tokens, room))
 
     # -- prompt ids ------------------------------------------------------------------------------
-    async def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        """Prompt token ids of a chat: the template's, spliced after the latest turn that carries token ids."""
+    async def prompt_ids(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Prompt token ids of a chat: the template's (with `template_kwargs`, e.g. {"enable_thinking": False}),
+        spliced after the latest turn that carries token ids."""
         if self.config.render_tools_in_prompt:
             messages, template_tools = tool_calls.render_tool_messages(messages, tools), None
         else:
@@ -374,15 +380,19 @@ class VLLMModel(ModelServer):
         )
         clean = [_template_message(m) for m in messages]
         if last is None:
-            return await self.tokenize(clean, template_tools, add_generation_prompt=True)
+            return await self.tokenize(
+                clean, template_tools, add_generation_prompt=True, template_kwargs=template_kwargs
+            )
         # The spliced turn's rendering is replaced by the model's own ids, so the template gets a fixed
         # placeholder for it (non-empty, and without tool calls, which a template would render after the
         # text and so after the cut of the open rendering).
         clean[last] = {"role": "assistant", "content": _SPLICE_PLACEHOLDER}
         previous_ids = list(messages[last].get("prompt_token_ids") or []) + list(messages[last]["generation_token_ids"])
         open_ids, template_ids = await asyncio.gather(
-            self.tokenize(clean[: last + 1], template_tools, continue_final_message=True),
-            self.tokenize(clean, template_tools, add_generation_prompt=True),
+            self.tokenize(
+                clean[: last + 1], template_tools, continue_final_message=True, template_kwargs=template_kwargs
+            ),
+            self.tokenize(clean, template_tools, add_generation_prompt=True, template_kwargs=template_kwargs),
         )
         if template_ids[: len(open_ids)] != open_ids:
             logger.warning(
@@ -397,8 +407,10 @@ class VLLMModel(ModelServer):
         *,
         add_generation_prompt: bool = False,
         continue_final_message: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Token ids of messages under the model's chat template (vLLM's `/tokenize`)."""
+        """Token ids of messages under the model's chat template (vLLM's `/tokenize`; `template_kwargs`: the
+        template's arguments, vLLM's `chat_template_kwargs`)."""
         request: dict[str, Any] = {
             "model": self.served_name,
             "messages": messages,
@@ -407,6 +419,8 @@ class VLLMModel(ModelServer):
         }
         if tools:
             request["tools"] = tools
+        if template_kwargs:
+            request["chat_template_kwargs"] = template_kwargs
         return (await self._post_or_get("POST", "/tokenize", json=request))["tokens"]
 
     async def _post_or_get(self, method: str, path: str, json: dict[str, Any] | None = None) -> dict[str, Any]:

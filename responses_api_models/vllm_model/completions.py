@@ -1,19 +1,29 @@
 """Between OpenAI chat and vLLM's completions API, which vllm_model calls with the prompt as token ids: the sampling
-fields passed through, the structured-output constraint of a `response_format`, and the completion answer turned
-back into a chat completion (steps 3 and 4 of the calls in the module docstring of `app.py`).
+fields passed through, the request fields set outside the OpenAI API (`extra_body` and `chat_template_kwargs`, NeMo
+Gym's per-request `metadata` form included), the structured-output constraint of a `response_format`, and the
+completion answer turned back into a chat completion (steps 3 and 4 of the calls in the module docstring of `app.py`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import HTTPException
 
 from nemo_gym.model_servers import tool_calls
 
-__all__ = ["SAMPLING_FIELDS", "response_format_constraint", "chat_completion"]
+from .schemas import RESERVED_EXTRA_FIELDS
+
+__all__ = [
+    "SAMPLING_FIELDS",
+    "chat_completion",
+    "request_extras",
+    "response_format_constraint",
+]
 
 # Chat sampling fields that vLLM's /v1/completions accepts under the same name.
 SAMPLING_FIELDS = (
@@ -28,6 +38,65 @@ SAMPLING_FIELDS = (
     "frequency_penalty",
     "repetition_penalty",
 )
+TEMPLATE_KWARGS = "chat_template_kwargs"
+
+
+def _metadata_object(metadata: Any, key: str) -> dict[str, Any]:
+    """`metadata[key]`, a JSON object written as a string (NeMo Gym's form: Responses metadata values are strings);
+    {} when absent. Raises HTTPException 400 naming `metadata.<key>` when it is not one."""
+    raw = metadata.get(key) if isinstance(metadata, Mapping) else None
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        raise HTTPException(
+            400, f"metadata.{key} is not JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}"
+        ) from exc
+    if not isinstance(value, dict):
+        raise HTTPException(400, f"metadata.{key} must be a JSON object, e.g. '{{\"seed\": 3}}'; got {raw!r:.200}")
+    return value
+
+
+def request_extras(
+    body: Mapping[str, Any], extra_body: Mapping[str, Any], chat_template_kwargs: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The vLLM request fields and chat template arguments of one call, beyond the sampling fields of the API.
+
+    `extra_body` and `chat_template_kwargs` are the server's (its config); the request's `metadata.extra_body` and
+    `metadata.chat_template_kwargs` (JSON objects in strings, as NeMo Gym's datasets and collector write them, e.g.
+    `num_repeats_add_seed`'s `{"seed": 2}`) are merged over them key by key, and a chat request's own top-level
+    `chat_template_kwargs` (vLLM's extension) over those. A `chat_template_kwargs` inside an extra_body counts as
+    template arguments. The caller merges the request's own sampling fields over the returned fields (NeMo Gym
+    0.7.0's vllm_model: `extra_body | body`).
+
+    Returns:
+        (fields for vLLM's completions request, arguments for the chat template at `/tokenize`)
+
+    Raises:
+        HTTPException: 400 when a metadata value is not a JSON object or an extra_body sets a field of
+            RESERVED_EXTRA_FIELDS.
+    """
+    metadata = body.get("metadata")
+    fields = {**extra_body, **_metadata_object(metadata, "extra_body")}
+    template = {**chat_template_kwargs}
+    for source in (
+        fields.pop(TEMPLATE_KWARGS, None),
+        _metadata_object(metadata, TEMPLATE_KWARGS),
+        body.get(TEMPLATE_KWARGS),
+    ):
+        if source is None:
+            continue
+        if not isinstance(source, Mapping):
+            raise HTTPException(400, f"{TEMPLATE_KWARGS} must be an object, got {source!r:.200}")
+        template.update(source)
+    if reserved := sorted(set(fields) & set(RESERVED_EXTRA_FIELDS)):
+        raise HTTPException(
+            400,
+            f"extra_body may not set {', '.join(reserved)}: vllm_model sets them (the prompt as ids, token"
+            " information)",
+        )
+    return fields, template
 
 
 def response_format_constraint(response_format: Any) -> dict[str, Any] | None:

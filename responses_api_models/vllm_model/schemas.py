@@ -4,6 +4,8 @@ scoring route (`ScoreRequest`; the weight-sync routes' bodies are in `nemo_gym.m
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from nemo_gym.model_servers import embedded
@@ -11,10 +13,14 @@ from nemo_gym.serving.server import ServerConfig
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
+    "RESERVED_EXTRA_FIELDS",
     "VLLMModelConfig",
     "ScoreRequest",
 ]
 
+# Fields of vLLM's completions request that vllm_model sets itself (the prompt as ids, the token information); an
+# `extra_body` may not set them.
+RESERVED_EXTRA_FIELDS = ("model", "prompt", "messages", "return_token_ids", "logprobs", "echo", "stream")
 DEFAULT_MAX_OUTPUT_TOKENS = 1024  # output tokens of a call that sets none (vLLM's completions API: 16)
 
 
@@ -105,6 +111,22 @@ class VLLMModelConfig(ServerConfig):
         ),
     )
     developer_as_system: bool = Field(True, description="map Responses `developer` messages to `system`")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "fields added to every vLLM completions request, e.g. {top_k: 20, include_stop_str_in_output: true}; a"
+            " request's metadata.extra_body (a JSON object in a string, NeMo Gym's form) overrides them key by key,"
+            " and the request's own sampling fields override both"
+        ),
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "arguments of the chat template for every call, e.g. {enable_thinking: false}; a request's"
+            " metadata.chat_template_kwargs (a JSON object in a string) or a chat request's own chat_template_kwargs"
+            " override them key by key"
+        ),
+    )
     startup_timeout_s: float = Field(900.0, gt=0, description="seconds to wait for vLLM to answer /health")
     request_timeout_s: float = Field(600.0, gt=0, description="seconds one vLLM request may take")
     log_path: str | None = Field(
@@ -134,6 +156,21 @@ class VLLMModelConfig(ServerConfig):
                     " one of them"
                 )
         return self
+
+    @field_validator("extra_body", "chat_template_kwargs", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        """`null` (as NeMo Gym's vllm_model configs write them) is {}."""
+        return {} if value is None else value
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if reserved := sorted(set(value) & set(RESERVED_EXTRA_FIELDS)):
+            raise ValueError(
+                f"may not set {', '.join(reserved)}: vllm_model sets them (the prompt as ids, token information)"
+            )
+        return value
 
     @field_validator("max_model_len")
     @classmethod

@@ -1,0 +1,146 @@
+"""Task rows of a collection: read from JSONL (`read_tasks`, with NeMo Gym's `prompt_config` applied when given),
+checked, and materialized as they are dispatched (`materialize_task`: `responses_create_params` overrides merged,
+`agent_ref` resolved). Every row is checked before any rollout; a bad one is named by its location (`file:line`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from nemo_gym.collect.files import seed_problem
+from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
+from nemo_gym.errors import DataError
+from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.serving.responses_params import unknown_keys
+
+__all__ = ["check_seedable", "materialize_all", "materialize_task", "read_tasks", "read_tasks_with_lines"]
+
+
+def materialize_task(
+    row: dict[str, Any],
+    where: str,
+    *,
+    agent_name: str | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, `agent_ref`
+    resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped.
+
+    Raises:
+        DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
+            create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
+    """
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        got = "it is missing" if params is None else f"got {type(params).__name__}"
+        raise DataError(f"{where}: needs a `responses_create_params` object ({got})")
+    if problems := unknown_keys(params):
+        raise DataError(f"{where}: responses_create_params: {'; '.join(problems)}")
+    agent_ref = row.get(AGENT_REF_KEY)
+    if agent_ref is None and agent_name:
+        agent_ref = {"name": agent_name}
+    elif agent_ref is not None and not (isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str)):
+        raise DataError(f'{where}: agent_ref must be an object {{"name": "<agent instance>"}}, got {agent_ref!r}')
+    task = {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
+    task["responses_create_params"] = {**params, **(responses_create_params or {})}
+    task[AGENT_REF_KEY] = agent_ref
+    return task
+
+
+def materialize_all(
+    located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
+) -> list[dict[str, Any]]:
+    """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
+    (at most 10 shown), or one for no rows at all."""
+    tasks: list[dict[str, Any]] = []
+    without_agent: list[str] = []
+    for where, row in located:
+        tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
+        if tasks[-1][AGENT_REF_KEY] is None:
+            without_agent.append(where)
+    if without_agent:
+        more = f" and {len(without_agent) - 10} more" if len(without_agent) > 10 else ""
+        raise DataError(
+            f"{', '.join(without_agent[:10])}{more}: row has no agent_ref; pass +agent_name=<agent instance> or add"
+            " agent_ref to the rows"
+        )
+    if not tasks:
+        raise DataError(f"{source}: no rows")
+    return tasks
+
+
+def read_tasks_with_lines(
+    path: str,
+    *,
+    agent_name: str | None = None,
+    limit: int | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+    prompt: PromptConfig | None = None,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """`read_tasks`, and the line number of each task in `path`."""
+    line_numbers: list[int] = []
+
+    def located() -> Iterator[tuple[str, dict[str, Any]]]:
+        for line_no, row in iter_jsonl(path, limit=limit):  # lazily: a bad line is reported after the rows before it
+            line_numbers.append(line_no)
+            where = f"{path}:{line_no}"
+            yield where, row if prompt is None else _prompted(row, prompt, where)
+
+    return materialize_all(located(), agent_name, responses_create_params, path), line_numbers
+
+
+def read_tasks(
+    path: str,
+    *,
+    agent_name: str | None = None,
+    limit: int | None = None,
+    responses_create_params: dict[str, Any] | None = None,
+    prompt: PromptConfig | None = None,
+) -> list[dict[str, Any]]:
+    """The task rows of a JSONL file (its first `limit`), each checked and materialized (`materialize_task`); with
+    `prompt` (NeMo Gym's `prompt_config`), each row's `responses_create_params.input` is built from the template
+    first (`nemo_gym.collect.prompt_templates.apply_prompt`).
+
+    Raises:
+        DataError: (`file:line: ...`) a line that is not a JSON object, a bad row (see `materialize_task`), rows
+            with no agent (no `agent_ref` and no `agent_name`: all named), with `prompt` a row that already has an
+            input or lacks a field the template names; or the file has no rows.
+    """
+    return read_tasks_with_lines(
+        path, agent_name=agent_name, limit=limit, responses_create_params=responses_create_params, prompt=prompt
+    )[0]
+
+
+def _prompted(row: dict[str, Any], prompt: PromptConfig, where: str) -> dict[str, Any]:
+    """`row` with its input built by `prompt` (NeMo Gym's collector: both at once are refused, as there).
+
+    Raises:
+        DataError: (`where: ...`) the row has `responses_create_params.input` already, or lacks a template field.
+    """
+    params = row.get("responses_create_params")
+    if isinstance(params, dict) and params.get("input"):
+        raise DataError(
+            f"{where}: has responses_create_params.input and +prompt_config builds it: they are mutually exclusive"
+            " (drop the prompt_config, or the rows' input)"
+        )
+    try:
+        return apply_prompt(row, prompt)
+    except KeyError as exc:
+        raise DataError(
+            f"{where}: the prompt template names the field {exc}, which the row lacks (its fields: {', '.join(row)})"
+        ) from None
+    except (IndexError, ValueError) as exc:  # a positional `{0}` or an unmatched brace in the template
+        raise DataError(f"{where}: the prompt template cannot be filled from the row: {exc}") from None
+
+
+def check_seedable(tasks: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:
+    """Before a collection with `num_repeats_add_seed`: every task row can take a seed (`files.seed_problem`).
+
+    Raises:
+        DataError: (`where(i): ...`) the first row whose `responses_create_params.metadata.extra_body` is not a JSON
+            object in a string.
+    """
+    for i, task in enumerate(tasks):
+        if problem := seed_problem(task):
+            raise DataError(f"{where(i)}: {problem} (num_repeats_add_seed writes the seed there)")
