@@ -44,10 +44,12 @@ Exit status of `collect_main`: 0 every rollout has a row, 1 some failed (see the
 stopped answering (restart them and rerun to resume), 130 interrupted (Ctrl-C; rerun to resume). Errors before any
 rollout (bad input line, unknown agent, changed input) raise `NemoGymError` subclasses; the CLI prints them and exits 2.
 
-Compared with NeMo Gym's collector: as in its current version a row's own `agent_ref` wins over `agent_name`
-(its first versions let `agent_name` override every row); an HTTP failure is a failures-file record instead of an
-exception that stops the run; resume is on by default (NeMo Gym: `resume_from_cache=false`) and refuses an
-output made from another input; the whole input is validated before the first rollout.
+Compared with NeMo Gym's collector: a row's own `agent_ref` wins over `agent_name`, as in NeMo Gym 0.4.0 (0.7.0's
+`agent_name` re-routes every row, with a warning; rows without an agent_ref, as most datasets' are, go the same way
+in both); an HTTP failure is a failures-file record instead of an exception that stops the run; resume is on by
+default (NeMo Gym: `resume_from_cache=false`) and refuses an output made from another input; the whole input is
+validated before the first rollout. NeMo Gym's `num_repeats_add_seed`, `prompt_config`, `interleave_repeats` and
+`resume_from_cache` are taken as it takes them; its other parameters are refused by name (`NEMO_GYM_UNSUPPORTED`).
 """
 
 from __future__ import annotations
