@@ -117,3 +117,13 @@ def test_a_failed_judge_is_a_failure_not_a_reward_of_zero(head, tmp_path):
     (failure,) = read_jsonl(tmp_path / "out_failures.jsonl")
     assert (failure["_ng_task_index"], failure["failure_class"], failure["transient"]) == (1, "judge_failed", True)
     assert failure["message"] == "NeMo Gym failure: JudgeError: criterion 1 unparseable after 2 attempts"
+
+
+def test_a_collection_through_an_environment_server_resumes(head, tmp_path):
+    """The rerun of the same command finds the same input: the state file's fingerprint is of the rows as read, not as
+    routed (rows routed to the agent behind `env` once made every rerun refuse to resume)."""
+    first, out = collect(head, tmp_path, "env")
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:1]))  # as if interrupted after one rollout
+    again, _ = collect(head, tmp_path, "env")
+    assert (first.rollouts_done, again.rollouts_resumed, again.rollouts_this_run, again.rollouts_done) == (3, 1, 2, 3)

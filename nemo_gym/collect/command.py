@@ -332,7 +332,6 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         prompt=cfg.prompt(),
     )
     files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
-    files.check_input(tasks, cfg.num_repeats, add_seed=cfg.num_repeats_add_seed)
     result = await collect(
         tasks,
         client,

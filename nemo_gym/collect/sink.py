@@ -66,7 +66,7 @@ class RolloutFiles:
 
     Args:
         output: the rollouts JSONL; its side files go next to it.
-        resume: keep an earlier run's rows (its input must be the same: `check_input`); False moves them aside.
+        resume: keep an earlier run's rows (its input must be the same, checked by `open`); False moves them aside.
         input_jsonl_fpath: the input named in the state file and in the messages.
     """
 
@@ -79,28 +79,25 @@ class RolloutFiles:
         self._outputs: JsonlAppender | None = None
         self._failure_log: JsonlAppender | None = None
 
-    def check_input(self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> None:
-        """With resume, refuse an output made from another input (ConfigError saying what differs)."""
-        if self.resume:
-            check_same_input(
-                self.paths,
-                input_fingerprint(tasks, num_repeats, add_seed=add_seed),
-                self.input_jsonl_fpath,
-                num_repeats,
-                len(tasks),
-            )
-
     def open(
         self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
-        """Set earlier files aside (no resume) or read them back; write the state and the materialized inputs (the
-        rows as dispatched: `nemo_gym.collect.files.rollout_input`)."""
+        """Set earlier files aside (no resume), or refuse an earlier output made from another input and read it back;
+        write the state and the materialized inputs (the rows as dispatched: `nemo_gym.collect.files.rollout_input`).
+        The fingerprint is of `tasks` as `collect` dispatches them (an environment server's rows routed to its agent),
+        the same in every run of one command against the same servers.
+
+        Raises:
+            ConfigError: with resume, the earlier output was made from another input (saying what differs).
+        """
         self.fingerprint, self.num_tasks, self.num_repeats = (
             input_fingerprint(tasks, num_repeats, add_seed=add_seed),
             len(tasks),
             num_repeats,
         )
-        if not self.resume:
+        if self.resume:
+            check_same_input(self.paths, self.fingerprint, self.input_jsonl_fpath, num_repeats, len(tasks))
+        else:
             move_aside(self.paths)
         done = read_done(self.paths, len(tasks), num_repeats)
         failures = {pair: record for pair, record in read_failures(self.paths.failures).items() if pair not in done}
