@@ -38,6 +38,7 @@ ROLLOUT_INDEX_KEY = "_ng_rollout_index"  # which of the task's repeats (0-based)
 AGENT_REF_KEY = "agent_ref"  # `{"name": <agent instance>}`: the agent that runs the row
 # the environment server (NeMo Gym 0.7.0) a row was sent to, in front of its agent, as NeMo Gym's collector stamps it
 ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
+TASK_SOURCE_KEY = "task_source"  # NeMo Gym 0.7.0's collated rows: the instance that declared the dataset (no agent_ref)
 
 
 def _describe(value: Any) -> str:

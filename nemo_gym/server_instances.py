@@ -220,6 +220,13 @@ def _check_implementation_dir(instance: ServerInstance) -> None:
         raise ConfigError(f"{key}.entrypoint': file {shown}/{instance.entrypoint} does not exist")
 
 
+def references(fields: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The server instances a config section names, by dotted field path: `{"resources_server": {"type":
+    "resources_servers", "name": "weather"}, ...}` (every `{type: <server type>, name}` value, nested ones too).
+    Instance names only, nothing else of the config: what the head server may tell its clients."""
+    return {path: {"type": ref["type"], "name": str(ref["name"])} for path, ref in _references(fields)}
+
+
 def _references(value: Any, path: str = "") -> Iterator[tuple[str, dict[str, str]]]:
     if isinstance(value, dict):
         if set(value) == {"type", "name"} and value["type"] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):

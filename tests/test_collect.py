@@ -207,7 +207,9 @@ def test_rows_without_agent_are_named(tmp_path, gym, agent):
     path.write_text(
         '{"responses_create_params": {}, "agent_ref": {"name": "agent"}}\n{"responses_create_params": {}}\n'
     )
-    with pytest.raises(DataError, match=r"in\.jsonl:2: row has no agent_ref; pass \+agent_name"):
+    with pytest.raises(
+        DataError, match=r"in\.jsonl:2: row has no agent_ref \(nor NeMo Gym.s task_source\); pass \+agent_name"
+    ):
         collect(config(tmp_path, gym, agent_name=None))
     assert not agent.calls
 
@@ -653,6 +655,15 @@ def test_cli_collect_and_profile_through_ng_run(tmp_path):
         done = subprocess.run(collect_cmd, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         assert "Rollouts: 10/10" in done.stdout
+        # NeMo Gym 0.7.0's collated rows: no agent_ref, the declaring instance in task_source (here the resources
+        # server `weather`, which only weather_agent's config names); no +agent_name
+        sourced = tmp_path / "sourced.jsonl"
+        sourced.write_text("".join(json.dumps({**row, "task_source": "weather"}) + "\n" for row in rows_of(data)))
+        sourced_cmd = [str(BIN / "ng_collect_rollouts"), f"+head_server_url={head}", f"+input_jsonl_fpath={sourced}"]
+        sourced_cmd += [f"+output_jsonl_fpath={tmp_path / 'sourced_rollouts.jsonl'}", "+progress=false"]
+        done = subprocess.run(sourced_cmd, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert {r["agent_ref"]["name"] for r in rows_of(tmp_path / "sourced_rollouts.jsonl")} == {"weather_agent"}
         run.stop()
     assert sorted(pairs_of(out)) == [(t, r) for t in range(5) for r in range(2)]
     metrics = json.loads(OutputPaths.for_output(out).aggregate_metrics.read_text())

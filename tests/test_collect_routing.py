@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from test_collect import FAST, Served, write_input
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.errors import DataError
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import build_head_app
@@ -70,16 +71,31 @@ def head():
             "replica": 0,
             "agent_refs": {"agent_server": {"type": "responses_api_agents", "name": "agent"}},
         }
-    app.state.servers["agent"] = {**app.state.servers["env"], "name": "agent", "server_type": "responses_api_agents"}
+    app.state.servers["agent"] = {
+        **app.state.servers["env"],
+        "name": "agent",
+        "server_type": "responses_api_agents",
+        "references": {"resources_server": {"type": "resources_servers", "name": "rs"}},
+    }
+    # resources servers as their instances register (names only matter here): `rs` named by `agent` alone, `rs2` by
+    # two agents
+    for name, server_type in (("rs", "resources_servers"), ("rs2", "resources_servers")):
+        app.state.servers[name] = {**app.state.servers["env"], "name": name, "server_type": server_type}
+    for name in ("agent2", "agent3"):
+        app.state.servers[name] = {
+            **app.state.servers["agent"],
+            "name": name,
+            "references": {"resources_server": {"type": "resources_servers", "name": "rs2"}},
+        }
     yield served["head"].url
     for server in served.values():
         server.stop()
 
 
-def collect(head: str, tmp_path: Path, agent_name: str):
+def collect(head: str, tmp_path: Path, agent_name: str | None, **row: Any):
     cfg = CollectConfig(
         agent_name=agent_name,
-        input_jsonl_fpath=str(write_input(tmp_path / "in.jsonl", 3)),
+        input_jsonl_fpath=str(write_input(tmp_path / "in.jsonl", 3, **row)),
         output_jsonl_fpath=str(tmp_path / "out.jsonl"),
         progress=False,
     )
@@ -127,3 +143,33 @@ def test_a_collection_through_an_environment_server_resumes(head, tmp_path):
     out.write_text("".join(lines[:1]))  # as if interrupted after one rollout
     again, _ = collect(head, tmp_path, "env")
     assert (first.rollouts_done, again.rollouts_resumed, again.rollouts_this_run, again.rollouts_done) == (3, 1, 2, 3)
+
+
+@pytest.mark.parametrize("source", ["rs", "agent"])
+def test_task_source_rows_go_to_the_agent_it_resolves_to(head, tmp_path, source):
+    """NeMo Gym 0.7.0's collated rows name the instance that declared their dataset (`task_source`), not an agent: a
+    resources server resolves to the one agent whose config names it, an agent to itself."""
+    summary, out = collect(head, tmp_path, None, task_source=source)
+    rows = read_jsonl(out)
+    assert summary.rollouts_done == 3 and {(r["agent_ref"]["name"], r["task_source"]) for r in rows} == {
+        ("agent", source)
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("rs2", r"task_source 'rs2' resolves to no single agent \(the agents whose config names it: agent2, agent3\)"),
+        ("nope", r"task_source 'nope' resolves to no single agent \(no server instance of that name runs"),
+        (
+            "env",
+            r"task_source 'env' resolves to no single agent \(it names a server of type environment_servers",
+        ),
+    ],
+)
+def test_a_task_source_without_one_agent_is_refused_before_any_rollout(head, tmp_path, source, why):
+    with pytest.raises(DataError, match=r"in\.jsonl:1: " + why):
+        collect(head, tmp_path, None, task_source=source)
+    assert not (tmp_path / "out.jsonl").exists()
+    summary, _ = collect(head, tmp_path, "agent", task_source=source)  # +agent_name says which
+    assert summary.rollouts_done == 3

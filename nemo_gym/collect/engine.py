@@ -31,7 +31,12 @@ from tqdm import tqdm
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import Pair, now, rollout_input
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
-from nemo_gym.collect.routing import dispatch_target, nemo_gym_failure, route_through_environment_servers
+from nemo_gym.collect.routing import (
+    dispatch_target,
+    nemo_gym_failure,
+    resolve_task_sources,
+    route_through_environment_servers,
+)
 from nemo_gym.collect.tasks import check_seedable, materialize_all
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
@@ -344,6 +349,19 @@ class _Sinks:
             await sink.finish(result, client)
 
 
+async def _route_and_check(
+    client: ServerClient, tasks: list[dict[str, Any]], where: Callable[[int], str], add_seed: bool
+) -> None:
+    """Before any rollout, in place: NeMo Gym `task_source` rows get their agent, rows for an environment server are
+    routed to it (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`), and every agent is
+    known with its row schema (`check_agents`)."""
+    await resolve_task_sources(client, tasks, where)
+    if add_seed:
+        check_seedable(tasks, where)
+    await route_through_environment_servers(client, tasks)
+    await check_agents(client, tasks, where)
+
+
 def _order(num_tasks: int, num_repeats: int, interleave_repeats: bool) -> Iterator[Pair]:
     """The (task, repeat) pairs in the order they start: task by task (aabbcc), or with `interleave_repeats` repeat by
     repeat (abcabc: every task's first rollout, then every task's second, ...; NeMo Gym's `interleave_repeats`, which
@@ -387,10 +405,7 @@ async def collect(
     tasks = materialize_all(
         [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
     )
-    if add_seed:
-        check_seedable(tasks, where)
-    await route_through_environment_servers(client, tasks)
-    await check_agents(client, tasks, where)
+    await _route_and_check(client, tasks, where, add_seed)
     every_sink = _Sinks(sinks)
     done, failures = every_sink.open(tasks, num_repeats, add_seed=add_seed)
     pending = [pair for pair in _order(len(tasks), num_repeats, interleave_repeats) if pair not in done]

@@ -1,21 +1,26 @@
-"""Where a collected row goes: NeMo Gym 0.7.0's environment servers in front of agents, as its collector sends rows to
-them (`route_through_environment_servers`), and the server a row's `/run` goes to (`dispatch_target`)."""
+"""Where a collected row goes: the agent of a NeMo Gym 0.7.0 `task_source` row (`resolve_task_sources`), NeMo Gym
+0.7.0's environment servers in front of agents, as its collector sends rows to them
+(`route_through_environment_servers`), and the server a row's `/run` goes to (`dispatch_target`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from nemo_gym.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY
+from nemo_gym.errors import DataError
+from nemo_gym.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, TASK_SOURCE_KEY
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
     "NEMO_GYM_FAILURE_CLASS",
     "dispatch_target",
     "nemo_gym_failure",
+    "resolve_task_sources",
     "route_through_environment_servers",
 ]
 
 NEMO_GYM_FAILURE_CLASS = "_ng_failure_class"  # NeMo Gym 0.7.0: an environment server's failed episode
+AGENT_TYPE, RESOURCES_TYPE = "responses_api_agents", "resources_servers"
 
 
 def dispatch_target(row: dict[str, Any]) -> str:
@@ -44,6 +49,44 @@ async def route_through_environment_servers(client: ServerClient, tasks: list[di
         if server in fronted and ENVIRONMENT_SERVER_KEY not in task:
             task[AGENT_REF_KEY] = {**task[AGENT_REF_KEY], "name": fronted[server]}
             task[ENVIRONMENT_SERVER_KEY] = server
+
+
+async def resolve_task_sources(client: ServerClient, tasks: list[dict[str, Any]], where: Callable[[int], str]) -> None:
+    """Rows without an agent_ref that carry NeMo Gym 0.7.0's `task_source` (the config instance that declared their
+    dataset, which 0.7.0's `ng_prepare_data` writes instead of agent_ref) get the agent it resolves to, as 0.7.0's
+    collector resolves it (`resolve_dataset_agent`) from the running servers (one `GET /servers` of the head
+    server, whose entries name the instances each server's config references): an agent instance is itself; a
+    resources server, the one agent whose config names it. In place.
+
+    Raises:
+        DataError: (`where(i): ...`) a task_source that names no running instance, another kind of server, or a
+            resources server no agent or several agents name (then `+agent_name` says which).
+    """
+    pending = [i for i, task in enumerate(tasks) if task[AGENT_REF_KEY] is None]
+    if not pending:
+        return
+    entries = await client.list_servers()
+    kinds = {entry["name"]: entry["server_type"] for entry in entries}
+    users: dict[str, set[str]] = {}
+    for entry in entries:
+        if entry["server_type"] == AGENT_TYPE:
+            for ref in (entry.get("references") or {}).values():
+                if ref.get("type") == RESOURCES_TYPE:
+                    users.setdefault(ref["name"], set()).add(entry["name"])
+    for i in pending:
+        source = tasks[i][TASK_SOURCE_KEY]
+        kind = kinds.get(source)
+        agents = sorted(users.get(source, ())) if kind == RESOURCES_TYPE else [source] if kind == AGENT_TYPE else []
+        if len(agents) != 1:
+            why = (
+                f"no server instance of that name runs (running: {', '.join(sorted(kinds))})"
+                if kind is None
+                else f"it names a server of type {kind}: a dataset's rows go to an agent or a resources server"
+                if kind not in (AGENT_TYPE, RESOURCES_TYPE)
+                else f"the agents whose config names it: {', '.join(agents) or 'none'}"
+            )
+            raise DataError(f"{where(i)}: task_source {source!r} resolves to no single agent ({why}); pass +agent_name")
+        tasks[i][AGENT_REF_KEY] = {"name": agents[0]}
 
 
 def nemo_gym_failure(answer: Any) -> tuple[str, str, bool] | None:

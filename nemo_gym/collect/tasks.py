@@ -11,7 +11,7 @@ from typing import Any
 from nemo_gym.collect.files import seed_problem
 from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
 from nemo_gym.errors import DataError
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
 from nemo_gym.serving.responses_params import unknown_keys
 
 __all__ = ["check_seedable", "materialize_all", "materialize_task", "read_tasks", "read_tasks_with_lines"]
@@ -52,18 +52,20 @@ def materialize_all(
     located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
 ) -> list[dict[str, Any]]:
     """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
-    (at most 10 shown), or one for no rows at all."""
+    (at most 10 shown), or one for no rows at all. A row without an agent_ref that has NeMo Gym 0.7.0's
+    `task_source` (its collated datasets' rows) is kept: the collector resolves it against the running servers
+    (`nemo_gym.collect.routing.resolve_task_sources`)."""
     tasks: list[dict[str, Any]] = []
     without_agent: list[str] = []
     for where, row in located:
         tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
-        if tasks[-1][AGENT_REF_KEY] is None:
+        if tasks[-1][AGENT_REF_KEY] is None and not isinstance(tasks[-1].get(TASK_SOURCE_KEY), str):
             without_agent.append(where)
     if without_agent:
         more = f" and {len(without_agent) - 10} more" if len(without_agent) > 10 else ""
         raise DataError(
-            f"{', '.join(without_agent[:10])}{more}: row has no agent_ref; pass +agent_name=<agent instance> or add"
-            " agent_ref to the rows"
+            f"{', '.join(without_agent[:10])}{more}: row has no agent_ref (nor NeMo Gym's task_source); pass"
+            " +agent_name=<agent instance> or add agent_ref to the rows"
         )
     if not tasks:
         raise DataError(f"{source}: no rows")

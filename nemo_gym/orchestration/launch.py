@@ -28,7 +28,7 @@ from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES
 from nemo_gym.orchestration.server_processes import ServerProcess, log_path
 from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.processes import die_with_parent
-from nemo_gym.server_instances import ServerInstance
+from nemo_gym.server_instances import ServerInstance, references
 from nemo_gym.serving.head import ServerRegistry
 from nemo_gym.serving.nemo_gym_discovery import agent_references
 
@@ -152,5 +152,6 @@ def register(
         "external": external,
         "framework": framework,
         "send_run_token": send_run_token,
+        "references": references(instance.fields),
         **({"agent_refs": agent_refs} if agent_refs and instance.server_type in NEMO_GYM_ONLY_SERVER_TYPES else {}),
     }

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from nemo_gym.config import did_you_mean
 from nemo_gym.errors import ConfigError
-from nemo_gym.server_instances import ServerInstance
+from nemo_gym.server_instances import ServerInstance, references
 from nemo_gym.serving.auth import take_run_token_from_env
 from nemo_gym.serving.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.serving.limits import UVICORN_LIMITS
@@ -157,6 +157,7 @@ async def _serve(
             "url": url,
             "pid": os.getpid(),
             "replica": replica,
+            "references": references(instance.fields),
         }
         async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")

@@ -144,6 +144,13 @@ class Registration(BaseModel):
             "whether clients send the run's token to it (not to external and NeMo Gym servers, unless configured)"
         ),
     )
+    references: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "the server instances its config names, by field (`{resources_server: {type, name}}`): names only. The"
+            " collector resolves NeMo Gym 0.7.0's `task_source` rows by them"
+        ),
+    )
 
 
 class ServerRegistry(dict):

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 
 from nemo_gym.config import server_sections
 from nemo_gym.errors import ServerBadAnswerError
+from nemo_gym.server_instances import references
 
 __all__ = ["add_nemo_gym_discovery_routes", "agent_references", "nemo_gym_discovery", "nemo_gym_head_servers"]
 
@@ -143,6 +144,7 @@ def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
                     "url": url,
                     "send_run_token": False,
                     "framework": "nemo_gym",
+                    "references": references(fields),
                     **(
                         {"agent_refs": refs}
                         if server_type == "environment_servers" and (refs := agent_references(fields))
