@@ -127,6 +127,28 @@ def test_a_missing_prompt_config_is_a_config_error(tmp_path, gym, agent):
         collect(config(tmp_path, gym, prompt_config=str(tmp_path / "nope.yaml")))
 
 
+def test_agent_map_reroutes_rows_as_0_7_0_does(tmp_path, gym, agent):
+    """NeMo Gym 0.7.0's rule: the entry of a row's agent_ref name, else of its task_source, else `_default` (rows
+    without an agent_ref too); +agent_name fills the rows still without an agent."""
+    rows = [
+        {"responses_create_params": {"input": "a"}, "x": 0, "agent_ref": {"name": "old"}},
+        {"responses_create_params": {"input": "b"}, "x": 1, "agent_ref": {"name": "old"}, "task_source": "ds"},
+        {"responses_create_params": {"input": "c"}, "x": 2, "task_source": "ds"},
+        {"responses_create_params": {"input": "d"}, "x": 3, "agent_ref": {"name": "metrics_agent"}},
+        {"responses_create_params": {"input": "e"}, "x": 4},
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = config(tmp_path, gym, agent_map={"old": "agent", "ds": "metrics_agent"}, agent_name="agent")
+    collect(cfg)
+    routed = {row["x"]: row["agent_ref"]["name"] for row in rows_of(cfg.output_jsonl_fpath)}
+    assert routed == {0: "agent", 1: "agent", 2: "metrics_agent", 3: "metrics_agent", 4: "agent"}
+    cfg = config(
+        tmp_path / "b", gym, agent_map={"_default": "metrics_agent"}, input_jsonl_fpath=str(tmp_path / "in.jsonl")
+    )
+    collect(cfg)
+    assert {row["agent_ref"]["name"] for row in rows_of(cfg.output_jsonl_fpath)} == {"metrics_agent"}
+
+
 def test_resume_from_cache_is_resume(tmp_path, gym):
     assert config(tmp_path, gym, resume_from_cache=False).resume is False
     assert config(tmp_path, gym, resume_from_cache=True).resume is True
@@ -142,7 +164,6 @@ def test_resume_from_cache_is_resume(tmp_path, gym):
             "+fan_out={a: [b, c]}",
             r"\+fan_out is a NeMo Gym parameter that ng_collect_rollouts does not take: .*collect",
         ),
-        ("+agent_map={a: b}", r"\+agent_map is a NeMo Gym parameter .*agent_ref"),
         ("+count_failure_classes_as_zero=[timeout]", r"never scored as reward 0"),
         ("+num_repeats_add_sed=true", r"unknown parameter \+num_repeats_add_sed \(did you mean 'num_repeats_add_seed'"),
     ],

@@ -625,19 +625,21 @@ def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, peer07, 
     assert_same_rollouts(out_theirs, out_ours)
 
 
-def test_task_source_rows_resolve_to_the_agent_0_7_0_resolves(tmp_path, peer07, fake_policy):
+def test_task_source_and_agent_map_rows_go_where_0_7_0_sends_them(tmp_path, peer07, fake_policy):
     """Rows as 0.7.0's ng_prepare_data writes them, without agent_ref and with `task_source` (the instance that
-    declared the dataset): naming the agent that declares it, or the resources server only that agent names. 0.7.0's
-    collector and ours, with no +agent_name, on 0.7.0's ng_run: the same agent, the same rollouts."""
+    declared the dataset): naming the agent that declares it, or the resources server only that agent names; and
+    (`+agent_map`) rows whose task_source names no instance, re-routed by 0.7.0's agent_map. 0.7.0's collector and
+    ours, with no +agent_name, on 0.7.0's ng_run: the same agent, the same rollouts."""
     folder = "example_single_tool_call"
     agent = instances(folder)["responses_api_agents"]
     with TheirRun(tmp_path, (folder,), fake_policy) as theirs:
-        for source in (folder, agent):
+        for source in (folder, agent, "a_dataset_of_another_run"):
             rows = tmp_path / f"{source}.jsonl"
             write_jsonl(rows, [{**row, "task_source": source} for row in read_jsonl(example_rows(folder))])
             out_theirs, out_ours = tmp_path / f"theirs_{source}.jsonl", tmp_path / f"ours_{source}.jsonl"
             command = nemo_gym_collect_argv(peer07_venv(), theirs.head_url, agent, rows, out_theirs, REPEATS)
-            command = [arg for arg in command if not arg.startswith("+agent_name=")]
+            mapped = [f"+agent_map={{{source}: {agent}}}"] if source == "a_dataset_of_another_run" else []
+            command = [arg for arg in command if not arg.startswith("+agent_name=")] + mapped
             done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
             ours = [
@@ -646,6 +648,7 @@ def test_task_source_rows_resolve_to_the_agent_0_7_0_resolves(tmp_path, peer07, 
                 f"+output_jsonl_fpath={out_ours}",
                 f"+num_repeats={REPEATS}",
                 f"+head_server_url={theirs.head_url}",
+                *mapped,
             ]
             done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

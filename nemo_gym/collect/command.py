@@ -48,8 +48,9 @@ Compared with NeMo Gym's collector: a row's own `agent_ref` wins over `agent_nam
 `agent_name` re-routes every row, with a warning; rows without an agent_ref, as most datasets' are, go the same way
 in both); an HTTP failure is a failures-file record instead of an exception that stops the run; resume is on by
 default (NeMo Gym: `resume_from_cache=false`) and refuses an output made from another input; the whole input is
-validated before the first rollout. NeMo Gym's `num_repeats_add_seed`, `prompt_config`, `interleave_repeats` and
-`resume_from_cache` are taken as it takes them; its other parameters are refused by name (`NEMO_GYM_UNSUPPORTED`).
+validated before the first rollout. NeMo Gym's `num_repeats_add_seed`, `prompt_config`, `interleave_repeats`,
+`agent_map`, `task_source` rows and `resume_from_cache` are taken as it takes them; its other parameters are refused
+by name (`NEMO_GYM_UNSUPPORTED`).
 """
 
 from __future__ import annotations
@@ -77,10 +78,8 @@ from nemo_gym.serving.retry_policy import ClientTimeouts
 __all__ = ["SERVERS_GONE_EXIT", "CollectConfig", "CollectSummary", "collect_main", "collect_rollouts", "load_tasks"]
 
 SERVERS_GONE_EXIT = 3  # collect_main's exit status when the servers stopped answering (`ServersGoneError`)
-_ONE_ROUTE = "each row runs through its own agent_ref (or +agent_name for rows without one)"
 NEMO_GYM_UNSUPPORTED = {
-    "agent_map": f"NeMo Gym 0.7.0's re-routing by agent name; {_ONE_ROUTE}: rewrite the rows' agent_ref",
-    "fan_out": f"NeMo Gym 0.7.0's one row to several agents; {_ONE_ROUTE}: collect once per agent",
+    "fan_out": "NeMo Gym 0.7.0's one row to several agents: collect once per agent (+agent_map={_default: <agent>})",
     "skills": "NeMo Gym's Agent Skills directory is read by its own agents (claude_code_agent, ...), not ours",
     "disable_aggregation": "the aggregate metrics file is always written (ng_aggregate_rollouts merges shards)",
     "require_complete": "the exit status says it: 0 when every rollout has a row, 1 when some failed",
@@ -145,6 +144,14 @@ class CollectConfig(BaseModel):
         description=(
             "retries of a /run call after a transient failure (connection error, timeout, 429, 502/503/504 without a"
             " deterministic inner failure class)"
+        ),
+    )
+    agent_map: dict[str, str] | None = Field(
+        None,
+        description=(
+            "NeMo Gym 0.7.0's re-routing, {<agent_ref name or task_source in the rows>: <agent>, _default: <agent>}:"
+            " a row's agent_ref entry, else its task_source entry, else _default (rows without an agent_ref too) sets"
+            " its agent; +agent_name then fills rows still without one"
         ),
     )
     num_repeats_add_seed: bool = Field(
@@ -307,6 +314,7 @@ def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
         limit=cfg.limit,
         responses_create_params=cfg.responses_create_params,
         prompt=cfg.prompt(),
+        agent_map=cfg.agent_map,
     )
 
 
@@ -330,6 +338,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         limit=cfg.limit,
         responses_create_params=cfg.responses_create_params,
         prompt=cfg.prompt(),
+        agent_map=cfg.agent_map,
     )
     files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
     result = await collect(

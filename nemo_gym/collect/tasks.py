@@ -14,7 +14,14 @@ from nemo_gym.errors import DataError
 from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
 from nemo_gym.serving.responses_params import unknown_keys
 
-__all__ = ["check_seedable", "materialize_all", "materialize_task", "read_tasks", "read_tasks_with_lines"]
+__all__ = [
+    "check_seedable",
+    "materialize_all",
+    "materialize_task",
+    "read_tasks",
+    "read_tasks_with_lines",
+    "rerouted",
+]
 
 
 def materialize_task(
@@ -79,6 +86,7 @@ def read_tasks_with_lines(
     limit: int | None = None,
     responses_create_params: dict[str, Any] | None = None,
     prompt: PromptConfig | None = None,
+    agent_map: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """`read_tasks`, and the line number of each task in `path`."""
     line_numbers: list[int] = []
@@ -87,7 +95,8 @@ def read_tasks_with_lines(
         for line_no, row in iter_jsonl(path, limit=limit):  # lazily: a bad line is reported after the rows before it
             line_numbers.append(line_no)
             where = f"{path}:{line_no}"
-            yield where, row if prompt is None else _prompted(row, prompt, where)
+            row = row if prompt is None else _prompted(row, prompt, where)
+            yield where, row if not agent_map else rerouted(row, agent_map)
 
     return materialize_all(located(), agent_name, responses_create_params, path), line_numbers
 
@@ -99,10 +108,11 @@ def read_tasks(
     limit: int | None = None,
     responses_create_params: dict[str, Any] | None = None,
     prompt: PromptConfig | None = None,
+    agent_map: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The task rows of a JSONL file (its first `limit`), each checked and materialized (`materialize_task`); with
     `prompt` (NeMo Gym's `prompt_config`), each row's `responses_create_params.input` is built from the template
-    first (`nemo_gym.collect.prompt_templates.apply_prompt`).
+    first (`nemo_gym.collect.prompt_templates.apply_prompt`); with `agent_map`, rows are re-routed (`rerouted`).
 
     Raises:
         DataError: (`file:line: ...`) a line that is not a JSON object, a bad row (see `materialize_task`), rows
@@ -110,8 +120,24 @@ def read_tasks(
             input or lacks a field the template names; or the file has no rows.
     """
     return read_tasks_with_lines(
-        path, agent_name=agent_name, limit=limit, responses_create_params=responses_create_params, prompt=prompt
+        path,
+        agent_name=agent_name,
+        limit=limit,
+        responses_create_params=responses_create_params,
+        prompt=prompt,
+        agent_map=agent_map,
     )[0]
+
+
+def rerouted(row: dict[str, Any], agent_map: dict[str, str]) -> dict[str, Any]:
+    """`row` re-routed by NeMo Gym 0.7.0's `agent_map` (`{<agent_ref name or task_source>: <agent>, _default:
+    <agent>}`), by its rule: the entry of the row's agent_ref name, else of its task_source, else `_default` (rows
+    without an agent_ref included) gives the row's agent_ref `{"name": <agent>}`; a row no entry matches is kept."""
+    ref = row.get(AGENT_REF_KEY)
+    name = ref.get("name") if isinstance(ref, dict) else None
+    target = next((agent_map[key] for key in (name, row.get(TASK_SOURCE_KEY)) if key in agent_map), None)
+    target = target or agent_map.get("_default")
+    return {**row, AGENT_REF_KEY: {"name": target}} if target else row
 
 
 def _prompted(row: dict[str, Any], prompt: PromptConfig, where: str) -> dict[str, Any]:
