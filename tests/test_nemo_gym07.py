@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -579,7 +580,14 @@ def test_a_failing_judge_routes_the_rollout_to_the_failures_file_as_0_7_0_does(t
 PROMPT_TEMPLATE = "system: You help with {topic}.\nuser: '{question}'\n"
 
 
-def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, peer07, fake_policy):
+@pytest.fixture(scope="module")
+def their_weather_run(tmp_path_factory, peer07, fake_policy) -> Iterator[TheirRun]:
+    """0.7.0's own ng_run of example_single_tool_call, shared by the collection-parameter tests (one start)."""
+    with TheirRun(tmp_path_factory.mktemp("weather07"), ("example_single_tool_call",), fake_policy) as theirs:
+        yield theirs
+
+
+def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, their_weather_run: TheirRun):
     """`+num_repeats_add_seed=true +prompt_config=<template> +interleave_repeats=true` on raw rows (no input; the
     template builds it): 0.7.0's own ng_collect_rollouts and ours, on 0.7.0's ng_run of example_single_tool_call,
     dispatch the same rows (the materialized inputs' responses_create_params, seeds in metadata.extra_body
@@ -595,22 +603,21 @@ def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, peer07, 
     (tmp_path / "prompt.yaml").write_text(PROMPT_TEMPLATE)
     extra = [f"+prompt_config={tmp_path / 'prompt.yaml'}", "+num_repeats_add_seed=true", "+interleave_repeats=true"]
     agent = instances(folder)["responses_api_agents"]
-    with TheirRun(tmp_path, (folder,), fake_policy) as theirs:
-        out_theirs, out_ours = tmp_path / "theirs.jsonl", tmp_path / "ours.jsonl"
-        command = nemo_gym_collect_argv(peer07_venv(), theirs.head_url, agent, rows, out_theirs, 3) + extra
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        ours = [
-            str(Path(sys.executable).parent / "ng_collect_rollouts"),
-            f"+agent_name={agent}",
-            f"+input_jsonl_fpath={rows}",
-            f"+output_jsonl_fpath={out_ours}",
-            "+num_repeats=3",
-            f"+head_server_url={theirs.head_url}",
-            *extra,
-        ]
-        done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out_theirs, out_ours = tmp_path / "theirs.jsonl", tmp_path / "ours.jsonl"
+    command = nemo_gym_collect_argv(peer07_venv(), their_weather_run.head_url, agent, rows, out_theirs, 3) + extra
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ours = [
+        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={rows}",
+        f"+output_jsonl_fpath={out_ours}",
+        "+num_repeats=3",
+        f"+head_server_url={their_weather_run.head_url}",
+        *extra,
+    ]
+    done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     def dispatched(out: Path) -> dict[tuple[int, int], Any]:
         return {
@@ -625,33 +632,32 @@ def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, peer07, 
     assert_same_rollouts(out_theirs, out_ours)
 
 
-def test_task_source_and_agent_map_rows_go_where_0_7_0_sends_them(tmp_path, peer07, fake_policy):
+def test_task_source_and_agent_map_rows_go_where_0_7_0_sends_them(tmp_path, their_weather_run: TheirRun):
     """Rows as 0.7.0's ng_prepare_data writes them, without agent_ref and with `task_source` (the instance that
     declared the dataset): naming the agent that declares it, or the resources server only that agent names; and
     (`+agent_map`) rows whose task_source names no instance, re-routed by 0.7.0's agent_map. 0.7.0's collector and
     ours, with no +agent_name, on 0.7.0's ng_run: the same agent, the same rollouts."""
     folder = "example_single_tool_call"
     agent = instances(folder)["responses_api_agents"]
-    with TheirRun(tmp_path, (folder,), fake_policy) as theirs:
-        for source in (folder, agent, "a_dataset_of_another_run"):
-            rows = tmp_path / f"{source}.jsonl"
-            write_jsonl(rows, [{**row, "task_source": source} for row in read_jsonl(example_rows(folder))])
-            out_theirs, out_ours = tmp_path / f"theirs_{source}.jsonl", tmp_path / f"ours_{source}.jsonl"
-            command = nemo_gym_collect_argv(peer07_venv(), theirs.head_url, agent, rows, out_theirs, REPEATS)
-            mapped = [f"+agent_map={{{source}: {agent}}}"] if source == "a_dataset_of_another_run" else []
-            command = [arg for arg in command if not arg.startswith("+agent_name=")] + mapped
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            ours = [
-                str(Path(sys.executable).parent / "ng_collect_rollouts"),
-                f"+input_jsonl_fpath={rows}",
-                f"+output_jsonl_fpath={out_ours}",
-                f"+num_repeats={REPEATS}",
-                f"+head_server_url={theirs.head_url}",
-                *mapped,
-            ]
-            done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            assert {row["agent_ref"]["name"] for row in read_jsonl(out_theirs)} == {agent}
-            assert {(row["agent_ref"]["name"], row["task_source"]) for row in read_jsonl(out_ours)} == {(agent, source)}
-            assert_same_rollouts(out_theirs, out_ours)
+    for source in (folder, agent, "a_dataset_of_another_run"):
+        rows = tmp_path / f"{source}.jsonl"
+        write_jsonl(rows, [{**row, "task_source": source} for row in read_jsonl(example_rows(folder))])
+        out_theirs, out_ours = tmp_path / f"theirs_{source}.jsonl", tmp_path / f"ours_{source}.jsonl"
+        command = nemo_gym_collect_argv(peer07_venv(), their_weather_run.head_url, agent, rows, out_theirs, REPEATS)
+        mapped = [f"+agent_map={{{source}: {agent}}}"] if source == "a_dataset_of_another_run" else []
+        command = [arg for arg in command if not arg.startswith("+agent_name=")] + mapped
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        ours = [
+            str(Path(sys.executable).parent / "ng_collect_rollouts"),
+            f"+input_jsonl_fpath={rows}",
+            f"+output_jsonl_fpath={out_ours}",
+            f"+num_repeats={REPEATS}",
+            f"+head_server_url={their_weather_run.head_url}",
+            *mapped,
+        ]
+        done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert {row["agent_ref"]["name"] for row in read_jsonl(out_theirs)} == {agent}
+        assert {(row["agent_ref"]["name"], row["task_source"]) for row in read_jsonl(out_ours)} == {(agent, source)}
+        assert_same_rollouts(out_theirs, out_ours)
