@@ -66,7 +66,7 @@ from nemo_gym.collect.files import OutputPaths, count_lines
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
 from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, resolve_prompt_path
 from nemo_gym.collect.sink import RolloutFiles
-from nemo_gym.collect.tasks import read_tasks, read_tasks_with_lines
+from nemo_gym.collect.tasks import read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.errors import ServersGoneError
 from nemo_gym.processes import run_interruptible
@@ -93,9 +93,10 @@ NEMO_GYM_UNSUPPORTED = {
     "retry_terminal_timeouts": "+max_retries retries transient failures; a rerun retries the failures file's rows",
     "retry_invalid_judge_responses": "a rerun retries the failures file's rows (judge failures included)",
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
-    "disable_health_check": "there is no health check to disable: agents are checked once, before any rollout",
-    "health_check_workers": "there is no health check to configure: agents are checked once, before any rollout",
-    "health_check_ignored_checks": "there is no health check to configure: agents are checked once, before any rollout",
+    **dict.fromkeys(
+        ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),
+        "there is no health check to set: agents are checked once, before any rollout",
+    ),
 }
 
 
@@ -301,14 +302,20 @@ class CollectSummary:
 # -- input -----------------------------------------------------------------------------------------------
 def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
     """The input rows of `cfg`, validated and materialized (`nemo_gym.collect.tasks.read_tasks` with the config's
-    input, `agent_name`, `limit` and `responses_create_params`). Every row is checked before any rollout starts.
+    input, `agent_name`, `agent_map`, `prompt_config`, `limit` and `responses_create_params`). Every row is checked
+    before any rollout starts.
 
     Raises:
         DataError: a line is not a JSON object, has no `responses_create_params` object or one with a key that is
             no Responses API create parameter (`nemo_gym.serving.responses_params`), has a malformed
             `agent_ref`, or has no agent (no `agent_ref` and no `agent_name`); or the input has no rows.
     """
-    return read_tasks(
+    return _read_tasks(cfg)[0]
+
+
+def _read_tasks(cfg: CollectConfig) -> tuple[list[dict[str, Any]], list[int]]:
+    """The task rows of `cfg` and their line numbers (`nemo_gym.collect.tasks.read_tasks_with_lines`)."""
+    return read_tasks_with_lines(
         cfg.input_jsonl_fpath,
         agent_name=cfg.agent_name,
         limit=cfg.limit,
@@ -332,14 +339,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
             are not in the failures file: resume completes them.
         asyncio.CancelledError: cancelled (Ctrl-C); finished rollouts are on disk, resume completes the rest.
     """
-    tasks, line_numbers = read_tasks_with_lines(
-        cfg.input_jsonl_fpath,
-        agent_name=cfg.agent_name,
-        limit=cfg.limit,
-        responses_create_params=cfg.responses_create_params,
-        prompt=cfg.prompt(),
-        agent_map=cfg.agent_map,
-    )
+    tasks, line_numbers = _read_tasks(cfg)
     files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
     result = await collect(
         tasks,

@@ -17,6 +17,7 @@ import orjson
 
 from nemo_gym.errors import ConfigError, DataError
 from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.serving.responses_params import metadata_object
 
 __all__ = [
     "OutputPaths",
@@ -41,17 +42,15 @@ def seed_problem(task: dict[str, Any]) -> str | None:
     """Why `rollout_input(..., add_seed=True)` cannot seed this task row (its `responses_create_params.metadata` is not
     an object, or its `metadata.extra_body` is not a JSON object in a string), else None."""
     metadata = task["responses_create_params"].get("metadata")
-    if metadata is None:
-        return None
-    if not isinstance(metadata, dict):
+    if metadata is not None and not isinstance(metadata, dict):
         return f"responses_create_params.metadata must be an object to take a seed, got {metadata!r:.100}"
-    raw = metadata.get("extra_body")
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw else {}
-    except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict) or (raw is not None and not isinstance(raw, str)):
+    raw = (metadata or {}).get("extra_body")
+    if not isinstance(raw, str | None):
         return f"responses_create_params.metadata.extra_body must be a JSON object in a string, got {raw!r:.100}"
+    try:
+        metadata_object(metadata, "extra_body")
+    except ValueError as exc:
+        return f"responses_create_params.{exc}"
     return None
 
 
@@ -67,9 +66,7 @@ def rollout_input(
     if add_seed:
         params = dict(task["responses_create_params"])
         metadata = dict(params.get("metadata") or {})
-        extra_body = json.loads(metadata.get("extra_body") or "{}")
-        extra_body["seed"] = rollout_index
-        metadata["extra_body"] = json.dumps(extra_body)
+        metadata["extra_body"] = json.dumps({**metadata_object(metadata, "extra_body"), "seed": rollout_index})
         params["metadata"] = metadata
         row["responses_create_params"] = params
     return row

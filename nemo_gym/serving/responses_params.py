@@ -10,6 +10,7 @@ top-level keys are checked; the endpoint validates the values.
 
 from __future__ import annotations
 
+import json
 import typing
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -20,7 +21,7 @@ from pydantic import AfterValidator
 from nemo_gym.config import did_you_mean
 from nemo_gym.serving.openai_convert import PASSTHROUGH_SAMPLING
 
-__all__ = ["RESPONSES_CREATE_KEYS", "ResponsesCreateParams", "unknown_keys", "check_keys"]
+__all__ = ["RESPONSES_CREATE_KEYS", "ResponsesCreateParams", "check_keys", "metadata_object", "unknown_keys"]
 
 RESPONSES_CREATE_KEYS: frozenset[str] = frozenset(
     key
@@ -77,3 +78,22 @@ def check_keys(params: dict[str, Any]) -> dict[str, Any]:
 
 ResponsesCreateParams = Annotated[dict[str, Any], AfterValidator(check_keys)]
 """A `responses_create_params` field of a config: a dict whose keys are checked by `check_keys`."""
+
+
+def metadata_object(metadata: Any, key: str) -> dict[str, Any]:
+    """`metadata[key]` of a Responses request, a JSON object written as a string (NeMo Gym's form, e.g.
+    `metadata.extra_body = '{"seed": 2}'`: Responses metadata values are strings); {} when absent or empty.
+
+    Raises:
+        ValueError: (naming `metadata.<key>`) the value is not JSON, or not a JSON object.
+    """
+    raw = metadata.get(key) if isinstance(metadata, Mapping) else None
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"metadata.{key} is not JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"metadata.{key} must be a JSON object, e.g. '{{\"seed\": 3}}'; got {raw!r:.200}")
+    return value

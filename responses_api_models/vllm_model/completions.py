@@ -6,7 +6,6 @@ completion answer turned back into a chat completion (steps 3 and 4 of the calls
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from nemo_gym.model_servers import tool_calls
+from nemo_gym.serving.responses_params import metadata_object
 
 from .schemas import RESERVED_EXTRA_FIELDS
 
@@ -42,20 +42,11 @@ TEMPLATE_KWARGS = "chat_template_kwargs"
 
 
 def _metadata_object(metadata: Any, key: str) -> dict[str, Any]:
-    """`metadata[key]`, a JSON object written as a string (NeMo Gym's form: Responses metadata values are strings);
-    {} when absent. Raises HTTPException 400 naming `metadata.<key>` when it is not one."""
-    raw = metadata.get(key) if isinstance(metadata, Mapping) else None
-    if raw is None or raw == "":
-        return {}
+    """`responses_params.metadata_object`, its error a 400."""
     try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError as exc:
-        raise HTTPException(
-            400, f"metadata.{key} is not JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}"
-        ) from exc
-    if not isinstance(value, dict):
-        raise HTTPException(400, f"metadata.{key} must be a JSON object, e.g. '{{\"seed\": 3}}'; got {raw!r:.200}")
-    return value
+        return metadata_object(metadata, key)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def request_extras(
