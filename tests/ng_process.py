@@ -14,7 +14,7 @@ import yaml
 
 from nemo_gym.env.testing import NgRun
 
-__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output", "weather_config"]
+__all__ = ["BIN", "REPO", "NgRun", "LAUNCHER_ENV", "clean_env", "wait_for_output", "weather_agent", "weather_config"]
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -42,22 +42,28 @@ def wait_for_output(path: Path, pattern: str, process: subprocess.Popen, name: s
     )
 
 
+def weather_agent(model_name: str = "policy_model") -> dict:
+    """The config section of a simple_agent on the resources server `weather` (example_single_tool_call) calling the
+    model server `model_name`, at most 4 model calls a rollout."""
+    return {
+        "responses_api_agents": {
+            "simple_agent": {
+                "entrypoint": "app.py",
+                "resources_server": {"type": "resources_servers", "name": "weather"},
+                "model_server": {"type": "responses_api_models", "name": model_name},
+                "max_steps": 4,
+            }
+        }
+    }
+
+
 def weather_config(path: Path, policy_url: str) -> Path:
     """Writes to `path` (and returns it) an ng_run config of the weather environment: example_single_tool_call as
     `weather`, simple_agent `weather_agent` (at most 4 model calls), and `policy_model`, an openai_model on
     `policy_url` (a scripted stand-in policy serving `/v1`)."""
     config = {
         "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
-        "weather_agent": {
-            "responses_api_agents": {
-                "simple_agent": {
-                    "entrypoint": "app.py",
-                    "resources_server": {"type": "resources_servers", "name": "weather"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "max_steps": 4,
-                }
-            }
-        },
+        "weather_agent": weather_agent(),
         "policy_model": {
             "responses_api_models": {
                 "openai_model": {

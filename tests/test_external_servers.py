@@ -18,6 +18,7 @@ import pytest
 import yaml
 from fastapi import FastAPI
 from live_servers import serve
+from ng_process import weather_agent
 
 from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl
@@ -47,16 +48,7 @@ def recording_weather_server() -> tuple[FastAPI, list[dict[str, str]]]:
 def config(tmp_path: Path, url: str | list[str], **fields: object) -> Path:
     composition = {
         "weather": {"resources_servers": {"example_single_tool_call": {"url": url, **fields}}},
-        "weather_agent": {
-            "responses_api_agents": {
-                "simple_agent": {
-                    "entrypoint": "app.py",
-                    "resources_server": {"type": "resources_servers", "name": "weather"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "max_steps": 4,
-                }
-            }
-        },
+        "weather_agent": weather_agent(),
         "policy_model": {
             "responses_api_models": {"scripted_model": {"entrypoint": "app.py", "default_reply": "It is cold."}}
         },

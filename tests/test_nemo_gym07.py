@@ -587,6 +587,30 @@ def their_weather_run(tmp_path_factory, peer07, fake_policy) -> Iterator[TheirRu
         yield theirs
 
 
+def collect_both(
+    work: Path, head_url: str, rows: Path, label: str, repeats: int, extra: list[str], agent: str | None = None
+) -> tuple[Path, Path]:
+    """NeMo Gym 0.7.0's ng_collect_rollouts and ours of `rows` against the run at `head_url`, each with the same `extra`
+    parameters (and `+agent_name=<agent>` when given); their outputs `theirs_<label>.jsonl`, `ours_<label>.jsonl`."""
+    outputs = work / f"theirs_{label}.jsonl", work / f"ours_{label}.jsonl"
+    agent_name = [f"+agent_name={agent}"] if agent else []
+    theirs = nemo_gym_collect_argv(peer07_venv(), head_url, "", rows, outputs[0], repeats)
+    theirs = [arg for arg in theirs if not arg.startswith("+agent_name=")] + agent_name + extra
+    ours = [
+        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+        f"+input_jsonl_fpath={rows}",
+        f"+output_jsonl_fpath={outputs[1]}",
+        f"+num_repeats={repeats}",
+        f"+head_server_url={head_url}",
+        *agent_name,
+        *extra,
+    ]
+    for command, env in ((theirs, peer07_env()), (ours, None)):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return outputs
+
+
 def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, their_weather_run: TheirRun):
     """`+num_repeats_add_seed=true +prompt_config=<template> +interleave_repeats=true` on raw rows (no input; the
     template builds it): 0.7.0's own ng_collect_rollouts and ours, on 0.7.0's ng_run of example_single_tool_call,
@@ -603,21 +627,7 @@ def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, their_we
     (tmp_path / "prompt.yaml").write_text(PROMPT_TEMPLATE)
     extra = [f"+prompt_config={tmp_path / 'prompt.yaml'}", "+num_repeats_add_seed=true", "+interleave_repeats=true"]
     agent = instances(folder)["responses_api_agents"]
-    out_theirs, out_ours = tmp_path / "theirs.jsonl", tmp_path / "ours.jsonl"
-    command = nemo_gym_collect_argv(peer07_venv(), their_weather_run.head_url, agent, rows, out_theirs, 3) + extra
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ours = [
-        str(Path(sys.executable).parent / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
-        f"+input_jsonl_fpath={rows}",
-        f"+output_jsonl_fpath={out_ours}",
-        "+num_repeats=3",
-        f"+head_server_url={their_weather_run.head_url}",
-        *extra,
-    ]
-    done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out_theirs, out_ours = collect_both(tmp_path, their_weather_run.head_url, rows, "parameters", 3, extra, agent)
 
     def dispatched(out: Path) -> dict[tuple[int, int], Any]:
         return {
@@ -642,22 +652,8 @@ def test_task_source_and_agent_map_rows_go_where_0_7_0_sends_them(tmp_path, thei
     for source in (folder, agent, "a_dataset_of_another_run"):
         rows = tmp_path / f"{source}.jsonl"
         write_jsonl(rows, [{**row, "task_source": source} for row in read_jsonl(example_rows(folder))])
-        out_theirs, out_ours = tmp_path / f"theirs_{source}.jsonl", tmp_path / f"ours_{source}.jsonl"
-        command = nemo_gym_collect_argv(peer07_venv(), their_weather_run.head_url, agent, rows, out_theirs, REPEATS)
         mapped = [f"+agent_map={{{source}: {agent}}}"] if source == "a_dataset_of_another_run" else []
-        command = [arg for arg in command if not arg.startswith("+agent_name=")] + mapped
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=peer07_env())
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        ours = [
-            str(Path(sys.executable).parent / "ng_collect_rollouts"),
-            f"+input_jsonl_fpath={rows}",
-            f"+output_jsonl_fpath={out_ours}",
-            f"+num_repeats={REPEATS}",
-            f"+head_server_url={their_weather_run.head_url}",
-            *mapped,
-        ]
-        done = subprocess.run(ours, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        out_theirs, out_ours = collect_both(tmp_path, their_weather_run.head_url, rows, source, REPEATS, mapped)
         assert {row["agent_ref"]["name"] for row in read_jsonl(out_theirs)} == {agent}
         assert {(row["agent_ref"]["name"], row["task_source"]) for row in read_jsonl(out_ours)} == {(agent, source)}
         assert_same_rollouts(out_theirs, out_ours)

@@ -36,7 +36,7 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from live_servers import serve
-from ng_process import BIN, REPO, NgRun, clean_env
+from ng_process import BIN, REPO, NgRun, clean_env, weather_agent
 
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.model_servers.model_server import ModelServer
@@ -160,21 +160,11 @@ def _config(path: Path, upstream_url: str, rejecting_url: str, config_secret: st
             }
         }
     }
-    agent = lambda model_name: {
-        "responses_api_agents": {
-            "simple_agent": {  # noqa: E731
-                "entrypoint": "app.py",
-                "resources_server": {"type": "resources_servers", "name": "weather"},
-                "model_server": {"type": "responses_api_models", "name": model_name},
-                "max_steps": 4,
-            }
-        }
-    }
     config = {
         "weather": {"resources_servers": {"example_single_tool_call": {"entrypoint": "app.py"}}},
-        "weather_agent": agent("policy_model"),
-        "rejected_agent": agent("rejecting_model"),
-        "failing_agent": agent("failing_model"),
+        "weather_agent": weather_agent("policy_model"),
+        "rejected_agent": weather_agent("rejecting_model"),
+        "failing_agent": weather_agent("failing_model"),
         "policy_model": model(upstream_url, "${policy_api_key}"),
         "rejecting_model": model(rejecting_url, "${judge_api_key}"),
         "failing_model": {"responses_api_models": {"scripted_model": {"entrypoint": "app.py", "error_status": 500}}},
