@@ -77,6 +77,19 @@ def test_head_server_rejects_hostile_bodies_with_4xx():
         assert client.post("/register", content=b"x" * (65 * MiB)).status_code == 413
 
 
+@pytest.mark.parametrize("url", ["\x1bhttp://127.0.0.1:1", "127.0.0.1:8000", "file:///etc/passwd", "http://", ""])
+def test_head_server_refuses_a_registration_url_it_cannot_serve_and_discovery_still_answers(url):
+    """A registration whose url is not an absolute http(s) URL is a 422 naming the field; it never reaches the
+    registry, where it broke NeMo Gym's discovery route (`/global_config_dict_yaml`, 500) for every caller."""
+    entry = {"name": "env", "server_type": "resources_servers", "implementation": "x", "url": url, "pid": 1}
+    with serve(build_head_app()) as head, httpx.Client(base_url=head, timeout=10) as client:
+        answer = client.post("/register", json=entry)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"][0]["loc"] == ["url"]
+        assert client.post("/register", json={**entry, "url": "http://127.0.0.1:8000"}).status_code == 200
+        assert "port: 8000" in client.get("/global_config_dict_yaml").json()
+
+
 def test_declared_body_over_the_cap_is_refused_before_it_is_read(weather_url):
     with httpx.Client(base_url=weather_url, timeout=10) as client:
         answer = client.post(

@@ -28,7 +28,7 @@ import httpx
 import psutil
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from nemo_gym.errors import ConfigError
 from nemo_gym.layout import nemo_gym_home
@@ -151,6 +151,19 @@ class Registration(BaseModel):
             " collector resolves NeMo Gym 0.7.0's `task_source` rows by them"
         ),
     )
+
+    @field_validator("url")
+    @classmethod
+    def _absolute_http_url(cls, url: str) -> str:
+        """An address clients can reach: `http(s)://host[:port][/path]`, which the discovery routes split into
+        host and port (a URL httpx refuses would break `/global_config_dict_yaml` for every caller)."""
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"not a URL: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError("not an absolute http(s) URL")
+        return url
 
 
 class ServerRegistry(dict):
