@@ -22,7 +22,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -342,25 +343,53 @@ def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path
         folders = ENVIRONMENTS[start : start + BATCH]
         work = tmp_path_factory.mktemp(f"collected07_{start}")
         with TheirRun(work, folders, fake_policy) as theirs:
-            for folder in folders:
-                names = instances(folder)
-                agent, env_server = names["responses_api_agents"], names["environment_servers"]
-                files[folder]["theirs"] = nemo_gym07_collect(work, theirs.head_url, agent, folder, "theirs")
-                files[folder]["ours_on_theirs"] = our_collect(work, theirs.head_url, agent, folder, "ours_on_theirs")
-                files[folder]["ours_env_on_theirs"] = our_collect(
-                    work, theirs.head_url, env_server, folder, "ours_env_on_theirs"
-                )
+            _collect_each(
+                files,
+                folders,
+                lambda folder, agent, env_server: {
+                    "theirs": (nemo_gym07_collect, agent),
+                    "ours_on_theirs": (our_collect, agent),
+                    "ours_env_on_theirs": (our_collect, env_server),
+                },
+                work,
+                theirs.head_url,
+            )
         with our_run(work, folders, fake_policy) as ours:
             ours.wait_ready()
-            for folder in folders:
-                names = instances(folder)
-                agent, env_server = names["responses_api_agents"], names["environment_servers"]
-                files[folder]["ours"] = our_collect(work, ours.head_url, agent, folder, "ours")
-                files[folder]["ours_env"] = our_collect(work, ours.head_url, env_server, folder, "ours_env")
-                files[folder]["theirs_on_ours"] = nemo_gym07_collect(
-                    work, ours.head_url, agent, folder, "theirs_on_ours"
-                )
+            _collect_each(
+                files,
+                folders,
+                lambda folder, agent, env_server: {
+                    "ours": (our_collect, agent),
+                    "ours_env": (our_collect, env_server),
+                    "theirs_on_ours": (nemo_gym07_collect, agent),
+                },
+                work,
+                ours.head_url,
+            )
     return files
+
+
+def _collect_each(
+    files: dict[str, dict[str, Path]],
+    folders: tuple[str, ...],
+    plan: Callable[[str, str, str], dict[str, tuple[Callable[..., Path], str]]],
+    work: Path,
+    head_url: str,
+) -> None:
+    """Run every collection `plan(folder, agent, environment server)` names (`{label: (collect, through)}`) on the
+    run at `head_url`, two at a time (a collector process spends most of its life importing: on 2 cores two of them
+    take about half the time), each into `files[folder][label]`."""
+    jobs = {}
+    with ThreadPoolExecutor(2) as pool:
+        for folder in folders:
+            names = instances(folder)
+            for label, (collect, through) in plan(
+                folder, names["responses_api_agents"], names["environment_servers"]
+            ).items():
+                jobs[(folder, label)] = pool.submit(collect, work, head_url, through, folder, label)
+    for (folder, label), job in jobs.items():
+        files[folder][label] = job.result()
 
 
 @pytest.mark.parametrize("folder", ENVIRONMENTS)
