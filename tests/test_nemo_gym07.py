@@ -303,21 +303,24 @@ def by_rollout(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
 BYTE_DERIVED = ("id", "usage", "created_at")
 
 
-def _without_byte_derived(value: Any) -> Any:
+def _without_byte_derived(value: Any, also: tuple[str, ...] = ()) -> Any:
     if isinstance(value, dict):
-        return {k: _without_byte_derived(v) for k, v in value.items() if k not in BYTE_DERIVED}
+        return {k: _without_byte_derived(v, also) for k, v in value.items() if k not in (*BYTE_DERIVED, *also)}
     if isinstance(value, list):
-        return [_without_byte_derived(v) for v in value]
+        return [_without_byte_derived(v, also) for v in value]
     return value
 
 
-def assert_same_rollouts(reference: Path, other: Path, same_agent: bool = True) -> None:
+def assert_same_rollouts(
+    reference: Path, other: Path, same_agent: bool = True, response_aside: tuple[str, ...] = ()
+) -> None:
     """Every rollout of `reference` (NeMo Gym's own) has its twin in `other`: the same reward, the same value of each
     environment field the reference row has (the collectors' own `_ng_*` keys aside; `agent_ref` by its agent's name:
     ours keeps the row's `{type, name}`, 0.7.0 writes `{name}`; through an environment server both name the agent
     behind it, and the server in `_ng_environment_server`), the same response (its output items, text, tool calls
     and arguments, status; the ids and token counts the fake derives from request bytes aside). `same_agent` False:
-    `agent_ref` is not compared (two agents of one run)."""
+    `agent_ref` is not compared (two agents of one run); `response_aside`: keys of the response, at any depth, not
+    compared either."""
     theirs, ours = by_rollout(reference), by_rollout(other)
     assert set(theirs) == set(ours), (reference.name, sorted(theirs), sorted(ours))
     for key, row in theirs.items():
@@ -328,7 +331,7 @@ def assert_same_rollouts(reference: Path, other: Path, same_agent: bool = True) 
             if field == "agent_ref":
                 mine, value = (mine or {}).get("name"), value["name"]
             elif field == "response":
-                mine, value = _without_byte_derived(mine), _without_byte_derived(value)
+                mine, value = _without_byte_derived(mine, response_aside), _without_byte_derived(value, response_aside)
             assert mine == value, (other.name, key, field, value, mine)
 
 
@@ -511,6 +514,23 @@ def mixed_config(work: Path) -> Path:
                 }
             },
         }
+        # 0.7.0's haystack_agent working the resources server's tools over MCP (its MCP pipeline, as MCP_CONFIG)
+        config[f"weather_mcp_{side}"] = {
+            "resources_servers": {"example_single_tool_call": {**resources, "expose_tools_over_mcp": True}}
+        }
+        config[f"haystack_{side}"] = {
+            "responses_api_agents": {
+                "haystack_agent": {
+                    "entrypoint": "app.py",
+                    "implementation_dir": str(site / "responses_api_agents/haystack_agent"),
+                    "resources_server": {"type": "resources_servers", "name": f"weather_mcp_{side}"},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    "pipeline_yaml": "configs/pipeline_mcp.yaml",
+                    "agent_component_name": "agent",
+                    "allow_mcp_tool_filtering": False,
+                }
+            }
+        }
     path = work / "mixed.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -519,7 +539,10 @@ def mixed_config(work: Path) -> Path:
 def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer07, fake_policy):
     """0.7.0's environment server and agent on our resources server (its typed /seed_session body, the session cookie
     for the agent's tool calls and /verify, /close_session with its body) give the rollouts they give on 0.7.0's own
-    resources server in the same run: row by row, collected by 0.7.0's collector and by ours."""
+    resources server in the same run: row by row, collected by 0.7.0's collector and by ours. So does 0.7.0's MCP
+    agent (haystack_agent, its MCP pipeline) on our resources server with `expose_tools_over_mcp: true` (the seed
+    answer's MCP access, tools/list and tools/call over /mcp: nemo_gym.env.mcp_exposure) against the same agent on
+    0.7.0's own /mcp."""
     folder = "example_single_tool_call"
     files = {}
     with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
@@ -527,9 +550,18 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
         for side in ("07", "ours"):
             files[side] = nemo_gym07_collect(tmp_path, run.head_url, f"agent_{side}", folder, side)
             files[f"{side}_by_ours"] = our_collect(tmp_path, run.head_url, f"env_{side}", folder, f"{side}_by_ours")
+            files[f"mcp_{side}"] = our_collect(tmp_path, run.head_url, f"haystack_{side}", folder, f"mcp_{side}")
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
     for label in ("ours", "07_by_ours", "ours_by_ours"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
+    mcp_rollouts = read_jsonl(files["mcp_ours"])
+    assert len(mcp_rollouts) == len(read_jsonl(files["07"])) and all(row["reward"] == 1.0 for row in mcp_rollouts)
+    # the tools each server lists over MCP differ in their own words (ours: the tool's docstring, its argument schema
+    # without titles; 0.7.0's: its GetWeatherRequest model, no description), and with them the request bytes the
+    # fake derives call ids from; the calls, their arguments and outputs, the answers and the rewards are the same
+    assert_same_rollouts(files["mcp_07"], files["mcp_ours"], same_agent=False, response_aside=("tools", "call_id"))
+    (listed,) = mcp_rollouts[0]["response"]["tools"]
+    assert listed["name"] == "get_weather" and listed["parameters"]["required"] == ["city"]
 
 
 def nemo_gym04_collect(work: Path, folder: str, fake_policy: str) -> Path:

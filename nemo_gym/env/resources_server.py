@@ -14,13 +14,14 @@ Routes (the framework's; a server never registers one): `POST /<tool>`, `GET /to
 `POST /seed_session` (a dataset row, or NeMo Gym 0.7.0's typed body from an environment server:
 `EnvironmentSeedRequest`), `POST /verify` (`?close_session=true`: the answer also ends the session, as
 `POST /close_session` does), `POST /aggregate_metrics`, and `BaseServer`'s `/health` and `/close_session` (with 0.7.0's
-`{resources_session_id, episode_id}` body, that session).
+`{resources_session_id, episode_id}` body, that session). With `expose_tools_over_mcp: true` in its config, the tools
+over MCP as well, at `/mcp`, in the rollout's session (`nemo_gym.env.mcp_exposure`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -28,11 +29,19 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.env.mcp_exposure import (
+    MCP_METADATA_KEY,
+    SESSION_TOKEN_HEADER,
+    ToolCallError,
+    mount_mcp,
+    session_metadata,
+    unnamespaced,
+)
 from nemo_gym.env.metrics import nemo_gym_aggregate_metrics
 from nemo_gym.env.tools import arguments_model, function_tool_schema, tool_methods
 from nemo_gym.serving.api_schema import AGGREGATE_BODY, json_body, model_schema, row_schema
 from nemo_gym.serving.client import SESSION_COOKIE
-from nemo_gym.serving.server import BaseServer, Session, request_body, validated
+from nemo_gym.serving.server import BaseServer, RejectedRequest, Session, request_body, validated
 
 __all__ = ["EnvironmentSeedRequest", "SeedRequest", "VerifyRequest", "VerifyResult", "ResourcesServer"]
 
@@ -140,8 +149,11 @@ class ResourcesServer(BaseServer):
         return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
 
     def add_routes(self, app: FastAPI) -> None:
+        self.tool_calls: dict[str, Callable[[dict[str, Any], Session | None], Awaitable[Any]]] = {}
         for name, fn in tool_methods(self).items():
             self.add_tool_route(app, name, fn)
+        if self.config.expose_tools_over_mcp:
+            self.serving_contexts.append(mount_mcp(app, self.name, self._mcp_tools, self._call_over_mcp))
         app.add_api_route("/tools", self.tool_schemas, methods=["GET"])
         app.add_api_route("/row_schema", self.row_schema, methods=["GET"])
         app.add_api_route(
@@ -172,28 +184,61 @@ class ResourcesServer(BaseServer):
         server whose tools are not methods (e.g. read from a project, as rnow_project's) adds its own with it."""
         model, session_param = arguments_model(name, fn)
         schema = json_body(model_schema(model, self.openapi_components))
+        self.tool_calls[name] = self._tool_call(fn, model, session_param)
         app.add_api_route(
             f"/{name}",
-            self._tool_route(fn, model, session_param),
+            self._tool_route(self.tool_calls[name]),
             methods=["POST"],
             name=name,
             description=inspect.getdoc(fn) or "",
             openapi_extra=schema,
         )
 
-    def _tool_route(self, fn: Callable, model: type[BaseModel], session_param: str | None) -> Callable:
-        """The route function of one tool: its body as the tool's arguments."""
+    def _tool_call(
+        self, fn: Callable, model: type[BaseModel], session_param: str | None
+    ) -> Callable[[dict[str, Any], Session | None], Awaitable[Any]]:
+        """One tool as `call(arguments, session)`: the arguments validated by `model` (RejectedRequest, a 422,
+        when they break it), the session passed to the parameter annotated `Session`."""
 
-        async def call_tool(request: Request) -> Any:
-            arguments = validated(model, await request_body(request))
+        async def call(body: dict[str, Any], session: Session | None) -> Any:
+            arguments = validated(model, body)
             kwargs = {field: getattr(arguments, field) for field in model.model_fields}
             if session_param:
-                kwargs[session_param] = self.session_for(request)
+                kwargs[session_param] = session
             if inspect.iscoroutinefunction(fn):
                 return await fn(**kwargs)
             return await run_in_threadpool(fn, **kwargs)  # a plain def tool must not block the event loop
 
+        return call
+
+    def _tool_route(self, call: Callable[[dict[str, Any], Session | None], Awaitable[Any]]) -> Callable:
+        """The route function of one tool: its body as the tool's arguments, the request's session."""
+
+        async def call_tool(request: Request) -> Any:
+            body = await request_body(request)
+            return await call(body, self.session_for(request))
+
         return call_tool
+
+    def _mcp_tools(self) -> dict[str, dict[str, Any]]:
+        """The tools served over MCP: those `GET /tools` lists that have a route (`add_tool_route`)."""
+        return {schema["name"]: schema for schema in self.tool_schemas() if schema.get("name") in self.tool_calls}
+
+    async def _call_over_mcp(self, name: str, arguments: dict[str, Any], token: str | None) -> Any:
+        """A tool called over MCP, in the session its token names (`nemo_gym.env.mcp_exposure`).
+
+        Raises:
+            ToolCallError: no token, a token naming no live session, or arguments that break the tool's schema.
+        """
+        if not token:
+            raise ToolCallError(f"no {SESSION_TOKEN_HEADER} header: seed the session first (POST /seed_session)")
+        session = self.sessions.get(token)
+        if session is None:
+            raise ToolCallError(f"{SESSION_TOKEN_HEADER} names no live session (closed, or never seeded here)")
+        try:
+            return await self.tool_calls[name](arguments, session)
+        except RejectedRequest as exc:
+            raise ToolCallError(f"arguments of {name!r} rejected: {bytes(exc.answer.body).decode()}") from None
 
     async def _seed_route(self, request: Request) -> JSONResponse:
         row = await request_body(request)
@@ -203,8 +248,10 @@ class ResourcesServer(BaseServer):
         typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
         session = self.session_for(request)
         session.clear()
-        answer = await self.seed_session(typed, session)
-        result = JSONResponse(answer or {})
+        answer = dict(await self.seed_session(typed, session) or {})
+        if self.config.expose_tools_over_mcp:
+            answer[MCP_METADATA_KEY] = session_metadata(self.name, session.session_id)
+        result = JSONResponse(answer)
         result.set_cookie(SESSION_COOKIE, session.session_id, httponly=True)
         return result
 
@@ -217,7 +264,10 @@ class ResourcesServer(BaseServer):
             typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
             session = self.sessions[session_id] = Session(session_id)
             await self.seed_session(typed, session)
-        result = JSONResponse({"resources_session_id": session_id})
+        answer: dict[str, Any] = {"resources_session_id": session_id}
+        if self.config.expose_tools_over_mcp:
+            answer["resources_tools"] = session_metadata(self.name, session_id)
+        result = JSONResponse(answer)
         result.set_cookie(SESSION_COOKIE, session_id, httponly=True)
         return result
 
@@ -226,7 +276,10 @@ class ResourcesServer(BaseServer):
         no separate `/close_session` call); after a failed verify it stays, for `/close_session`."""
         body = await request_body(request)
         query = validated(_VerifyQuery, dict(request.query_params))
-        verify_request = validated(self.verify_request_type, body)
+        scored = body  # for scoring only, the names an MCP client namespaced back to the tools' (the row keeps them)
+        if self.config.expose_tools_over_mcp and isinstance(body.get("response"), dict):
+            scored = {**body, "response": unnamespaced(body["response"], self.name)}
+        verify_request = validated(self.verify_request_type, scored)
         session = self.session_for(request)
         result = await self.verify(verify_request, session)
         if query.close_session:

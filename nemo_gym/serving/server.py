@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar, TypeVar
 
 from fastapi import FastAPI, Request
@@ -101,6 +102,13 @@ class ServerConfig(BaseModel):
         DEFAULT_MAX_BODY_MB,
         gt=0,
         description="largest request body accepted, MiB; larger ones get 413 before they are read",
+    )
+    expose_tools_over_mcp: bool = Field(
+        False,
+        description=(
+            "resources servers: serve the tools over MCP as well, at /mcp (NeMo Gym 0.7.0's flag;"
+            " nemo_gym.env.mcp_exposure)"
+        ),
     )
 
 
@@ -209,14 +217,20 @@ class BaseServer:
         NeMo Gym servers the run started; with `+allow_same_user=true`, this user's processes); without, nothing is
         checked."""
         self.ready = False
+        # contexts the app is served inside, entered before `startup` (e.g. the MCP session manager of a resources
+        # server that exposes its tools over MCP); `add_routes` may append to them
+        self.serving_contexts: list[AbstractAsyncContextManager] = []
 
         async def lifespan(app: FastAPI):
-            await self.startup()
-            self.ready = True
-            yield
-            self.ready = False
-            await self.shutdown()
-            await self.client.aclose()
+            async with AsyncExitStack() as contexts:
+                for context in self.serving_contexts:
+                    await contexts.enter_async_context(context)
+                await self.startup()
+                self.ready = True
+                yield
+                self.ready = False
+                await self.shutdown()
+                await self.client.aclose()
 
         app = FastAPI(title=f"nemo_gym {self.server_type} {self.name}", lifespan=lifespan)
         app.add_middleware(RolloutPathPrefix)  # innermost: NeMo Gym 0.7.0's /ng-rollout/<id>/ prefix taken off
