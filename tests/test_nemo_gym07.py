@@ -45,7 +45,8 @@ from nemo_gym.env.testing import NgRun
 from nemo_gym.jsonl import read_jsonl, write_jsonl
 from nemo_gym.processes import free_port
 
-# the module's runs take 10-11 minutes on 2 cores (624 s in CI), all in its first test's setup: above pytest's default
+# the module's row-by-row runs take 11-13 minutes on 2 cores (780 s in the CI of 87182dc, its NEMO_GYM_HOME cold), all
+# in its first test's setup: above pytest's default
 # 900 s per test once NeMo Gym 0.7.0 is installed in the same test (a minute or two) on a loaded machine
 pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(1800)]
 
@@ -346,51 +347,42 @@ def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path
         folders = ENVIRONMENTS[start : start + BATCH]
         work = tmp_path_factory.mktemp(f"collected07_{start}")
         with TheirRun(work, folders, fake_policy) as theirs:
-            _collect_each(
-                files,
-                folders,
-                lambda folder, agent, env_server: {
-                    "theirs": (nemo_gym07_collect, agent),
-                    "ours_on_theirs": (our_collect, agent),
-                    "ours_env_on_theirs": (our_collect, env_server),
-                },
-                work,
-                theirs.head_url,
-            )
+            _collect_each(files, folders, ON_THEIR_RUN, work, theirs.head_url)
         with our_run(work, folders, fake_policy) as ours:
             ours.wait_ready()
-            _collect_each(
-                files,
-                folders,
-                lambda folder, agent, env_server: {
-                    "ours": (our_collect, agent),
-                    "ours_env": (our_collect, env_server),
-                    "theirs_on_ours": (nemo_gym07_collect, agent),
-                },
-                work,
-                ours.head_url,
-            )
+            _collect_each(files, folders, ON_OUR_RUN, work, ours.head_url)
     return files
+
+
+# the collections of the `collected` fixture on each run: label -> (collector, the server type it goes through)
+ON_THEIR_RUN = {
+    "theirs": (nemo_gym07_collect, "responses_api_agents"),
+    "ours_on_theirs": (our_collect, "responses_api_agents"),
+    "ours_env_on_theirs": (our_collect, "environment_servers"),
+}
+ON_OUR_RUN = {
+    "ours": (our_collect, "responses_api_agents"),
+    "ours_env": (our_collect, "environment_servers"),
+    "theirs_on_ours": (nemo_gym07_collect, "responses_api_agents"),
+}
 
 
 def _collect_each(
     files: dict[str, dict[str, Path]],
     folders: tuple[str, ...],
-    plan: Callable[[str, str, str], dict[str, tuple[Callable[..., Path], str]]],
+    plan: dict[str, tuple[Callable[..., Path], str]],
     work: Path,
     head_url: str,
 ) -> None:
-    """Run every collection `plan(folder, agent, environment server)` names (`{label: (collect, through)}`) on the
-    run at `head_url`, two at a time (a collector process spends most of its life importing: on 2 cores two of them
-    take about half the time), each into `files[folder][label]`."""
+    """Run each collection of `plan` for each folder (through the folder's instance of that server type) on the run
+    at `head_url`, two at a time (a collector process spends most of its life importing: on 2 cores two of them take
+    about half the time), each into `files[folder][label]`."""
     jobs = {}
     with ThreadPoolExecutor(2) as pool:
         for folder in folders:
             names = instances(folder)
-            for label, (collect, through) in plan(
-                folder, names["responses_api_agents"], names["environment_servers"]
-            ).items():
-                jobs[(folder, label)] = pool.submit(collect, work, head_url, through, folder, label)
+            for label, (collect, server_type) in plan.items():
+                jobs[(folder, label)] = pool.submit(collect, work, head_url, names[server_type], folder, label)
     for (folder, label), job in jobs.items():
         files[folder][label] = job.result()
 
@@ -480,12 +472,24 @@ def test_reward_profile_of_masked_rollouts_as_nemo_gym_07s(collected, tmp_path):
     assert agent["coverage/masked_rollouts"] == REPEATS + 1 and agent["coverage/fully_masked_tasks"] == 1
 
 
+def wheel_agent(implementation: str, resources_server: str, **fields: Any) -> dict[str, Any]:
+    """The config section of one of the 0.7.0 wheel's agents on `resources_server` and the policy."""
+    agent = {
+        "entrypoint": "app.py",
+        "implementation_dir": str(peer07_site_packages() / "responses_api_agents" / implementation),
+        "resources_server": {"type": "resources_servers", "name": resources_server},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+    }
+    return {"responses_api_agents": {implementation: {**agent, **fields}}}
+
+
 def mixed_config(work: Path) -> Path:
     """NeMo Gym 0.7.0's single_agent_turn_legacy environment server and session agent (simple_agent) twice: in front
     of 0.7.0's example_single_tool_call resources server (`*_07`) and in front of ours (`*_ours`, this repository's
     folder), the template included from the wheel and `_inherit_from`ed by both, as 0.7.0's
     example_single_tool_call_single_agent_turn.yaml does. (0.7.0's own example_session_state_mgmt answers the typed
-    /seed_session body 422: its seed_session takes the row only.)"""
+    /seed_session body 422: its seed_session takes the row only.) And 0.7.0's haystack_agent with its MCP pipeline
+    twice, on each side's example_single_tool_call with `expose_tools_over_mcp: true` (`weather_mcp_*`)."""
     site = peer07_site_packages()
     template = site / "environment_servers/single_agent_turn_legacy/configs/single_agent_turn_legacy.yaml"
     config: dict[str, Any] = {"config_paths": [str(template)]}
@@ -494,16 +498,7 @@ def mixed_config(work: Path) -> Path:
         if side == "07":
             resources["implementation_dir"] = str(site / "resources_servers/example_single_tool_call")
         config[f"weather_{side}"] = {"resources_servers": {"example_single_tool_call": resources}}
-        config[f"agent_{side}"] = {
-            "responses_api_agents": {
-                "simple_agent": {
-                    "entrypoint": "app.py",
-                    "implementation_dir": str(site / "responses_api_agents/simple_agent"),
-                    "resources_server": {"type": "resources_servers", "name": f"weather_{side}"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                }
-            }
-        }
+        config[f"agent_{side}"] = wheel_agent("simple_agent", f"weather_{side}")
         config[f"env_{side}"] = {
             "_inherit_from": "single_agent_turn_legacy",
             "environment_servers": {
@@ -518,19 +513,13 @@ def mixed_config(work: Path) -> Path:
         config[f"weather_mcp_{side}"] = {
             "resources_servers": {"example_single_tool_call": {**resources, "expose_tools_over_mcp": True}}
         }
-        config[f"haystack_{side}"] = {
-            "responses_api_agents": {
-                "haystack_agent": {
-                    "entrypoint": "app.py",
-                    "implementation_dir": str(site / "responses_api_agents/haystack_agent"),
-                    "resources_server": {"type": "resources_servers", "name": f"weather_mcp_{side}"},
-                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "pipeline_yaml": "configs/pipeline_mcp.yaml",
-                    "agent_component_name": "agent",
-                    "allow_mcp_tool_filtering": False,
-                }
-            }
-        }
+        config[f"haystack_{side}"] = wheel_agent(
+            "haystack_agent",
+            f"weather_mcp_{side}",
+            pipeline_yaml="configs/pipeline_mcp.yaml",
+            agent_component_name="agent",
+            allow_mcp_tool_filtering=False,
+        )
     path = work / "mixed.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
