@@ -102,9 +102,8 @@ class _Handlers:
             content = [types.TextContent(type="text", text=text)]
             return types.CallToolResult(content=content, structured_content=structured, is_error=is_error)
 
-        names = self.served()
-        if params.name not in names:
-            return result(f"unknown tool {params.name!r}; tools: {', '.join(sorted(names))}", is_error=True)
+        if params.name in RESERVED_TOOL_NAMES:
+            return result(f"{params.name!r} is a route of the server, not a tool", is_error=True)
         token = context.request.headers.get(SESSION_TOKEN_HEADER) if context.request is not None else None
         try:
             answer = await self.call(params.name, dict(params.arguments or {}), token)
@@ -123,10 +122,11 @@ def mount_mcp(
     call: Callable[[str, dict[str, Any], str | None], Awaitable[Any]],
 ) -> AbstractAsyncContextManager:
     """Serve the tools `tools()` names (`{name: {"description", "parameters"}}`, parameters a JSON schema; asked at
-    each request, as a server may add tools once started) over MCP at `/mcp` of `app`; one named as a server route
+    each `tools/list`, as a server may add tools once started) over MCP at `/mcp` of `app`; one named as a server route
     (`RESERVED_TOOL_NAMES`) is left out. `call(name, arguments, session token or None)` runs one and returns its
-    JSON-able result, raising `ToolCallError` for a call that runs nothing (any other exception is an error result
-    too, by the SDK). Returns the context the app must be served inside (the SDK's session manager).
+    JSON-able result, raising `ToolCallError` for a call that runs nothing, an unknown tool's included (any other
+    exception is an error result too, by the SDK); a tool call costs no listing. Returns the context the app must
+    be served inside (the SDK's session manager).
 
     Raises:
         ValueError: `app` serves `/mcp` already.

@@ -45,6 +45,9 @@ from nemo_gym.serving.server import BaseServer, RejectedRequest, Session, reques
 
 __all__ = ["EnvironmentSeedRequest", "SeedRequest", "VerifyRequest", "VerifyResult", "ResourcesServer"]
 
+# one tool as the routes call it: (arguments, the rollout's session) -> its result (`ResourcesServer._tool_call`)
+ToolCall = Callable[[dict[str, Any], "Session | None"], Awaitable[Any]]
+
 
 class SeedRequest(BaseModel):
     """The `/seed_session` body: the dataset row (every field kept). A server that reads task fields when it seeds
@@ -149,7 +152,7 @@ class ResourcesServer(BaseServer):
         return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
 
     def add_routes(self, app: FastAPI) -> None:
-        self.tool_calls: dict[str, Callable[[dict[str, Any], Session | None], Awaitable[Any]]] = {}
+        self.tool_calls: dict[str, ToolCall] = {}
         for name, fn in tool_methods(self).items():
             self.add_tool_route(app, name, fn)
         if self.config.expose_tools_over_mcp:
@@ -194,9 +197,7 @@ class ResourcesServer(BaseServer):
             openapi_extra=schema,
         )
 
-    def _tool_call(
-        self, fn: Callable, model: type[BaseModel], session_param: str | None
-    ) -> Callable[[dict[str, Any], Session | None], Awaitable[Any]]:
+    def _tool_call(self, fn: Callable, model: type[BaseModel], session_param: str | None) -> ToolCall:
         """One tool as `call(arguments, session)`: the arguments validated by `model` (RejectedRequest, a 422,
         when they break it), the session passed to the parameter annotated `Session`."""
 
@@ -211,7 +212,7 @@ class ResourcesServer(BaseServer):
 
         return call
 
-    def _tool_route(self, call: Callable[[dict[str, Any], Session | None], Awaitable[Any]]) -> Callable:
+    def _tool_route(self, call: ToolCall) -> Callable:
         """The route function of one tool: its body as the tool's arguments, the request's session."""
 
         async def call_tool(request: Request) -> Any:
@@ -228,8 +229,11 @@ class ResourcesServer(BaseServer):
         """A tool called over MCP, in the session its token names (`nemo_gym.env.mcp_exposure`).
 
         Raises:
-            ToolCallError: no token, a token naming no live session, or arguments that break the tool's schema.
+            ToolCallError: an unknown tool, no token, a token naming no live session, or arguments that break the
+                tool's schema.
         """
+        if name not in self.tool_calls:
+            raise ToolCallError(f"unknown tool {name!r}; tools: {', '.join(sorted(self.tool_calls))}")
         if not token:
             raise ToolCallError(f"no {SESSION_TOKEN_HEADER} header: seed the session first (POST /seed_session)")
         session = self.sessions.get(token)
