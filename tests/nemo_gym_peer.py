@@ -174,16 +174,33 @@ def peer_install(requirements: list[str]) -> None:
         marker.write_text("\n".join(requirements) + "\n")
 
 
-def nemo_gym_collect_argv(venv: Path, head_url: str, agent: str, rows: Path, output: Path, repeats: int) -> list[str]:
-    """NeMo Gym's own `ng_collect_rollouts` (of the release installed in `venv`) of `rows` through `agent`, `repeats`
-    times each, against the head server at `head_url`, into `output`."""
+def nemo_gym_collect_argv(
+    venv: Path, head_url: str, agent: str | None, rows: Path, output: Path, repeats: int
+) -> list[str]:
+    """NeMo Gym's own `ng_collect_rollouts` (of the release installed in `venv`) of `rows` through `agent` (None: no
+    `+agent_name`), `repeats` times each, against the head server at `head_url`, into `output`."""
     host, port = head_url.removeprefix("http://").rsplit(":", 1)
     return [
         str(venv / "bin" / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
+        *([f"+agent_name={agent}"] if agent is not None else []),
         f"+input_jsonl_fpath={rows}",
         f"+output_jsonl_fpath={output}",
         f"+num_repeats={repeats}",
         f"+head_server.host={host}",
         f"+head_server.port={port}",
+    ]
+
+
+def our_collect_argv(
+    rows: Path, output: Path, repeats: int, agent: str | None = None, head_url: str | None = None
+) -> list[str]:
+    """Our `ng_collect_rollouts` (this test environment's) of `rows` through `agent` (None: no `+agent_name`),
+    `repeats` times each, into `output`, against the head server at `head_url` (None: `NEMO_GYM_HEAD_URL`)."""
+    return [
+        str(Path(sys.executable).parent / "ng_collect_rollouts"),
+        *([f"+agent_name={agent}"] if agent is not None else []),
+        f"+input_jsonl_fpath={rows}",
+        f"+output_jsonl_fpath={output}",
+        f"+num_repeats={repeats}",
+        *([f"+head_server_url={head_url}"] if head_url is not None else []),
     ]

@@ -33,6 +33,7 @@ from nemo_gym_peer import (
     BENCH_DIR,
     nemo_gym_collect_argv,
     nemo_gym_run_argv,
+    our_collect_argv,
     peer_env,
     peer_site_packages,
     peer_venv,
@@ -279,14 +280,7 @@ def our_collect(
     """Our ng_collect_rollouts of `rows` (default: the 0.7.0 folder's example rows) through `agent`; `fails`: every
     rollout fails (exit 1, each in the failures file)."""
     out = work / f"{label}_{folder.replace(':', '_')}.jsonl"
-    command = [
-        str(Path(sys.executable).parent / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
-        f"+input_jsonl_fpath={rows or example_rows(folder)}",
-        f"+output_jsonl_fpath={out}",
-        f"+num_repeats={REPEATS}",
-        f"+head_server_url={head_url}",
-    ]
+    command = our_collect_argv(rows or example_rows(folder), out, REPEATS, agent, head_url)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work)
     assert done.returncode == (1 if fails else 0), done.stdout[-3000:] + done.stderr[-3000:]
     failures = out.with_name(f"{out.stem}_failures.jsonl")
@@ -643,18 +637,8 @@ def collect_both(
     """NeMo Gym 0.7.0's ng_collect_rollouts and ours of `rows` against the run at `head_url`, each with the same `extra`
     parameters (and `+agent_name=<agent>` when given); their outputs `theirs_<label>.jsonl`, `ours_<label>.jsonl`."""
     outputs = work / f"theirs_{label}.jsonl", work / f"ours_{label}.jsonl"
-    agent_name = [f"+agent_name={agent}"] if agent else []
-    theirs = nemo_gym_collect_argv(peer07_venv(), head_url, "", rows, outputs[0], repeats)
-    theirs = [arg for arg in theirs if not arg.startswith("+agent_name=")] + agent_name + extra
-    ours = [
-        str(Path(sys.executable).parent / "ng_collect_rollouts"),
-        f"+input_jsonl_fpath={rows}",
-        f"+output_jsonl_fpath={outputs[1]}",
-        f"+num_repeats={repeats}",
-        f"+head_server_url={head_url}",
-        *agent_name,
-        *extra,
-    ]
+    theirs = nemo_gym_collect_argv(peer07_venv(), head_url, agent, rows, outputs[0], repeats) + extra
+    ours = our_collect_argv(rows, outputs[1], repeats, agent, head_url) + extra
     for command, env in ((theirs, peer07_env()), (ours, None)):
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

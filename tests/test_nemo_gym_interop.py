@@ -31,6 +31,7 @@ from nemo_gym_peer import (
     BENCH_DIR,
     nemo_gym_collect_argv,
     nemo_gym_run_argv,
+    our_collect_argv,
     peer_env,
     peer_server_dir,
     peer_venv,
@@ -235,14 +236,7 @@ def our_run(tmp_path_factory, nemo_gym_run, fake_policy):
 
 def our_collect(tmp_path: Path, agent: str, env: str, *extra: str) -> dict[int, list[float]]:
     out = tmp_path / f"{agent}.jsonl"
-    command = [
-        str(Path(sys.executable).parent / "ng_collect_rollouts"),
-        f"+agent_name={agent}",
-        f"+input_jsonl_fpath={input_rows(env)}",
-        f"+output_jsonl_fpath={out}",
-        f"+num_repeats={REPEATS}",
-        *extra,
-    ]
+    command = [*our_collect_argv(input_rows(env), out, REPEATS, agent), *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (
