@@ -65,7 +65,7 @@ def split_tasks(heldout_share: float) -> tuple[list[dict[str, Any]], list[dict[s
 
 
 def train(args: argparse.Namespace) -> None:
-    from nemo_gym.jsonl import write_jsonl
+    from nemo_gym.common.jsonl import write_jsonl
 
     train_rows, heldout_rows = split_tasks(args.heldout_share)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.common.jsonl import iter_jsonl, read_jsonl
 from nemo_gym.eval.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
-from nemo_gym.jsonl import iter_jsonl, read_jsonl
 
 __all__ = ["eval_per_task", "compare", "format_comparison", "read_metrics", "eval_files", "plot_reward_curve"]
 

@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from learning_common import compare, eval_files, format_comparison, plot_reward_curve, read_metrics  # noqa: E402
 
+from nemo_gym.common.jsonl import read_jsonl, write_jsonl  # noqa: E402
 from nemo_gym.env.trajectory import Trajectory  # noqa: E402
-from nemo_gym.jsonl import read_jsonl, write_jsonl  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SERVERS = [

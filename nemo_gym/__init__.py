@@ -38,6 +38,14 @@ MOVED: dict[str, tuple[str, ...]] = {
     "nemo_gym.openai_convert": ("nemo_gym.serving.openai_convert",),
     "nemo_gym.module_loading": ("nemo_gym.serving.module_loading",),
     "nemo_gym.profile": ("nemo_gym.collect.profile", "nemo_gym.env.metrics"),
+    # the top modules of 2026-11-29, now in folders
+    "nemo_gym.errors": ("nemo_gym.common.errors",),
+    "nemo_gym.layout": ("nemo_gym.common.layout",),
+    "nemo_gym.paths": ("nemo_gym.common.paths",),
+    "nemo_gym.processes": ("nemo_gym.common.processes",),
+    "nemo_gym.jsonl": ("nemo_gym.common.jsonl",),
+    "nemo_gym.commands": ("nemo_gym.config.commands",),
+    "nemo_gym.server_instances": ("nemo_gym.config.server_instances",),
 }
 
 

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from nemo_gym.config import load_config  # noqa: E402
-from nemo_gym.server_instances import server_instances  # noqa: E402
+from nemo_gym.config.server_instances import server_instances  # noqa: E402
 
 
 def tasks(config: Path) -> list[dict]:

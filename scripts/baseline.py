@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config  # noqa: E402
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.server_instances import server_instances  # noqa: E402
+from nemo_gym.config.server_instances import server_instances  # noqa: E402
 
 
 def baseline_dataset(environment: str) -> tuple[str, Path]:

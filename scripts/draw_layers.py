@@ -4,9 +4,10 @@
     .venv/bin/python scripts/draw_layers.py --write   # replace it in docs/architecture.md
     .venv/bin/python scripts/draw_layers.py --check # exit 1 when the picture there is not the code's (a test runs this)
 
-Rooms are the folders of nemo_gym/ and its top modules; an arrow A --> B says that some module of A imports one of B
+Rooms are the folders of nemo_gym/ (and any top module); an arrow A --> B says that some module of A imports one of B
 (at any depth: inside functions too). Arrows implied by a longer path are left out (the transitive reduction), so
-the picture shows each room on top of what it uses directly. Rooms are grouped by their layer (nemo_gym.layout.LAYERS).
+the picture shows each room on top of what it uses directly. Rooms are grouped by their layer
+(nemo_gym.common.layout.LAYERS).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nemo_gym.layout import LAYERS, layer_of  # noqa: E402
+from nemo_gym.common.layout import LAYERS, layer_of  # noqa: E402
 
 DOC = REPO / "docs" / "architecture.md"
 BEGIN, END = "<!-- layers: begin (scripts/draw_layers.py --write) -->", "<!-- layers: end -->"

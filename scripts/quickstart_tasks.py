@@ -21,7 +21,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nemo_gym.jsonl import iter_jsonl, write_jsonl  # noqa: E402
+from nemo_gym.common.jsonl import iter_jsonl, write_jsonl  # noqa: E402
 
 __all__ = ["MCQA_EXAMPLE", "MCQA_INSTRUCTION", "MCQA_ROWS", "mcqa_with_worked_example", "main_job_tasks", "main"]
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from nemo_gym.processes import signal_group
+from nemo_gym.common.processes import signal_group
 
 RAY = Path(sys.executable).parent / "ray"
 NODE_IP = "127.0.0.2"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.common.errors import ServerHTTPError
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
-from nemo_gym.errors import ServerHTTPError
 
 OVERFLOW = ServerHTTPError(
     "400", status_code=400, body='{"error": "This model\'s maximum context length is 2048 tokens"}'

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ng_process import BIN, REPO, NgRun
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 import nemo_gym.art as art
 from nemo_gym.art.ruler import RulerError, judge_messages
 from nemo_gym.art.tokens import groups_to_batch, trajectory_sequences
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import read_jsonl
 
 torch = pytest.importorskip("torch")
 

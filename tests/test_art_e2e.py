@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 pytest.importorskip("deepspeed")

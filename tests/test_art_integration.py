@@ -14,8 +14,8 @@ import pytest
 import nemo_gym.art as art
 from nemo_gym.art.ruler import RulerError
 from nemo_gym.art.server_process import ServerProcess
-from nemo_gym.errors import ServerStartError
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.common.layout import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

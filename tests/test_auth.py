@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from live_servers import serve
 
+from nemo_gym.common.errors import ServerHTTPError
 from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
 from nemo_gym.env.tools import tool
-from nemo_gym.errors import ServerHTTPError
 from nemo_gym.serving import auth
 from nemo_gym.serving.auth import (
     RUN_TOKEN_ENV,

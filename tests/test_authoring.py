@@ -20,10 +20,10 @@ from fastapi.testclient import TestClient
 from ng_process import BIN, REPO, NgRun
 
 from nemo_gym.cli import COMMANDS, dispatch, main
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.conformance import CHECKS, assert_conformant
 from nemo_gym.env.validation import run_verifier_cases, validate_data
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.orchestration.folder_tests import TestReport, junit_counts, run_server_tests, summary_table
 from nemo_gym.scaffold.projects import init_project
 from nemo_gym.scaffold.resources_server import FILES, init_resources_server

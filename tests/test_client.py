@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from live_servers import serve
 
-from nemo_gym.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from nemo_gym.common.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.retry_policy import ClientTimeouts
 
@@ -148,7 +148,7 @@ def test_unknown_server_name_without_head():
 def test_a_success_answer_that_is_not_json_is_a_typed_failure():
     from fastapi.responses import PlainTextResponse
 
-    from nemo_gym.errors import ServerBadAnswerError
+    from nemo_gym.common.errors import ServerBadAnswerError
 
     app = FastAPI()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.layout import REPO_ROOT, SERVER_TYPES
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60

@@ -27,9 +27,9 @@ from fastapi import FastAPI, Request
 from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
 from nemo_gym.collect.files import OutputPaths
 from nemo_gym.collect.liveness import Verdict, decide
+from nemo_gym.common.errors import ConfigError, DataError, ServerError, ServersGoneError, ServerUnavailableError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.agent_server import AgentServer
-from nemo_gym.errors import ConfigError, DataError, ServerError, ServersGoneError, ServerUnavailableError
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import build_head_app, discover_head_url
 from nemo_gym.serving.retry_policy import ClientTimeouts

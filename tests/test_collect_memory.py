@@ -15,8 +15,8 @@ from nemo_gym.collect.engine import collect
 from nemo_gym.collect.files import OutputPaths
 from nemo_gym.collect.sink import RolloutFiles
 from nemo_gym.collect.tasks import read_tasks
-from nemo_gym.errors import DataError, ServerError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.errors import DataError, ServerError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient
 
 

@@ -16,7 +16,7 @@ import pytest
 from test_collect import agent, collect, config, gym, rows_of, write_input  # noqa: F401 (fixtures)
 
 from nemo_gym.collect.files import OutputPaths
-from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.common.errors import ConfigError, DataError
 
 BIN = Path(sys.executable).parent
 

@@ -15,7 +15,7 @@ import pytest
 from ng_process import BIN, REPO, NgRun
 
 from nemo_gym.collect.command import SERVERS_GONE_EXIT
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 pytestmark = pytest.mark.integration
 ROWS = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"

@@ -22,16 +22,16 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from live_servers import serve
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
-from nemo_gym.env.agent_server import AgentServer
-from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
-from nemo_gym.errors import (
+from nemo_gym.common.errors import (
     ServerBadAnswerError,
     ServerHTTPError,
     ServerTimeoutError,
     ServerUnavailableError,
     is_transient,
 )
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.retry_policy import ClientTimeouts

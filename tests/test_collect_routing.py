@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from test_collect import FAST, Served, write_input
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import build_head_app
 

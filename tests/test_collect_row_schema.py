@@ -10,8 +10,8 @@ import pytest
 from live_servers import serve
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.common.errors import DataError
 from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
-from nemo_gym.errors import DataError
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app

@@ -1,5 +1,5 @@
-"""The command registry (`nemo_gym.commands`): each command declared once, its options and main loaded by name, and
-the console scripts of pyproject.toml pointing at exactly its commands."""
+"""The command registry (`nemo_gym.config.commands`): each command declared once, its options and main loaded by
+name, and the console scripts of pyproject.toml pointing at exactly its commands."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 import nemo_gym.cli
 from nemo_gym.cli.legacy import LEGACY_COMMANDS
-from nemo_gym.commands import COMMANDS
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.config.commands import COMMANDS
 
 
 @pytest.mark.long

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.config import is_secret_key, load_config, mask_secrets, parse_overrides
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import REPO_ROOT
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 
 
 def write(path: Path, text: str) -> Path:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 
 
 def write(path: Path, text: str) -> Path:

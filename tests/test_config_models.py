@@ -9,8 +9,8 @@ import typing
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from nemo_gym.commands import COMMANDS
 from nemo_gym.config import validation_problems
+from nemo_gym.config.commands import COMMANDS
 from nemo_gym.train.config import TrainerConfig
 
 

@@ -18,8 +18,8 @@ from ng_process import NgRun
 from registry_fakes import FakeGitlab, FakeHub
 
 from nemo_gym.cli import main
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.datasets.common import atomic_download, token_for
-from nemo_gym.jsonl import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "resources_servers/example_single_tool_call/data/example.jsonl"

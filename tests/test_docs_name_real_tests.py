@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 REFERENCE = re.compile(

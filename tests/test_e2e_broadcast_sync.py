@@ -30,7 +30,7 @@ pytest.importorskip("deepspeed")
 
 from test_e2e_weight_sync import LM_HEAD_SCALE, LOGPROB_TOLERANCE, STARTUP_TIMEOUT_S, generate, max_diff  # noqa: E402
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
 from nemo_gym.train.weight_sync import make_weight_sync  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from ng_process import LAUNCHER_ENV, REPO
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3300)]  # the fixture runs the whole job (subprocess timeout 3000 s)
 pytest.importorskip("deepspeed")

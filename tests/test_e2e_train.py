@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 pytest.importorskip("deepspeed")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.serving.client import SESSION_COOKIE
 from nemo_gym.serving.entrypoint import load_server_class
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.cli import COMMANDS, main
-from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.eval.command import EvalConfig, eval_main
 from nemo_gym.eval.evaluation import compare, evaluate, load_task_results, pass_at_k, pass_hat_k
 from nemo_gym.eval.table import format_table

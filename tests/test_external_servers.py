@@ -20,9 +20,9 @@ from fastapi import FastAPI
 from live_servers import serve
 from ng_process import weather_agent
 
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.processes import free_port
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.processes import free_port
 from nemo_gym.serving.entrypoint import load_server_class
 
 pytestmark = pytest.mark.integration

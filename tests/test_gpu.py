@@ -41,7 +41,7 @@ pytest.importorskip("deepspeed")
 from live_servers import gpu_engine, gpu_vllm_reason, serve_vllm_model  # noqa: E402
 from ng_process import REPO, NgRun, clean_env  # noqa: E402
 
-from nemo_gym.jsonl import read_jsonl  # noqa: E402
+from nemo_gym.common.jsonl import read_jsonl  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 GPUS = torch.cuda.device_count() if CUDA else 0

@@ -16,7 +16,7 @@ import pytest
 from nemo_gym.cli import e2e, legacy
 from nemo_gym.cli import gym_router as gym
 from nemo_gym.collect import aggregate_rollouts
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 SEVEN = ("aggregate_rollouts", "e2e_collect_rollouts", "list_benchmarks", "materialize_prompts", "prepare_benchmark")

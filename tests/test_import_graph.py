@@ -1,7 +1,7 @@
 """The import graph of the nemo_gym package, built from the sources with `ast`: no cycle, no import that crosses the
-layers of `nemo_gym.layout.LAYERS` upwards (the core never imports an extra or the cli), every module in a layer, and
-no cycle between the rooms of the tree (each folder of nemo_gym/ and each top module): the folders stack; and no
-module imports another's private name (`_name`).
+layers of `nemo_gym.common.layout.LAYERS` upwards (the core never imports an extra or the cli), every module in a
+layer, no module at the top of nemo_gym/ but its `__init__`, and no cycle between the rooms of the tree (each folder of
+nemo_gym/): the folders stack; and no module imports another's private name (`_name`).
 
 Every import counts: at module level, inside functions, under `if TYPE_CHECKING:`; relative imports are resolved.
 An import of `a.b.c` is an edge to the deepest module of nemo_gym it names (`from a.b import c` to `a.b.c` when
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.layout import LAYERS, REPO_ROOT, layer_of
+from nemo_gym.common.layout import LAYERS, REPO_ROOT, layer_of
 
 PACKAGE = REPO_ROOT / "nemo_gym"
 
@@ -80,7 +80,7 @@ def test_the_graph_sees_function_level_and_relative_imports():
     """The builder itself: a function-level import and the package's modules are in the graph."""
     found = {(e.source, e.target) for e in edges()}
     assert ("nemo_gym.cli.train", "nemo_gym.train.recipes") in found  # inside main(): torch only when training here
-    assert ("nemo_gym.cli", "nemo_gym.commands") in found
+    assert ("nemo_gym.cli", "nemo_gym.config.commands") in found
     assert len(modules()) > 100
 
 
@@ -97,7 +97,7 @@ def test_no_import_cycle():
 
 
 def test_no_import_crosses_the_layers_upwards():
-    """The core imports no extra and no cli module; the extras import no cli module (nemo_gym.layout.LAYERS)."""
+    """The core imports no extra and no cli module; the extras import no cli module (nemo_gym.common.layout.LAYERS)."""
     rank = {layer: i for i, layer in enumerate(LAYERS)}  # top layer first
     upwards = [
         f"{edge} ({layer_of(edge.source)} -> {layer_of(edge.target)})"
@@ -114,7 +114,7 @@ def test_every_layer_entry_names_a_module_or_package():
 
 
 def test_every_module_is_in_a_layer():
-    """A new folder or top module of nemo_gym/ is placed in a layer (nemo_gym.layout.LAYERS), never left out."""
+    """A new folder of nemo_gym/ is placed in a layer (nemo_gym.common.layout.LAYERS), never left out."""
     unplaced = []
     for name in modules():
         try:
@@ -124,6 +124,13 @@ def test_every_module_is_in_a_layer():
     assert unplaced == []
 
 
+def test_nemo_gym_holds_folders_only():
+    """The tree shows the layers and jobs: every module of nemo_gym/ is in a folder (a layer's entry of LAYERS), none
+    at its top but the package's `__init__` (its old import paths, `nemo_gym.MOVED`)."""
+    top = sorted(path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
+    assert top == [], f"move {top} into the folder of its job (nemo_gym.common.layout.LAYERS)"
+
+
 def room(module: str) -> str:
     """The room of a module: its folder under nemo_gym/ (`nemo_gym.collect.engine` → `nemo_gym.collect`), or itself
     for a top module."""
@@ -131,7 +138,7 @@ def room(module: str) -> str:
 
 
 def test_the_folders_stack_without_a_cycle():
-    """Folders and top modules taken as rooms (every import between two rooms an arrow): no arrow runs back up, i.e.
+    """The folders taken as rooms (every import between two rooms an arrow): no arrow runs back up, i.e.
     no cycle of rooms, so each folder sits above what it uses."""
     graph: dict[str, set[str]] = {}
     for edge in edges():
@@ -149,9 +156,10 @@ def test_the_folders_stack_without_a_cycle():
 
 
 def test_the_command_registry_sits_at_the_bottom():
-    """nemo_gym.commands names every command's main and options as strings: it imports only the config and the errors,
-    and nothing in nemo_gym but the cli package imports nemo_gym.cli."""
-    assert {e.target for e in edges() if e.source == "nemo_gym.commands"} == {"nemo_gym.config", "nemo_gym.errors"}
+    """nemo_gym.config.commands names every command's main and options as strings: it imports only the config and the
+    errors, and nothing in nemo_gym but the cli package imports nemo_gym.cli."""
+    registry_imports = {e.target for e in edges() if e.source == "nemo_gym.config.commands"}
+    assert registry_imports == {"nemo_gym.config", "nemo_gym.common.errors"}
     assert [str(e) for e in edges() if layer_of(e.target) == "cli" and layer_of(e.source) != "cli"] == []
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import (
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import (
     JsonlAppender,
     iter_jsonl,
     iter_lines,

@@ -15,14 +15,14 @@ import httpx
 import pytest
 import yaml
 
-from nemo_gym.errors import ServerStartError
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.common.processes import free_ports
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration import launch_upstream
 from nemo_gym.orchestration.launch import Environment, RunContext, build_environments
 from nemo_gym.orchestration.launch_local import LocalLauncher
 from nemo_gym.orchestration.launch_upstream import NemoGymLauncher
 from nemo_gym.orchestration.venvs import VenvBuildError
-from nemo_gym.processes import free_ports
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import ALLOWED_PEERS_FILE
 from nemo_gym.serving.head import ServerRegistry
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import learning_common  # noqa: E402
 import learning_tool_agent as bench  # noqa: E402
 
-from nemo_gym.jsonl import read_jsonl  # noqa: E402
+from nemo_gym.common.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.model_servers import tool_calls  # noqa: E402
 from nemo_gym.serving import openai_convert
 from nemo_gym.serving.entrypoint import load_server_class  # noqa: E402

@@ -521,7 +521,7 @@ def test_vllm_model_serves_float32_on_a_cpu_without_native_bf16(monkeypatch):
 
 def test_vllm_start_failure_reports_log_lines(tmp_path):
     """A vLLM that dies during start (here a stand-in interpreter that fails like vLLM) is reported with its log."""
-    from nemo_gym.errors import ServerStartError
+    from nemo_gym.common.errors import ServerStartError
 
     fake_python = tmp_path / "python"
     fake_python.write_text("#!/bin/sh\necho 'ValueError: head_dim must be >= 32' >&2\nexit 3\n")

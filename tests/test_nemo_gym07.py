@@ -42,9 +42,9 @@ from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_package
 from test_nemo_gym_interop import Process, _wait_http, wait_for
 from test_reward_profile_parity import assert_same
 
+from nemo_gym.common.jsonl import read_jsonl, write_jsonl
+from nemo_gym.common.processes import free_port
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl, write_jsonl
-from nemo_gym.processes import free_port
 
 # the module's row-by-row runs take 11-13 minutes on 2 cores (780 s in the CI of 87182dc, its NEMO_GYM_HOME cold), all
 # in its first test's setup: above pytest's default

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.upstream.detect import FRAMEWORK, detect_framework
 
 
@@ -64,7 +64,7 @@ def test_no_server_folder_of_this_repository_is_taken_for_nemo_gym():
 
 
 def _instance(root: Path, server_type: str, name: str, **fields: object):
-    from nemo_gym.server_instances import ServerInstance
+    from nemo_gym.config.server_instances import ServerInstance
 
     folder = root / server_type / name
     return ServerInstance(
@@ -116,7 +116,7 @@ def test_nemo_gym_07s_own_config_loads(tmp_path):
     an unknown server type (`ConfigError … unknown server type 'environment_servers'` before), and every instance
     runs from that tree's folders."""
     from nemo_gym.config import load_config
-    from nemo_gym.server_instances import server_instances
+    from nemo_gym.config.server_instances import server_instances
 
     root = nemo_gym_tree(tmp_path / "ng07")
     (root / "nemo_gym-0.7.0.dist-info").mkdir()

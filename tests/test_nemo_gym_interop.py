@@ -37,9 +37,9 @@ from nemo_gym_peer import (
     peer_venv,
 )
 
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.processes import free_port
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.processes import free_port
 from nemo_gym.serving.head import runs_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]

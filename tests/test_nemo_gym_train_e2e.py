@@ -16,7 +16,7 @@ import pytest
 import yaml
 from nemo_gym_peer import peer_server_dir
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.peer, pytest.mark.slow]
 pytest.importorskip("deepspeed")

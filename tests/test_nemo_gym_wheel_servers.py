@@ -46,8 +46,8 @@ import psutil
 import pytest
 from nemo_gym_peer import BENCH_DIR, peer_env, peer_install, peer_server_dir, peer_site_packages, peer_venv
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import NgRun
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.orchestration.upstream_servers import release_requirements
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]

@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.testclient import TestClient
 from live_servers import serve
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.net_guard import (
     BlockedAddressError,

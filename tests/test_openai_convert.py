@@ -8,7 +8,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.serving import openai_convert as oc
 
 PEER = Path(__file__).resolve().parents[2] / "shared" / "peer_data" / "nemo_gym" / "resources_servers"

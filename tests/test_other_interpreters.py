@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.layout import REPO_ROOT, SERVER_TYPES
 
 PACKAGE = REPO_ROOT / "nemo_gym"
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
@@ -206,7 +206,7 @@ def test_the_scanner_follows_module_level_imports_only(tmp_path):
         "import json\nimport yaml\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
         "try:\n    import ujson\nexcept ImportError:\n    ujson = None\n"
         "def f():\n    import gradio\nclass C:\n    import orjson\n    def g(self):\n        import ray\n"
-        "from nemo_gym.layout import REPO_ROOT\n"
+        "from nemo_gym.common.layout import REPO_ROOT\n"
     )
     reached = third_party_reached(str(source))
     assert set(reached) == {"yaml", "orjson"}, reached  # layout imports only the standard library

@@ -1,4 +1,4 @@
-"""Path containment: `nemo_gym.paths.resolve_inside` and every call site where a user-, file- or
+"""Path containment: `nemo_gym.common.paths.resolve_inside` and every call site where a user-, file- or
 network-supplied name becomes a path, each fed hostile names (`..`, absolute paths elsewhere, symlinks out)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import os
 import pytest
 
 from nemo_gym.cli import main
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.paths import PathEscapeError, check_name, resolve_inside
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
-from nemo_gym.paths import PathEscapeError, check_name, resolve_inside
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 
 
 # -- the helper ---------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from nemo_gym.processes import free_port
+from nemo_gym.common.processes import free_port
 from nemo_gym.serving.auth import TOKEN_COOKIE, PeerPolicy, RunTokenAuth, write_allowed_peers
 from nemo_gym.serving.limits import UVICORN_LIMITS
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.cli import main
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
 from nemo_gym.datasets.prepare import PrepareDataOptions, prepare_data
 from nemo_gym.env.dataset_metrics import dataset_metrics, summary
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import read_jsonl
 
 
 def row(text: str, **extra) -> dict:

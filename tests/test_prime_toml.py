@@ -19,13 +19,13 @@ import yaml
 from ng_process import BIN, NgRun
 
 from nemo_gym.cli import main
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.config import load_config
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.env.testing import assistant_response, post_verify, server_client
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.layout import REPO_ROOT
 from nemo_gym.prime.config import TEMPLATE, PrimeConfig, expand_toml_args, split_toml_args
-from nemo_gym.server_instances import server_instances
 from nemo_gym.train.config import TrainerConfig
 
 ADAPTER_DIR = REPO_ROOT / "resources_servers" / "verifiers_env"

@@ -1,4 +1,4 @@
-"""nemo_gym.processes.run_interruptible: a signal stops the coroutine cleanly, whatever SIGINT's disposition at
+"""nemo_gym.common.processes.run_interruptible: a signal stops the coroutine cleanly, whatever SIGINT's disposition at
 start."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from nemo_gym.processes import run_interruptible
+from nemo_gym.common.processes import run_interruptible
 
 # A command that waits forever inside run_interruptible; on the signal its `finally` runs, then KeyboardInterrupt.
 CHILD = """
 import asyncio, signal, sys
-from nemo_gym.processes import run_interruptible
+from nemo_gym.common.processes import run_interruptible
 if sys.argv[1] == "ignored":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
 async def main():

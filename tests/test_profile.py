@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.collect.profile import ProfileConfig, profile_main, profile_rollouts, reward_stats
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.metrics import describe
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import read_jsonl
 
 PEER = Path(__file__).resolve().parent.parent.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 MULTIREWARD_ROLLOUTS = PEER / "example_tool_call_multireward" / "data" / "example_rollouts.jsonl"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.train.config import TrainerConfig
 from nemo_gym.train.gym_connection import filter_tasks
 from resources_servers.mcqa.app import MCQARequest, extract_answer

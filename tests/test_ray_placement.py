@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from ng_process import BIN, REPO, NgRun
 
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.ray_placement import placement_of
-from nemo_gym.server_instances import ServerInstance
 
 ray = pytest.importorskip("ray")
 

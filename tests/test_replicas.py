@@ -24,10 +24,10 @@ from fastapi.testclient import TestClient
 from live_servers import serve
 from ng_process import BIN, REPO, NgRun
 
+from nemo_gym.common.errors import ConfigError, ServerUnavailableError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import LoadedConfig
-from nemo_gym.errors import ConfigError, ServerUnavailableError
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import build_head_app, run_token_headers, runs_dir
 from nemo_gym.serving.replicas import rendezvous_weight

@@ -15,7 +15,7 @@ from live_servers import serve
 from pydantic import ValidationError
 
 from nemo_gym.collect.command import CollectConfig, load_tasks
-from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.responses_params import RESPONSES_CREATE_KEYS, unknown_keys
 

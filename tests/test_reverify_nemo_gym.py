@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.serving.entrypoint import load_server_class
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

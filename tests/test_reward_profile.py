@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.collect.profile import profile_rollouts
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.metrics import numeric_fields
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.upstream.repeat_metrics import t_interval_95
 from nemo_gym.upstream.reward_profile import (
     RewardProfileConfig,

@@ -26,9 +26,9 @@ from nemo_gym_peer import peer_env, peer_server_dir, peer_venv
 from nemo_gym.collect.command import CollectConfig, collect_main
 from nemo_gym.collect.files import OutputPaths
 from nemo_gym.collect.profile import profile_rollouts
+from nemo_gym.common.errors import ServerUnavailableError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.agent_server import AgentServer
-from nemo_gym.errors import ServerUnavailableError
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.head import build_head_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]

@@ -14,15 +14,15 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.rnow import RewardArgs, reward, tool
 from nemo_gym.rnow.decorators import docstring_arguments
 from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.project import AGENT_NAME, expand_rnow_args, load_project, translate
 from nemo_gym.rnow.scoring import RewardError, RewardTimeoutError, score, total_reward
-from nemo_gym.server_instances import server_instances
 from nemo_gym.serving.module_loading import import_file
 from nemo_gym.train.config import TrainerConfig
 

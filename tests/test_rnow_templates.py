@@ -11,8 +11,8 @@ import pytest
 import yaml
 from test_rnow import GOOD, REPO, SFT_GOOD, make_project
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
 from nemo_gym.model_servers.embedded import context_limit
 from nemo_gym.rnow.project import expand_rnow_args, load_project
 
@@ -120,7 +120,7 @@ def test_a_context_window_over_the_models_limit_is_lowered_with_a_warning(tmp_pa
 
 def test_vllm_model_refuses_a_max_model_len_over_the_models_limit(tmp_path):
     """Outside rnow projects a too large max_model_len is an error of the config, before vLLM starts."""
-    from nemo_gym.server_instances import ServerInstance
+    from nemo_gym.config.server_instances import ServerInstance
     from nemo_gym.serving.entrypoint import build_server
 
     small = model_folder(tmp_path / "small", max_position_embeddings=256)
@@ -346,7 +346,7 @@ def rnow_templates() -> Path:
     import subprocess
     import sys
 
-    from nemo_gym.layout import nemo_gym_home
+    from nemo_gym.common.layout import nemo_gym_home
     from nemo_gym.orchestration.venvs import uv_executable
 
     cache = nemo_gym_home() / "test_cache" / f"rnow-{RNOW_VERSION}"

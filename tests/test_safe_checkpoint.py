@@ -19,7 +19,7 @@ pytest.importorskip("deepspeed")
 
 from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 
-from nemo_gym.paths import PathEscapeError  # noqa: E402
+from nemo_gym.common.paths import PathEscapeError  # noqa: E402
 from nemo_gym.train.config import EngineConfig, LossOptions  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402
 from nemo_gym.train.safe_checkpoint import SafeCheckpointEngine, UnsafeCheckpointError, safe_torch_load  # noqa: E402

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from live_servers import serve
 from ng_process import BIN, REPO, NgRun, clean_env, weather_agent
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.model_servers.model_server import ModelServer
 from nemo_gym.serving.auth import TOKEN_HEADER
 from nemo_gym.serving.entrypoint import load_server_class

@@ -22,7 +22,7 @@ import pytest
 from live_servers import serve
 
 from nemo_gym.cli import main
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.team.client import ServerLogin, TeamClient, TeamServerError, pack_project
 from nemo_gym.team.remote_runs import list_server_models
 from nemo_gym.team.server import build_app, mask_secret_args

@@ -29,11 +29,11 @@ import yaml
 from ng_process import BIN, REPO, NgRun
 
 from nemo_gym.cli import COMMANDS, main
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.scaffold.projects import PROJECT_TEMPLATES_DIR, find_template, init_project, list_templates
-from nemo_gym.server_instances import server_instances
 from nemo_gym.train.config import TrainerConfig
 
 RL_TEMPLATES = ["first-rl", "rl-single", "rl-tools", "tutorial-reward", "tutorial-tool", "mcp", "rl-browser", "sql"]

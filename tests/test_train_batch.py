@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nemo_gym.errors import DataError  # noqa: E402
+from nemo_gym.common.errors import DataError  # noqa: E402
 from nemo_gym.train.batch import collate, model_calls, rollout_to_sequence  # noqa: E402
 
 

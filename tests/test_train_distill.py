@@ -15,7 +15,7 @@ from live_servers import serve  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from test_train_loop import PROMPT, rollout_row, sample_group  # noqa: E402
 
-from nemo_gym.errors import ServerError  # noqa: E402
+from nemo_gym.common.errors import ServerError  # noqa: E402
 from nemo_gym.model_servers.teacher_scoring import parse_prompt_logprobs  # noqa: E402
 from nemo_gym.train.batch import TrainingSequence, rollout_to_sequence  # noqa: E402
 from nemo_gym.train.config import (

@@ -25,7 +25,7 @@ from ng_process import LAUNCHER_ENV, clean_env  # noqa: E402
 from test_train_engine import make_tiny_model  # noqa: E402
 from train_distributed_worker import CASES, LOOP_STEPS, run_case, run_loop, write_tasks  # noqa: E402
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.train import distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_ranks(tiny_model, tmp_path_factory) -> Path:
     """The worker's output folder after its 2-rank run (engine cases, then the loop in `loop/`)."""
-    from nemo_gym.processes import free_port
+    from nemo_gym.common.processes import free_port
 
     out = tmp_path_factory.mktemp("two_ranks")
     command = [
@@ -149,7 +149,7 @@ def test_two_ranks_take_the_one_rank_step(tiny_model, two_ranks):
 def test_deepspeed_launcher_runs_the_same_ranks(tiny_model, two_ranks, tmp_path):
     """The deepspeed launcher (`deepspeed --num_gpus 2`, which on a CPU machine starts 2 gloo ranks) in place of
     torchrun: the same step results as under torchrun."""
-    from nemo_gym.processes import free_port
+    from nemo_gym.common.processes import free_port
 
     command = [
         str(Path(sys.executable).parent / "deepspeed"),

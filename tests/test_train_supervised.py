@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from nemo_gym.errors import DataError  # noqa: E402
-from nemo_gym.jsonl import read_jsonl  # noqa: E402
+from nemo_gym.common.errors import DataError  # noqa: E402
+from nemo_gym.common.jsonl import read_jsonl  # noqa: E402
 from nemo_gym.model_servers import tool_calls  # noqa: E402
 from nemo_gym.train.batch import collate  # noqa: E402
 from nemo_gym.train.config import SupervisedOptions, TrainerConfig  # noqa: E402

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.scaffold.projects import find_template, init_project
 from nemo_gym.train.config import TrainerConfig, check_algorithm
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.answers import last_assistant_text
 from nemo_gym.env.trajectory import Trajectory
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.layout import REPO_ROOT
 
 PEER_SERVERS = REPO_ROOT.parent / "shared" / "peer_data" / "nemo_gym" / "resources_servers"
 needs_peer_data = pytest.mark.skipif(

@@ -21,7 +21,7 @@ import yaml
 from live_servers import serve
 from ng_process import REPO, NgRun, wait_for_output
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.tryout.options import split_arguments
 from nemo_gym.tryout.rollouts import choose_entries, sampling_seed
@@ -116,7 +116,7 @@ def test_model_arguments_for_each_kind_of_model(tmp_path):
 def test_a_config_source_becomes_ng_runs_arguments(tmp_path, monkeypatch, capsys):
     from nemo_gym.cli import main
     from nemo_gym.config import load_config
-    from nemo_gym.server_instances import server_instances
+    from nemo_gym.config.server_instances import server_instances
     from nemo_gym.tryout.sources import config_source
 
     monkeypatch.chdir(REPO)

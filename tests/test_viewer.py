@@ -16,7 +16,7 @@ import pytest
 
 from nemo_gym.cli import main
 from nemo_gym.collect.profile import reward_stats
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.viewer import RolloutIndex, RowFilter, render_rollout, reward_histogram, task_reward_stats
 from nemo_gym.viewer.index import output_chars
 

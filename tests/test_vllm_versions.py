@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.testclient import TestClient
 from live_servers import VLLM_MODEL_APP, serve
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.model_servers import vllm_engine
 from nemo_gym.model_servers.vllm_versions import (
     VLLMFeatures,
@@ -133,7 +133,7 @@ def test_weight_sync_update_resets_the_cache_on_each_version(version, refusals, 
 
 
 def test_reset_that_vllm_keeps_refusing_is_an_error():
-    from nemo_gym.errors import ServerHTTPError
+    from nemo_gym.common.errors import ServerHTTPError
 
     calls: list[str] = []
     with serve(stand_in_vllm("0.32.0", calls, refusals=100)) as url:

@@ -32,7 +32,7 @@ from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
 from weight_sync_receiver import RENDEZVOUS_TIMEOUT_S, receive_into_queue  # noqa: E402
 
 from nemo_gym.cli import main  # noqa: E402
-from nemo_gym.errors import ConfigError, ServerError  # noqa: E402
+from nemo_gym.common.errors import ConfigError, ServerError  # noqa: E402
 from nemo_gym.model_servers.engine_ext import weight_sync_worker as transport  # noqa: E402
 from nemo_gym.train.config import EngineConfig, LossOptions, TrainerConfig, check_hardware  # noqa: E402
 from nemo_gym.train.engine import PolicyEngine  # noqa: E402

@@ -140,7 +140,7 @@ class Bench:
 # -- models -------------------------------------------------------------------------------------------------
 def tokenizer_source(package: str = "vllm") -> Path:
     """SmolLM2's converted folder (its tokenizer files), converted now with vLLM's python when no stage has yet."""
-    from nemo_gym.layout import nemo_gym_home
+    from nemo_gym.common.layout import nemo_gym_home
     from nemo_gym.model_servers import embedded
 
     found = sorted((nemo_gym_home() / "models").glob("smollm2-*/tokenizer.json"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.serving.auth import take_run_token_from_env
 from nemo_gym.serving.entrypoint import bind_socket, load_server_class
 from nemo_gym.serving.limits import UVICORN_LIMITS

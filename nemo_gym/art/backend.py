@@ -35,8 +35,8 @@ from nemo_gym.art.model import TrainableModel, TrainConfig
 from nemo_gym.art.server_process import ServerProcess
 from nemo_gym.art.tokens import GroupsBatch, groups_to_batch, mean_metrics
 from nemo_gym.art.trajectories import TrajectoryGroup
-from nemo_gym.jsonl import replace_atomically
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.jsonl import replace_atomically
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.train.engine import PolicyEngine
 from nemo_gym.train.weight_sync import FilesystemWeightSync, http_reloader
 

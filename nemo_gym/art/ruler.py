@@ -21,7 +21,7 @@ from openai import AsyncOpenAI
 
 from nemo_gym.art.model import Model
 from nemo_gym.art.trajectories import Trajectory, TrajectoryGroup
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.serving.module_loading import import_file
 
 __all__ = ["RulerError", "judge_messages", "ruler_score_group"]

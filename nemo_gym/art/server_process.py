@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import psutil
 
-from nemo_gym.errors import ServerStartError
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.common.processes import die_with_parent  # the same parent-death signal vLLM's process gets
 from nemo_gym.orchestration.server_processes import tail
-from nemo_gym.processes import die_with_parent  # the same parent-death signal vLLM's process gets
 from nemo_gym.serving.auth import RUN_TOKEN_ENV, new_run_token
 
 __all__ = ["ServerProcess"]

@@ -23,7 +23,7 @@ import torch
 from openai.types.chat.chat_completion import Choice
 
 from nemo_gym.art.trajectories import TOKEN_KEYS, Trajectory, TrajectoryGroup
-from nemo_gym.errors import DataError
+from nemo_gym.common.errors import DataError
 from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate, rollout_to_sequence
 

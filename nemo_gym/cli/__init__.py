@@ -1,11 +1,11 @@
 """The command line: the console scripts `ng_<name>` and `nemo_gym_<name>` of every command in
-`nemo_gym.commands.COMMANDS` (both names run the same command), `ng <name>`, and (in this package's modules) the
+`nemo_gym.config.commands.COMMANDS` (both names run the same command), `ng <name>`, and (in this package's modules) the
 mains of the commands that join a core command to the extras that feed it: `ng_run` and `ng_train` read
 ReinforceNow projects and Prime-style TOML, `ng_train` and `ng_collect_rollouts` also run in the background or on
 the run server, `ng_status` also lists background runs and the run server's.
 
-This package is the top layer (see `nemo_gym.layout.LAYERS`): nothing in nemo_gym imports it; a command is run
-by name through `nemo_gym.commands.main`.
+This package is the top layer (see `nemo_gym.common.layout.LAYERS`): nothing in nemo_gym imports it; a command is run
+by name through `nemo_gym.config.commands.main`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from nemo_gym.commands import COMMANDS, dispatch, main, unknown_command
+from nemo_gym.config.commands import COMMANDS, dispatch, main, unknown_command
 
 __all__ = ["COMMANDS", "main", "dispatch", "gym", "ng", "unknown_command"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nemo_gym.collect.command import collect_main
-from nemo_gym.commands import COMMANDS, parse_options
+from nemo_gym.config.commands import COMMANDS, parse_options
 from nemo_gym.runs.command import pop_flag
 from nemo_gym.team.remote_runs import submit_remote
 

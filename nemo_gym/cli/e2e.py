@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from nemo_gym.collect.command import CollectConfig, collect_main
-from nemo_gym.commands import COMMANDS, parse_options
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config, parse_overrides
+from nemo_gym.config.commands import COMMANDS, parse_options
 from nemo_gym.datasets.prepare import prepare_main
-from nemo_gym.errors import ConfigError
 from nemo_gym.orchestration.server_processes import NgRunProcess
 
 __all__ = ["SPLITS", "e2e_main", "split_arguments"]

@@ -29,8 +29,8 @@ from nemo_gym.cli.gym_flags import (
 )
 from nemo_gym.cli.legacy import LEGACY_COMMANDS
 from nemo_gym.cli.legacy import run as run_legacy_command
-from nemo_gym.commands import dispatch
-from nemo_gym.commands import main as run_command
+from nemo_gym.config.commands import dispatch
+from nemo_gym.config.commands import main as run_command
 
 __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
 

@@ -1,4 +1,4 @@
-"""The `ng_*` commands of NeMo Gym 0.7.0 that have no twin in `nemo_gym.commands.COMMANDS`, declared the same way
+"""The `ng_*` commands of NeMo Gym 0.7.0 that have no twin in `nemo_gym.config.commands.COMMANDS`, declared the same way
 (`Command`: name, summary, options model, main; `+help=true` prints the parameters) and run by `run`:
 
 | command | 0.7.0's `gym` form | here |
@@ -11,8 +11,8 @@
 | ng_reinstall | (none) | `uv sync --extra dev`, as 0.7.0 runs it |
 | ng_validate | env validate | `nemo_gym.cli.validate` |
 
-They live in the cli package (not in `nemo_gym.commands`) because they join core commands to the extras (datasets,
-prompts) or exist only for NeMo Gym 0.7.0's users; background runs and team jobs do not run them.
+They live in the cli package (not in `nemo_gym.config.commands`) because they join core commands to the extras
+(datasets, prompts) or exist only for NeMo Gym 0.7.0's users; background runs and team jobs do not run them.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nemo_gym.commands import Command, NoOptions, main
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.config.commands import Command, NoOptions, main
 
 __all__ = ["LEGACY_COMMANDS", "reinstall_main", "run"]
 
@@ -71,7 +71,7 @@ LEGACY_COMMANDS: dict[str, Command] = {
         Command(
             "reinstall",
             "reinstall the project of the current directory with its dev extra: `uv sync --extra dev`, as 0.7.0 does",
-            "nemo_gym.commands:NoOptions",
+            "nemo_gym.config.commands:NoOptions",
             "nemo_gym.cli.legacy:reinstall_main",
         ),
         Command(
@@ -103,6 +103,6 @@ def reinstall_main(options: NoOptions) -> int:
 
 
 def run(name: str, argv: list[str] | None = None) -> int:
-    """Run legacy command `name` with `argv` (default sys.argv[1:]) as `nemo_gym.commands.main` runs the others:
+    """Run legacy command `name` with `argv` (default sys.argv[1:]) as `nemo_gym.config.commands.main` runs the others:
     `+help=true` prints the parameters, a `NemoGymError` is one line on stderr and exit status 2, Ctrl-C is 130."""
     return main(name, argv, LEGACY_COMMANDS)

@@ -14,10 +14,10 @@ import sys
 
 from pydantic import ValidationError
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config, parse_overrides, validation_problems
-from nemo_gym.errors import ConfigError
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.orchestration.run import RunOptions
-from nemo_gym.server_instances import server_instances
 
 __all__ = ["MANIFEST_KEYS", "validate_main"]
 

@@ -17,7 +17,7 @@ _OLD_HOMES = (
     "nemo_gym.collect.files",
     "nemo_gym.collect.sink",
     "nemo_gym.collect.tasks",
-    "nemo_gym.jsonl",
+    "nemo_gym.common.jsonl",
 )
 
 

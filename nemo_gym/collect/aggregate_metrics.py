@@ -10,8 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.errors import ServerError, ServerHTTPError
-from nemo_gym.jsonl import AGENT_REF_KEY, iter_jsonl, write_json
+from nemo_gym.common.errors import ServerError, ServerHTTPError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, iter_jsonl, write_json
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["is_reward", "write_aggregate_metrics"]

@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collect.aggregate_metrics import write_aggregate_metrics
 from nemo_gym.collect.files import OutputPaths
-from nemo_gym.errors import ConfigError, DataError, ServerHTTPError
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
+from nemo_gym.common.errors import ConfigError, DataError, ServerHTTPError
+from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 

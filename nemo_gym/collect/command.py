@@ -22,7 +22,7 @@ task rows in, rollouts and failure records out, `collect` here too); the files a
 uses for its per-step rollout files as well.
 
 Retries: a `/run` call is retried (up to `max_retries`, by `ServerClient`) only after a transient failure
-(`nemo_gym.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
+(`nemo_gym.common.errors.is_transient`: connection error, timeout, 429 after its Retry-After, 502/503/504 whose
 typed body names no deterministic failure class). A deterministic failure (a 4xx such as 422, an agent's 502
 with an inner `judge_unparsable`, `bad_answer`, `sandbox_unavailable`, ...) is recorded at once: running the
 same rollout again would fail the same way. Every call has a total deadline, so a collection against a
@@ -68,8 +68,8 @@ from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, 
 from nemo_gym.collect.sink import RolloutFiles
 from nemo_gym.collect.tasks import read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
-from nemo_gym.errors import ServersGoneError
-from nemo_gym.processes import run_interruptible
+from nemo_gym.common.errors import ServersGoneError
+from nemo_gym.common.processes import run_interruptible
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 from nemo_gym.serving.responses_params import ResponsesCreateParams

@@ -39,8 +39,8 @@ from nemo_gym.collect.routing import (
 )
 from nemo_gym.collect.tasks import check_seedable, materialize_all
 from nemo_gym.collect.watchdog import CollectWatchdog
-from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [

@@ -15,8 +15,15 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, repair_truncated_tail, write_json, write_jsonl
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import (
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    iter_jsonl,
+    repair_truncated_tail,
+    write_json,
+    write_jsonl,
+)
 from nemo_gym.serving.responses_params import metadata_object
 
 __all__ = [

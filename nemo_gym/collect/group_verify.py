@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.errors import DataError, ServerError, ServerHTTPError, typed_error, typed_failure
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
+from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, typed_error, typed_failure
+from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 from nemo_gym.serving.retry_policy import ClientTimeouts

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable
 from enum import StrEnum
 
-from nemo_gym.errors import ServersGoneError, ServerUnavailableError
+from nemo_gym.common.errors import ServersGoneError, ServerUnavailableError
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["DEFAULT_SERVERS_GONE_S", "UNAVAILABLE", "ServerLiveness", "Verdict", "decide"]

@@ -45,9 +45,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import TASK_INDEX_KEY, iter_jsonl, write_jsonl
 from nemo_gym.env.metrics import describe, mask_reason
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import TASK_INDEX_KEY, iter_jsonl, write_jsonl
 
 __all__ = ["ProfileConfig", "ProfileSummary", "profile_rollouts", "profile_main", "reward_stats"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = ["PromptConfig", "apply_prompt", "load_prompt_config", "resolve_prompt_path", "search_roots"]
 

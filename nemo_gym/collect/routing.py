@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, TASK_SOURCE_KEY
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, TASK_SOURCE_KEY
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [

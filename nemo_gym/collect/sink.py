@@ -27,7 +27,7 @@ from nemo_gym.collect.files import (
     rollout_input,
     write_state,
 )
-from nemo_gym.jsonl import JsonlAppender, write_jsonl
+from nemo_gym.common.jsonl import JsonlAppender, write_jsonl
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["RolloutFiles", "collection_metrics", "input_fingerprint"]

@@ -10,8 +10,8 @@ from typing import Any
 
 from nemo_gym.collect.files import seed_problem
 from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
 from nemo_gym.serving.responses_params import unknown_keys
 
 __all__ = [

@@ -4,7 +4,7 @@ Order of merging (later wins): the YAML files of `config_paths` (each may list i
 loaded before it), then `env.yaml` (local secrets and values such as `policy_base_url`), then the
 command-line overrides `+key=value` / `++key=value` / `key=value` (all three set the key here, so nobody
 has to know whether a key exists yet). Every error names the YAML file and the key and says what to write.
-The server instances of a loaded config, checked, are `nemo_gym.server_instances`.
+The server instances of a loaded config, checked, are `nemo_gym.config.server_instances`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 from nemo_gym.config.directives import apply_config_directives
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 
 __all__ = [
     "LoadedConfig",

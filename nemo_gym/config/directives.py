@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = ["apply_config_directives"]
 

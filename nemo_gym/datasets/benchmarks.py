@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collect.prompt_templates import search_roots
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = ["ListBenchmarksOptions", "PrepareBenchmarkOptions", "benchmark_entries", "list_benchmarks_main"]
 

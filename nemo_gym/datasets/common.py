@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from nemo_gym.errors import NemoGymError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import NemoGymError
+from nemo_gym.common.layout import nemo_gym_home
 
 __all__ = [
     "RegistryError",

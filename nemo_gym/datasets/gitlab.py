@@ -21,6 +21,7 @@ import gitlab
 import requests
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.paths import check_name, resolve_inside
 from nemo_gym.datasets.common import (
     RegistryError,
     atomic_download,
@@ -33,7 +34,6 @@ from nemo_gym.datasets.common import (
     sha256_file,
     token_for,
 )
-from nemo_gym.paths import check_name, resolve_inside
 
 __all__ = [
     "GitlabRegistry",

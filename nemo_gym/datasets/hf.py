@@ -31,6 +31,8 @@ from huggingface_hub.errors import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.layout import SERVER_TYPES
+from nemo_gym.common.paths import resolve_inside
 from nemo_gym.datasets.common import (
     RegistryError,
     atomic_download,
@@ -44,8 +46,6 @@ from nemo_gym.datasets.common import (
     token_for,
 )
 from nemo_gym.datasets.gitlab import GitlabRegistry, download_to_dir
-from nemo_gym.layout import SERVER_TYPES
-from nemo_gym.paths import resolve_inside
 
 __all__ = [
     "HubDatasets",

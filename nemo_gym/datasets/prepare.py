@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import iter_lines
+from nemo_gym.common.layout import REPO_ROOT, SERVER_TYPES
 from nemo_gym.config import LoadedConfig, load_config, validation_problems
 from nemo_gym.datasets.sources import dataset_source, fetch_dataset
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
-from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.jsonl import iter_lines
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
 
 __all__ = ["PrepareDataOptions", "DatasetSpec", "prepare_data", "prepare_main", "prepare_command"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collect.prompt_templates import apply_prompt, load_prompt_config, resolve_prompt_path
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import iter_lines
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import iter_lines
 
 __all__ = ["MaterializePromptsOptions", "materialize_main"]
 

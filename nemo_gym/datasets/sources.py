@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = ["HuggingFaceSource", "GitlabSource", "dataset_source", "fetch_dataset"]
 

@@ -43,9 +43,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.bad_answers import EMPTY_ANSWER, HUGE_ANSWER_CHARS, huge_answers, wrong_type_answers
 from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.entrypoint import load_server_class
 
 __all__ = [

@@ -22,7 +22,7 @@ from collections import Counter
 from enum import Enum
 from typing import Any
 
-from nemo_gym.errors import ServerHTTPError
+from nemo_gym.common.errors import ServerHTTPError
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow"]
@@ -71,8 +71,8 @@ class ModelCalls:
         prompt was refused as too long; `[]`) or None (the episode may go on).
 
         Raises:
-            nemo_gym.errors.ServerError: the call failed otherwise, or with a context overflow when `overflow_ends`
-                is false (e.g. the task's own prompt is too long: a failure, not an episode's end).
+            nemo_gym.common.errors.ServerError: the call failed otherwise, or with a context overflow when
+                `overflow_ends` is false (e.g. the task's own prompt is too long: a failure, not an episode's end).
         """
         try:
             response = await self.client.post(

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from nemo_gym.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 __all__ = [
     "MASK_SAMPLE_KEY",

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.validation import run_verifier_cases
-from nemo_gym.layout import REPO_ROOT
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import live_runs, run_token_headers
 

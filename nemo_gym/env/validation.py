@@ -28,9 +28,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from nemo_gym.common.jsonl import iter_lines
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
 from nemo_gym.env.resources_server import ResourcesServer
-from nemo_gym.jsonl import iter_lines
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.responses_params import unknown_keys
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, iter_jsonl, write_json
 from nemo_gym.eval.bootstrap_ci import DEFAULT_RESAMPLES
 from nemo_gym.eval.evaluation import compare, evaluate, load_task_results, resolve_both_ks, resolve_ks
 from nemo_gym.eval.table import print_report
-from nemo_gym.jsonl import AGENT_REF_KEY, iter_jsonl, write_json
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 

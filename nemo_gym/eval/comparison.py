@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import orjson
 
+from nemo_gym.common.jsonl import TASK_INDEX_KEY
 from nemo_gym.env.trajectory import count_model_turns, with_message_types
 from nemo_gym.eval.bootstrap_ci import DEFAULT_RESAMPLES, bootstrap_mean_ci
-from nemo_gym.jsonl import TASK_INDEX_KEY
 
 __all__ = [
     "PairedDifference",

@@ -40,7 +40,8 @@ from typing import Any
 import orjson
 
 from nemo_gym.collect.files import OutputPaths
-from nemo_gym.errors import ConfigError, DataError
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.eval.bootstrap_ci import DEFAULT_RESAMPLES
 from nemo_gym.eval.comparison import (
     TaskPair,
@@ -51,7 +52,6 @@ from nemo_gym.eval.comparison import (
     task_key,
     tool_calls_and_turns,
 )
-from nemo_gym.jsonl import AGENT_REF_KEY, TASK_INDEX_KEY, iter_jsonl
 
 __all__ = [
     "TaskResult",

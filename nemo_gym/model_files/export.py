@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.paths import check_name, resolve_inside
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.paths import check_name, resolve_inside
 from nemo_gym.runs.background import list_records, load_record
 
 __all__ = ["ExportOptions", "ExportSource", "resolve_source", "export_model", "export_main"]

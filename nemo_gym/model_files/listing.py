@@ -34,8 +34,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.filesize import decimal
 
-from nemo_gym.errors import NemoGymError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import NemoGymError
+from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.model_servers.embedded import EMBEDDED_MODELS, EMBEDDED_PREFIX, EmbeddedModel
 from nemo_gym.runs.background import list_records
 from nemo_gym.team import remote_runs

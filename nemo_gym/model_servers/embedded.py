@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.layout import nemo_gym_home
 
 __all__ = [
     "EMBEDDED_PREFIX",

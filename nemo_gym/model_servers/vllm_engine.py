@@ -33,10 +33,10 @@ from pathlib import Path
 import httpx
 import psutil
 
-from nemo_gym.errors import ConfigError, ServerStartError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import ConfigError, ServerStartError
+from nemo_gym.common.layout import nemo_gym_home
+from nemo_gym.common.processes import die_with_parent, free_port
 from nemo_gym.orchestration.venvs import pip_find_links, uv_executable
-from nemo_gym.processes import die_with_parent, free_port
 
 __all__ = [
     "CPU_PACKAGE",

@@ -30,9 +30,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import REPO_ROOT, SERVER_TYPES
 from nemo_gym.config import did_you_mean
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import REPO_ROOT, SERVER_TYPES
 from nemo_gym.orchestration.venvs import VenvBuildError, ensure_venv, find_links_args, uv_executable
 
 __all__ = [

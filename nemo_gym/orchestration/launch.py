@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nemo_gym.errors import ServerStartError
-from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES
+from nemo_gym.common.processes import die_with_parent
+from nemo_gym.config.server_instances import ServerInstance, references
 from nemo_gym.orchestration.server_processes import ServerProcess, log_path
 from nemo_gym.orchestration.venvs import VenvBuildError
-from nemo_gym.processes import die_with_parent
-from nemo_gym.server_instances import ServerInstance, references
 from nemo_gym.serving.head import ServerRegistry
 from nemo_gym.serving.nemo_gym_discovery import agent_references
 

@@ -12,11 +12,11 @@ import time
 
 import httpx
 
-from nemo_gym.errors import ServerStartError
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.launch import RunContext, register
 from nemo_gym.orchestration.server_processes import ServerProcess
 from nemo_gym.orchestration.upstream_servers import LIVENESS_PATH
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import TOKEN_HEADER
 
 __all__ = ["ExternalLauncher"]

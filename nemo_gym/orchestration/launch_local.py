@@ -13,10 +13,10 @@ import os
 import sys
 from pathlib import Path
 
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.launch import Environment, RunContext, spawn
 from nemo_gym.orchestration.server_processes import ServerProcess, stop_processes
 from nemo_gym.orchestration.venvs import ensure_venv, requirements_text
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import RUN_TOKEN_ENV, SAME_USER_ENV
 from nemo_gym.serving.client import HEAD_URL_ENV
 from nemo_gym.serving.entrypoint import REPLICA_ENV

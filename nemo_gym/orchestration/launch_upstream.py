@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from nemo_gym.common.processes import free_ports
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.launch import Environment, RunContext, register, spawn
 from nemo_gym.orchestration.server_processes import ServerProcess, stop_processes
 from nemo_gym.orchestration.upstream_servers import (
@@ -28,8 +30,6 @@ from nemo_gym.orchestration.upstream_servers import (
     release_requirements,
     release_version,
 )
-from nemo_gym.processes import free_ports
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import RUN_TOKEN_ENV, SAME_USER_ENV, write_allowed_peers
 from nemo_gym.upstream.detect import FRAMEWORK
 

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from nemo_gym.errors import ConfigError, ServerStartError
+from nemo_gym.common.errors import ConfigError, ServerStartError
+from nemo_gym.common.processes import die_with_parent, signal_group
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.server_processes import ServerProcess, node_of
-from nemo_gym.processes import die_with_parent, signal_group
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.serving.auth import RUN_TOKEN_ENV
 from nemo_gym.serving.client import HEAD_URL_ENV
 from nemo_gym.serving.entrypoint import REPLICA_ENV

@@ -46,9 +46,10 @@ import psutil
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError, ServerStartError
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.config import LoadedConfig, validation_problems
-from nemo_gym.errors import ConfigError, ServerStartError
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.config.server_instances import ServerInstance, server_instances
 from nemo_gym.orchestration.launch import Launcher, RunContext, build_environments
 from nemo_gym.orchestration.launch_external import ExternalLauncher
 from nemo_gym.orchestration.launch_local import LocalLauncher
@@ -56,7 +57,6 @@ from nemo_gym.orchestration.launch_upstream import NemoGymLauncher
 from nemo_gym.orchestration.ray_placement import RayLauncher
 from nemo_gym.orchestration.server_processes import ServerProcess, died_message, node_of
 from nemo_gym.orchestration.upstream_servers import DEFAULT_VERSION
-from nemo_gym.server_instances import ServerInstance, server_instances
 from nemo_gym.serving.auth import TOKEN_FILE_NAME, PeerPolicy, new_run_token, write_token_file
 from nemo_gym.serving.entrypoint import bind_socket
 from nemo_gym.serving.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.errors import ServerStartError
-from nemo_gym.processes import die_with_parent, free_port, signal_group
-from nemo_gym.server_instances import ServerInstance
+from nemo_gym.common.errors import ServerStartError
+from nemo_gym.common.processes import die_with_parent, free_port, signal_group
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
@@ -156,7 +156,7 @@ class NgRunProcess:
         command = [
             sys.executable,
             "-c",
-            "import sys; from nemo_gym.commands import main; sys.exit(main('run'))",
+            "import sys; from nemo_gym.config.commands import main; sys.exit(main('run'))",
             *argv,
             f"++head_server.port={port}",
         ]

@@ -47,11 +47,11 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from nemo_gym.errors import ConfigError, ServerStartError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import ConfigError, ServerStartError
+from nemo_gym.common.layout import nemo_gym_home
+from nemo_gym.common.processes import die_with_parent, free_ports, signal_group
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.venvs import VenvBuildError, ensure_built, find_links_args, run_logged, uv_executable
-from nemo_gym.processes import die_with_parent, free_ports, signal_group
-from nemo_gym.server_instances import ServerInstance
 from nemo_gym.upstream.detect import detect_release
 
 __all__ = [
@@ -316,7 +316,7 @@ class RayHead:
         times the attempt's number (a burst of load, such as servers starting beside, has time to pass).
 
         Raises:
-            nemo_gym.errors.ServerStartError: `ray start` exited or did not come up within START_TIMEOUT_S.
+            nemo_gym.common.errors.ServerStartError: `ray start` exited or did not come up within START_TIMEOUT_S.
         """
         for attempt in range(1, self.START_ATTEMPTS + 1):
             try:

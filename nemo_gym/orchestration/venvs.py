@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from nemo_gym.errors import NemoGymError
-from nemo_gym.layout import REPO_ROOT, nemo_gym_home
+from nemo_gym.common.errors import NemoGymError
+from nemo_gym.common.layout import REPO_ROOT, nemo_gym_home
 
 __all__ = [
     "VenvBuildError",

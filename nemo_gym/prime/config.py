@@ -37,9 +37,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.config import did_you_mean, parse_overrides
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_jsonl
 from nemo_gym.model_files.listing import offline_models
 from nemo_gym.model_servers.embedded import EMBEDDED_MODELS, EMBEDDED_PREFIX, embedded_model
 from nemo_gym.prime.environments import ResolvedEnv, key_path, resolve_env

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.config import did_you_mean, load_config
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.layout import REPO_ROOT
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.module_loading import import_file
 

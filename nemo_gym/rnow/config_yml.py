@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.prime.config import check_known_keys
 
 __all__ = ["RnowConfig", "parse_config", "is_rnow_key", "set_override"]

@@ -17,8 +17,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.common.jsonl import iter_lines
 from nemo_gym.config import did_you_mean
-from nemo_gym.jsonl import iter_lines
 from nemo_gym.rnow.loading import ProjectFunctions
 
 __all__ = ["Entry", "read_entries", "entry_problems", "entry_tool_names", "substituted_messages", "ROLES"]

@@ -19,8 +19,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.orchestration.venvs import VenvBuildError, ensure_venv
 from nemo_gym.rnow import decorators
 from nemo_gym.rnow.decorators import RewardSpec, ToolSpec

@@ -50,9 +50,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.config import load_config, parse_overrides
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_jsonl
 from nemo_gym.model_servers.embedded import context_limit
 from nemo_gym.prime.config import resolve_model
 from nemo_gym.rnow.config_yml import RnowConfig, is_rnow_key, parse_config, set_override

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.layout import REPO_ROOT
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.rnow.decorators import RewardArgs, RewardSpec
 from nemo_gym.rnow.scoring import RewardError
 from nemo_gym.serving.module_loading import import_file

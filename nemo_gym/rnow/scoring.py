@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_gym.errors import ServerError
+from nemo_gym.common.errors import ServerError
 from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, RewardSpec
 
 __all__ = ["RewardError", "RewardTimeoutError", "RewardOutcome", "total_reward", "run_reward", "score"]

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.model_servers.embedded import EMBEDDED_PREFIX, embedded_model
 
 __all__ = ["PromptCounter", "tokenizer_file", "render_prompt"]

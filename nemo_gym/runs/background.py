@@ -34,11 +34,11 @@ from typing import Any, Literal
 
 import psutil
 
-from nemo_gym import commands
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_json
-from nemo_gym.layout import nemo_gym_home
-from nemo_gym.paths import PathEscapeError, check_name, resolve_inside
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_json
+from nemo_gym.common.layout import nemo_gym_home
+from nemo_gym.common.paths import PathEscapeError, check_name, resolve_inside
+from nemo_gym.config import commands
 from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV, STOP_REQUEST_FILE
 
 __all__ = [

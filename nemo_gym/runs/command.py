@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config
-from nemo_gym.errors import ConfigError
 from nemo_gym.runs.background import (
     RunRecord,
     detach,

@@ -25,8 +25,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import did_you_mean
-from nemo_gym.errors import ConfigError
 
 __all__ = [
     "PROJECT_TEMPLATES_DIR",

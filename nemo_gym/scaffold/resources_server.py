@@ -13,10 +13,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.layout import REPO_ROOT
 
 __all__ = ["InitOptions", "init_resources_server", "init_main", "TEMPLATES_DIR"]
 

@@ -3,11 +3,11 @@
 Every attempt has a connect deadline and a total deadline (connect + read seconds, for the whole answer, so
 a server that trickles bytes cannot hold a call forever); there are at most `max_retries` retries, with
 exponential backoff (or the server's `Retry-After` after a 429, up to `retry_after_max_s`), and only for
-transient failures (`nemo_gym.errors.is_transient`: connection errors, timeouts, 429, 502/503/504 without a
+transient failures (`nemo_gym.common.errors.is_transient`: connection errors, timeouts, 429, 502/503/504 without a
 deterministic inner failure class). So one call lasts at most `ClientTimeouts.worst_case_s()` (plus one connect
 deadline per other replica of the instance, for a call that a refused connection moves to another replica; see
 `ServerClient` and `nemo_gym.serving.replicas`; the policy: `nemo_gym.serving.retry_policy`). Failures raise the typed
-errors of `nemo_gym.errors`; nothing hangs forever.
+errors of `nemo_gym.common.errors`; nothing hangs forever.
 
 The HTTP client underneath is aiohttp: a rollout makes several calls between the same few servers, at
 hundreds in flight, and aiohttp's connection pool hands out a kept-alive connection in constant time (httpx's
@@ -29,7 +29,7 @@ import aiohttp
 import httpx
 import orjson
 
-from nemo_gym.errors import (
+from nemo_gym.common.errors import (
     ServerBadAnswerError,
     ServerError,
     ServerHTTPError,

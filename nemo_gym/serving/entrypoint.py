@@ -26,9 +26,9 @@ import uvicorn
 import uvloop
 from pydantic import ValidationError
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import did_you_mean
-from nemo_gym.errors import ConfigError
-from nemo_gym.server_instances import ServerInstance, references
+from nemo_gym.config.server_instances import ServerInstance, references
 from nemo_gym.serving.auth import take_run_token_from_env
 from nemo_gym.serving.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.serving.limits import UVICORN_LIMITS

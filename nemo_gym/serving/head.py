@@ -30,8 +30,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.serving.api_schema import add_components, json_body, model_schema
 from nemo_gym.serving.auth import TOKEN_HEADER, PeerPolicy, RunTokenAuth, current_run_token, read_token_file
 from nemo_gym.serving.limits import RequestLimits, read_json_object

@@ -13,9 +13,9 @@ import httpx
 import yaml
 from fastapi import FastAPI, Request
 
+from nemo_gym.common.errors import ServerBadAnswerError
 from nemo_gym.config import server_sections
-from nemo_gym.errors import ServerBadAnswerError
-from nemo_gym.server_instances import references
+from nemo_gym.config.server_instances import references
 
 __all__ = ["add_nemo_gym_discovery_routes", "agent_references", "nemo_gym_discovery", "nemo_gym_head_servers"]
 

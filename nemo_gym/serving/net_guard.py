@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = [
     "BlockedAddressError",

@@ -1,6 +1,6 @@
 """When a client call is retried and how long it waits: the deadlines and retry policy of `ServerClient`
 (`ClientTimeouts`: per-attempt deadlines, the number of retries, the exponential backoff between them) and a 429's
-`Retry-After` (`retry_after_s`). Which failures are retried is `nemo_gym.errors.is_transient`.
+`Retry-After` (`retry_after_s`). Which failures are retried is `nemo_gym.common.errors.is_transient`.
 """
 
 from __future__ import annotations

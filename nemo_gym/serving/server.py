@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.errors import ServerError, ServerHTTPError, typed_failure
+from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
 from nemo_gym.serving.api_schema import add_components
 from nemo_gym.serving.auth import PeerPolicy, RunTokenAuth
 from nemo_gym.serving.client import SESSION_COOKIE, SESSION_HEADER, ServerClient

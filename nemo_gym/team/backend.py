@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 
-from nemo_gym.errors import ConfigError, NemoGymError
-from nemo_gym.processes import signal_group
+from nemo_gym.common.errors import ConfigError, NemoGymError
+from nemo_gym.common.processes import signal_group
 from nemo_gym.team import job as job_module
 
 __all__ = ["RunState", "RayBackend", "ray_status_to_run_status"]

@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import ConfigError, NemoGymError
 from nemo_gym.datasets.common import load_login, remove_login, save_login
-from nemo_gym.errors import ConfigError, NemoGymError
 
 __all__ = [
     "LOGIN_ENTRY",

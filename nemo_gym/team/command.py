@@ -19,8 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.serving.entrypoint import bind_socket
 from nemo_gym.serving.limits import UVICORN_LIMITS
 from nemo_gym.team.backend import RayBackend

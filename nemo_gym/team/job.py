@@ -27,8 +27,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from nemo_gym import commands
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.layout import nemo_gym_home
+from nemo_gym.config import commands
 from nemo_gym.runs.background import write_stop_request
 from nemo_gym.train.stopping import BACKGROUND_RUN_DIR_ENV
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import parse_overrides
-from nemo_gym.errors import ConfigError
 from nemo_gym.team.client import TERMINAL, ServerLogin, TeamClient, TeamServerError, current_login, require_login
 
 __all__ = ["wants_remote", "remote_runs_main", "submit_remote", "list_server_models", "print_team_status"]

@@ -47,8 +47,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.common.errors import NemoGymError
 from nemo_gym.config import MASK, is_secret_key
-from nemo_gym.errors import NemoGymError
 from nemo_gym.runs.background import new_run_id
 from nemo_gym.team.backend import TERMINAL, RayBackend, ray_status_to_run_status
 from nemo_gym.team.job import RUN_ID_PATTERN

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 
 __all__ = ["TOKEN_PREFIX", "NAME_PATTERN", "User", "Token", "Run", "Store", "hash_token"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from nemo_gym.errors import DataError
+from nemo_gym.common.errors import DataError
 
 __all__ = ["ModelCall", "TrainingSequence", "TrainingBatch", "model_calls", "rollout_to_sequence", "collate"]
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import LoadedConfig, validation_problems
-from nemo_gym.errors import ConfigError
 from nemo_gym.serving.responses_params import ResponsesCreateParams
 
 __all__ = [

@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 import torch
 
-from nemo_gym.errors import ConfigError, ServerError
+from nemo_gym.common.errors import ConfigError, ServerError
 from nemo_gym.model_servers.teacher_scoring import SCORE_ROUTE, parse_prompt_logprobs, prompt_logprobs_request
 from nemo_gym.rl import policy_loss
 from nemo_gym.serving.auth import TOKEN_HEADER

@@ -24,8 +24,8 @@ import sys
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from nemo_gym import commands
-from nemo_gym.processes import free_port
+from nemo_gym.common.processes import free_port
+from nemo_gym.config import commands
 
 __all__ = [
     "world_size",

@@ -26,7 +26,7 @@ one, detached (ratio 1 in value, gradient of the log-prob); the vLLM/trainer mis
 truncated importance-sampling weight on `rollout_logprobs` inside `policy_loss`.
 
 Checkpoints are loaded without unpickling code (`nemo_gym.train.safe_checkpoint`); a checkpoint tag must name a
-folder inside the checkpoint folder (`nemo_gym.paths.resolve_inside`).
+folder inside the checkpoint folder (`nemo_gym.common.paths.resolve_inside`).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Any
 
 import torch
 
-from nemo_gym.layout import nemo_gym_home
+from nemo_gym.common.layout import nemo_gym_home
+from nemo_gym.common.paths import resolve_inside
+from nemo_gym.common.processes import free_port
 from nemo_gym.model_servers.embedded import EMBEDDED_PREFIX, embedded_model
-from nemo_gym.paths import resolve_inside
-from nemo_gym.processes import free_port
 from nemo_gym.rl import LossConfig, policy_loss, token_entropy, token_logprobs
 from nemo_gym.train import crash_points, distributed, safe_checkpoint
 from nemo_gym.train.batch import TrainingBatch
@@ -377,7 +377,7 @@ class PolicyEngine:
 
         Raises:
             FileNotFoundError: no checkpoint `tag` under `checkpoint_dir`.
-            nemo_gym.paths.PathEscapeError: `tag` names a folder outside `checkpoint_dir`.
+            nemo_gym.common.paths.PathEscapeError: `tag` names a folder outside `checkpoint_dir`.
             nemo_gym.train.safe_checkpoint.UnsafeCheckpointError: a checkpoint file holds pickled code.
         """
         resolve_inside(checkpoint_dir, tag, what=f"checkpoint tag (in {checkpoint_dir})")

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from nemo_gym.common.jsonl import TASK_INDEX_KEY
 from nemo_gym.env.metrics import mask_reason
-from nemo_gym.jsonl import TASK_INDEX_KEY
 from nemo_gym.rl import compute_advantages, zero_variance_groups
 from nemo_gym.train.batch import TrainingBatch, collate, rollout_to_sequence
 from nemo_gym.train.config import TrainerConfig

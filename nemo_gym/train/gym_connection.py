@@ -22,7 +22,7 @@ from nemo_gym.collect.engine import collect
 from nemo_gym.collect.sink import RolloutFiles
 from nemo_gym.collect.tasks import read_tasks
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
-from nemo_gym.jsonl import write_jsonl
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.orchestration.server_processes import NgRunProcess
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import run_token_for_url

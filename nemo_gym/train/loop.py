@@ -33,10 +33,10 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import replace_atomically
+from nemo_gym.common.paths import check_name
 from nemo_gym.config import mask_secrets
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import replace_atomically
-from nemo_gym.paths import check_name
 from nemo_gym.train import crash_points, distributed
 from nemo_gym.train.batch import TrainingBatch
 from nemo_gym.train.config import TrainerConfig

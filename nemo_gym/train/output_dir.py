@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import mask_secrets
-from nemo_gym.errors import ConfigError
 from nemo_gym.train.config import TrainerConfig
 
 __all__ = [

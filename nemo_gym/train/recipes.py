@@ -9,8 +9,8 @@ import sys
 
 import torch
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import LoadedConfig
-from nemo_gym.errors import ConfigError
 from nemo_gym.train import distributed
 from nemo_gym.train.config import TrainerConfig, check_algorithm, check_hardware, trainer_config
 from nemo_gym.train.distill import OnPolicyDistillRecipe

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from nemo_gym.errors import NemoGymError
+from nemo_gym.common.errors import NemoGymError
 from nemo_gym.train import crash_points
 
 __all__ = ["CHECKPOINT_SAFE_GLOBALS", "UnsafeCheckpointError", "SafeCheckpointEngine", "safe_torch_load", "install"]

@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from nemo_gym.errors import ConfigError, DataError
-from nemo_gym.jsonl import iter_jsonl
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import iter_jsonl
 from nemo_gym.model_servers import tool_calls
 from nemo_gym.serving import openai_convert
 from nemo_gym.train.batch import TrainingBatch, TrainingSequence, collate

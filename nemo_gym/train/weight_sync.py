@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from nemo_gym.errors import ConfigError, ServerError
+from nemo_gym.common.errors import ConfigError, ServerError
 from nemo_gym.serving.auth import TOKEN_HEADER
 from nemo_gym.train.weight_sync_direct import BroadcastWeightSync, CudaIpcWeightSync, PolicyRoutes, choose_backend
 

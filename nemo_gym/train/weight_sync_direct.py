@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from nemo_gym.errors import ConfigError, ServerError
+from nemo_gym.common.errors import ConfigError, ServerError
 from nemo_gym.serving.auth import TOKEN_HEADER
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import parse_overrides, validation_problems
-from nemo_gym.errors import ConfigError
 from nemo_gym.serving.responses_params import ResponsesCreateParams
 
 __all__ = ["TryOptions", "split_arguments"]

@@ -50,12 +50,12 @@ from typing import Any
 
 from nemo_gym.collect.engine import CollectResult, collect
 from nemo_gym.collect.tasks import read_tasks_with_lines
-from nemo_gym.errors import ConfigError, ServersGoneError
+from nemo_gym.common.errors import ConfigError, ServersGoneError
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, write_json
+from nemo_gym.common.processes import run_interruptible
 from nemo_gym.eval.console import failure_panel, new_console, rollout_panel, summary_table
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, write_json
 from nemo_gym.orchestration.server_processes import NgRunProcess
 from nemo_gym.prime.config import resolve_model
-from nemo_gym.processes import run_interruptible
 from nemo_gym.rnow.project import (
     RNOW_MODEL_FIX,
     is_sft,

@@ -23,8 +23,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_json
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_json
 from nemo_gym.rnow.project import Project, sft_rows
 
 if TYPE_CHECKING:

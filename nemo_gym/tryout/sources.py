@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import yaml
 
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config, parse_overrides
-from nemo_gym.errors import ConfigError
 from nemo_gym.model_servers.embedded import EMBEDDED_MODELS, EMBEDDED_PREFIX
 from nemo_gym.prime.config import offline_models_hint, resolve_model
 from nemo_gym.rnow.project import AGENT_NAME as RNOW_AGENT

@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 
 from nemo_gym import MOVED
-from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
-from nemo_gym.server_instances import ServerInstance
+from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
+from nemo_gym.config.server_instances import ServerInstance
 
 __all__ = ["FRAMEWORK", "NEWEST_RELEASE", "detect_framework", "detect_release", "framework_of"]
 

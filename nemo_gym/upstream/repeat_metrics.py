@@ -24,8 +24,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY
 from nemo_gym.env.metrics import Pair
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY
 
 __all__ = ["across_repeats", "coverage_metrics", "repeat_level_metrics", "t_interval_95"]
 

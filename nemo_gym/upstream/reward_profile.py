@@ -57,9 +57,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.env.metrics import MASK_SAMPLE_KEY, Pair, is_number, numeric_fields, profile_groups
-from nemo_gym.errors import DataError
-from nemo_gym.jsonl import (
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import (
     ENVIRONMENT_SERVER_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
@@ -67,6 +66,7 @@ from nemo_gym.jsonl import (
     replace_atomically,
     write_jsonl,
 )
+from nemo_gym.env.metrics import MASK_SAMPLE_KEY, Pair, is_number, numeric_fields, profile_groups
 from nemo_gym.upstream.repeat_metrics import across_repeats, coverage_metrics, repeat_level_metrics
 
 __all__ = [

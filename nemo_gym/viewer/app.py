@@ -23,7 +23,7 @@ import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from nemo_gym.errors import ConfigError  # noqa: E402
+from nemo_gym.common.errors import ConfigError  # noqa: E402
 from nemo_gym.viewer.compare import ComparedFiles  # noqa: E402
 from nemo_gym.viewer.compare_page import add_compare_tab  # noqa: E402
 from nemo_gym.viewer.index import RolloutIndex, RowFilter  # noqa: E402

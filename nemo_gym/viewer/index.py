@@ -39,7 +39,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from nemo_gym.errors import DataError
+from nemo_gym.common.errors import DataError
 from nemo_gym.eval.comparison import TaskKey, prompt_digest, task_key, tool_calls_and_turns
 
 __all__ = ["RolloutIndex", "RowFilter", "output_chars"]

@@ -57,7 +57,7 @@ from typing import Literal
 
 import psutil
 
-from nemo_gym.errors import ServerError
+from nemo_gym.common.errors import ServerError
 
 from . import seccomp_filter
 

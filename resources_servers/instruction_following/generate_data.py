@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.jsonl import write_jsonl
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.serving.module_loading import script_package
 
 if (

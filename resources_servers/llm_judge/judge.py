@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nemo_gym.errors import ServerError
+from nemo_gym.common.errors import ServerError
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [

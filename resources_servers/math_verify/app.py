@@ -28,9 +28,9 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field
 
+from nemo_gym.common.errors import ServerError
 from nemo_gym.env.answers import last_assistant_text, last_boxed, strip_thinking
 from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
-from nemo_gym.errors import ServerError
 from nemo_gym.serving.server import ServerConfig, Session
 
 ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:|=)\s*:?\s*(.+)", flags=re.IGNORECASE)

@@ -23,9 +23,9 @@ import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reasoning_gym.factory import DATASETS
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.config import load_config, validation_problems
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_jsonl
 
 __all__ = ["DEFAULT_ANSWER_INSTRUCTION", "GeneratorSpec", "build_tasks", "prepare_tasks", "main"]
 

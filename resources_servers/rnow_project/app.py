@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.resources_server import ResourcesServer, SeedRequest, VerifyRequest, VerifyResult
-from nemo_gym.layout import REPO_ROOT
 from nemo_gym.rnow.decorators import DEFAULT_REWARD_TIMEOUT_S, RewardArgs, ToolArgs, ToolSpec, tool_parameters
 from nemo_gym.rnow.loading import load_functions
 from nemo_gym.rnow.sandboxed import SandboxedRewards

@@ -21,7 +21,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 
 FOLDER = Path(__file__).resolve().parent
 SEED = 2111

@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import write_jsonl
 from nemo_gym.config import parse_overrides
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import write_jsonl
 from nemo_gym.serving.module_loading import script_package
 
 if (

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from nemo_gym.errors import ConfigError
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.serving.openai_convert import ConversionError, input_items_to_messages
 
 __all__ = [

@@ -20,9 +20,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
-from nemo_gym.errors import ServerError, ServerHTTPError, typed_failure
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route

@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field, SecretStr
 
-from nemo_gym.errors import ServerError, ServerHTTPError, is_transient
+from nemo_gym.common.errors import ServerError, ServerHTTPError, is_transient
 from nemo_gym.model_servers.model_server import ModelServer
 from nemo_gym.serving import openai_convert
 from nemo_gym.serving.client import ServerClient

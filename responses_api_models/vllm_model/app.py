@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, HTTPException
 
-from nemo_gym.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from nemo_gym.common.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
 from nemo_gym.model_servers import embedded as embedded
 from nemo_gym.model_servers import teacher_scoring, tool_calls
 from nemo_gym.model_servers.model_server import ModelServer

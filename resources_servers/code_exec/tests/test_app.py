@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import assistant_response, post_verify
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.module_loading import import_file
 

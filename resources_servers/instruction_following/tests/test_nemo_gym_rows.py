@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import assistant_response, post_verify, server_client
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]

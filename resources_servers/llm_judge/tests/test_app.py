@@ -18,9 +18,9 @@ from live_servers import serve
 
 from nemo_gym import cli
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
-from nemo_gym.jsonl import read_jsonl
-from nemo_gym.server_instances import server_instances
+from nemo_gym.config.server_instances import server_instances
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app
@@ -462,7 +462,7 @@ def test_openai_judge_config_composes_a_separate_judge_model():
 
 def test_group_verify_names_a_row_without_task_index(tmp_path):
     from nemo_gym.collect.group_verify import group_rollouts
-    from nemo_gym.errors import DataError
+    from nemo_gym.common.errors import DataError
 
     (tmp_path / "r.jsonl").write_text(json.dumps({"_ng_task_index": 0}) + "\n\n" + json.dumps({"reward": 1.0}) + "\n")
     with pytest.raises(DataError, match=r"r.jsonl:3: no integer _ng_task_index"):

@@ -9,10 +9,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import load_config
 from nemo_gym.env.testing import NgRun, assert_verifier_cases, assistant_response, post_verify, server_client
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]

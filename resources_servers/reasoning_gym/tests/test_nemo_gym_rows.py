@@ -15,8 +15,8 @@ import reasoning_gym
 from reasoning_gym.composite import DatasetSpec
 from reasoning_gym.factory import DATASETS
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import assistant_response, post_verify, server_client
-from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 NEMO_GYM_ROWS = read_jsonl(SERVER_DIR / "tests/nemo_gym/example.jsonl")

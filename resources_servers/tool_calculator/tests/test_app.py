@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import server_client
-from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.module_loading import import_file
 
 SERVER_DIR = Path(__file__).resolve().parents[1]

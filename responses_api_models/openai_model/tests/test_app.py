@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 import yaml
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.serving.entrypoint import load_server_class
 
 HERE = Path(__file__).resolve().parents[1]

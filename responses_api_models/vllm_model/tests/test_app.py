@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from nemo_gym.jsonl import read_jsonl
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.model_servers import tool_calls
 from nemo_gym.serving import openai_convert
 from nemo_gym.serving.entrypoint import load_server_class

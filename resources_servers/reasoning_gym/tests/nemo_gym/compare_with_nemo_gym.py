@@ -24,8 +24,8 @@ from pathlib import Path
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
+from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.testing import assistant_response, post_verify, server_client
-from nemo_gym.jsonl import read_jsonl
 
 SERVER_DIR = Path(__file__).resolve().parents[2]
 THEIRS = """

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.paths import PathEscapeError, resolve_inside
 from nemo_gym.config import IMPLEMENTATION_DIR_KEY, LoadedConfig, did_you_mean, instance_sections
-from nemo_gym.errors import ConfigError
-from nemo_gym.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
-from nemo_gym.paths import PathEscapeError, resolve_inside
 
 __all__ = ["FRAMEWORKS", "ServerInstance", "server_instances"]
 

@@ -2,20 +2,22 @@
 the nemo_gym package (no imports of nemo_gym: every module may use it).
 
 The layers are folders (`LAYERS`; tests/test_import_graph.py fails on an import that crosses them upwards, on a
-module that no entry holds, on any import cycle, and on a cycle between the folders and top modules):
+module that no entry holds, on a module at the top of nemo_gym/, on any import cycle, and on a cycle between the
+folders):
 
 - **cli** (`nemo_gym/cli/`): the console scripts and the mains of the commands that join a core command to the
-  extras that feed it. Nothing imports it; commands are run by name through the registry `nemo_gym.commands`,
+  extras that feed it. Nothing imports it; commands are run by name through the registry `nemo_gym.config.commands`,
   which names every main and options model as a string and so sits at the bottom of the graph.
 - **extras**: one folder each: the team run server (`team`), the viewer (`viewer`), the dataset registries and
   `ng_prepare_data` (`datasets`), the ART, ReinforceNow and Prime front-ends (`art`, `rnow`, `prime`), `ng_init`
   (`scaffold`, with the templates' files in `templates`), background runs and `ng_runs` (`runs`), `ng_models` and
   `ng_export` (`model_files`) and `ng_try` (`tryout`). They may import the core and each other.
-- **core**: the top modules (errors, layout, paths, processes, jsonl, config (with NeMo Gym's config directives),
-  server_instances, commands) and the folders of the gym's jobs: `serving` (the HTTP protocol), `env` (what an
-  environment's author uses), `orchestration` (`ng_run`), `model_servers`, `upstream` (NVIDIA NeMo Gym itself),
-  `collect`, `eval`, `rl` and
-  `train`. The core imports no extra and no cli module.
+- **core**: the folders of the gym's jobs: `serving` (the HTTP protocol), `env` (what an environment's author
+  uses), `orchestration` (`ng_run`), `model_servers`, `upstream` (NVIDIA NeMo Gym itself), `collect`, `eval`, `rl`
+  and `train`; below them `config` (loading and merging a config, NeMo Gym's config directives, the server
+  instances of a resolved config, and the `ng_*` commands' registry) and `common` (what every layer uses: the
+  exception tree, this module, path containment, JSONL files, process helpers). The core imports no extra and no
+  cli module.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from pathlib import Path
 
 __all__ = ["LAYERS", "NEMO_GYM_ONLY_SERVER_TYPES", "REPO_ROOT", "SERVER_TYPES", "layer_of", "nemo_gym_home"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 # NeMo Gym 0.7.0's server type that only NeMo Gym folders have (`environment_servers/legacy_agent`, ...): run with the
 # release (nemo_gym.orchestration.launch_upstream), never a folder of ours
 NEMO_GYM_ONLY_SERVER_TYPES = ("environment_servers",)
 
-# layer -> the folders (and top modules) in it, top layer first; a module may import its own layer and those below it
+# layer -> the folders in it, top layer first; a module may import its own layer and those below it
 LAYERS: dict[str, tuple[str, ...]] = {
     "cli": ("nemo_gym.cli",),
     "extras": (
@@ -57,14 +59,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "nemo_gym.eval",
         "nemo_gym.rl",
         "nemo_gym.train",
-        "nemo_gym.errors",
-        "nemo_gym.layout",
-        "nemo_gym.paths",
-        "nemo_gym.processes",
-        "nemo_gym.jsonl",
         "nemo_gym.config",
-        "nemo_gym.server_instances",
-        "nemo_gym.commands",
+        "nemo_gym.common",
     ),
 }
 
@@ -86,4 +82,4 @@ def layer_of(module: str) -> str:
     for layer, prefixes in LAYERS.items():
         if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
             return layer
-    raise ValueError(f"{module} is in no layer of nemo_gym.layout.LAYERS (a new folder or top module is placed there)")
+    raise ValueError(f"{module} is in no layer of nemo_gym.common.layout.LAYERS (a new folder is placed there)")

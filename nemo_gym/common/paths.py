@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nemo_gym.errors import NemoGymError
+from nemo_gym.common.errors import NemoGymError
 
 __all__ = ["PathEscapeError", "resolve_inside", "check_name"]
 

@@ -28,8 +28,8 @@ import yaml
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.common.errors import NemoGymError
 from nemo_gym.config import did_you_mean, load_config, mask_secrets, parse_overrides, validation_problems
-from nemo_gym.errors import NemoGymError
 
 __all__ = ["COMMANDS", "Command", "dispatch", "format_help", "main", "parse_options", "unknown_command"]
 
@@ -138,8 +138,8 @@ COMMANDS: dict[str, Command] = {
         Command(
             "dump_config",
             "print the resolved config with secrets masked",
-            "nemo_gym.commands:DumpConfigOptions",
-            "nemo_gym.commands:dump_config_main",
+            "nemo_gym.config.commands:DumpConfigOptions",
+            "nemo_gym.config.commands:dump_config_main",
             strict=False,
             takes_argv=True,
         ),
@@ -194,12 +194,14 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.viewer.options:ViewerOptions",
             "nemo_gym.viewer.app:viewer_main",
         ),
-        Command("help", "list the ng_* commands", "nemo_gym.commands:NoOptions", "nemo_gym.commands:help_main"),
+        Command(
+            "help", "list the ng_* commands", "nemo_gym.config.commands:NoOptions", "nemo_gym.config.commands:help_main"
+        ),
         Command(
             "version",
             "print the nemo_gym version (+json=true for JSON)",
-            "nemo_gym.commands:VersionOptions",
-            "nemo_gym.commands:version_main",
+            "nemo_gym.config.commands:VersionOptions",
+            "nemo_gym.config.commands:version_main",
         ),
         Command(
             "upload_dataset_to_hf",

@@ -1,7 +1,7 @@
 """JSONL helpers shared by rollout collection and profiling (orjson, one JSON object a line), and the keys the
 collector adds to every row it dispatches (`TASK_INDEX_KEY`, `ROLLOUT_INDEX_KEY`; `AGENT_REF_KEY` names the agent).
 
-Errors in a file raise `nemo_gym.errors.DataError` with a `file:line: what is wrong` message (lines count
+Errors in a file raise `nemo_gym.common.errors.DataError` with a `file:line: what is wrong` message (lines count
 from 1, blank lines count too and are skipped). Appends are crash-safe in the sense the collector needs: each
 row is written with one `write` call and flushed, so after a crash at most the last line is incomplete, and
 `repair_truncated_tail` cuts it off.
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.errors import DataError
+from nemo_gym.common.errors import DataError
 
 __all__ = [
     "TASK_INDEX_KEY",
