@@ -175,10 +175,11 @@ def peer_install(requirements: list[str]) -> None:
 
 
 def nemo_gym_collect_argv(
-    venv: Path, head_url: str, agent: str | None, rows: Path, output: Path, repeats: int
+    venv: Path, head_url: str, agent: str | None, rows: Path, output: Path, repeats: int | str
 ) -> list[str]:
     """NeMo Gym's own `ng_collect_rollouts` (of the release installed in `venv`) of `rows` through `agent` (None: no
-    `+agent_name`), `repeats` times each, against the head server at `head_url`, into `output`."""
+    `+agent_name`), `repeats` times each (or 0.7.0's dict, as written after `+num_repeats=`), against the head server
+    at `head_url`, into `output`."""
     host, port = head_url.removeprefix("http://").rsplit(":", 1)
     return [
         str(venv / "bin" / "ng_collect_rollouts"),
@@ -192,10 +193,11 @@ def nemo_gym_collect_argv(
 
 
 def our_collect_argv(
-    rows: Path, output: Path, repeats: int, agent: str | None = None, head_url: str | None = None
+    rows: Path, output: Path, repeats: int | str, agent: str | None = None, head_url: str | None = None
 ) -> list[str]:
     """Our `ng_collect_rollouts` (this test environment's) of `rows` through `agent` (None: no `+agent_name`),
-    `repeats` times each, into `output`, against the head server at `head_url` (None: `NEMO_GYM_HEAD_URL`)."""
+    `repeats` times each (or NeMo Gym 0.7.0's dict, as written after `+num_repeats=`), into `output`, against the
+    head server at `head_url` (None: `NEMO_GYM_HEAD_URL`)."""
     return [
         str(Path(sys.executable).parent / "ng_collect_rollouts"),
         *([f"+agent_name={agent}"] if agent is not None else []),

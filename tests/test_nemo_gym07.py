@@ -211,15 +211,16 @@ def policy_overrides(fake_policy: str) -> list[str]:
 
 
 class TheirRun:
-    """NeMo Gym 0.7.0's own ng_run of `folders` and its openai_model, as a context manager; `head_url` once ready."""
+    """NeMo Gym 0.7.0's own ng_run of `folders` (and the config files `extra_paths`) and its openai_model, as a
+    context manager; `head_url` once ready."""
 
-    def __init__(self, work: Path, folders: tuple[str, ...], fake_policy: str):
-        self.work, self.folders, self.fake_policy = work, folders, fake_policy
+    def __init__(self, work: Path, folders: tuple[str, ...], fake_policy: str, extra_paths: tuple[Path, ...] = ()):
+        self.work, self.folders, self.fake_policy, self.extra_paths = work, folders, fake_policy, extra_paths
         self.head_url = ""
 
     def __enter__(self) -> TheirRun:
         head_port = free_port()
-        paths = [config_path(folder) for folder in self.folders]
+        paths = [config_path(folder) for folder in self.folders] + [str(path) for path in self.extra_paths]
         paths.append("responses_api_models/openai_model/configs/openai_model.yaml")
         argv = nemo_gym07_run_argv(paths, head_port, *policy_overrides(self.fake_policy))
         log = self.work / "nemo_gym07_ng_run.log"
@@ -624,10 +625,39 @@ def test_a_failing_judge_routes_the_rollout_to_the_failures_file_as_0_7_0_does(t
 PROMPT_TEMPLATE = "system: You help with {topic}.\nuser: '{question}'\n"
 
 
+# a second weather environment in the run: its own resources server (so that example_single_tool_call stays named by
+# one agent) and simple_agent, for the rows fanned out to two agents
+SECOND_WEATHER = {
+    "weather_b": {
+        "resources_servers": {
+            "example_single_tool_call": {
+                "entrypoint": "app.py",
+                "domain": "agent",
+                "verified": False,
+                "description": "example_single_tool_call again",
+            }
+        }
+    },
+    "weather_b_simple_agent": {
+        "responses_api_agents": {
+            "simple_agent": {
+                "entrypoint": "app.py",
+                "resources_server": {"type": "resources_servers", "name": "weather_b"},
+                "model_server": {"type": "responses_api_models", "name": "policy_model"},
+            }
+        }
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def their_weather_run(tmp_path_factory, peer07, fake_policy) -> Iterator[TheirRun]:
-    """0.7.0's own ng_run of example_single_tool_call, shared by the collection-parameter tests (one start)."""
-    with TheirRun(tmp_path_factory.mktemp("weather07"), ("example_single_tool_call",), fake_policy) as theirs:
+    """0.7.0's own ng_run of example_single_tool_call (and `SECOND_WEATHER`), shared by the collection-parameter
+    tests (one start)."""
+    work = tmp_path_factory.mktemp("weather07")
+    second = work / "weather_b.yaml"
+    second.write_text(yaml.safe_dump(SECOND_WEATHER))
+    with TheirRun(work, ("example_single_tool_call",), fake_policy, (second,)) as theirs:
         yield theirs
 
 
@@ -674,6 +704,35 @@ def test_nemo_gym_collection_parameters_as_0_7_0_applies_them(tmp_path, their_we
     assert {json.loads(p["metadata"]["extra_body"])["seed"] for p in reference.values()} == {0, 1, 2}
     assert reference[(0, 0)]["input"][0] == {"role": "system", "content": "You help with the weather."}
     assert_same_rollouts(out_theirs, out_ours)
+
+
+def test_fan_out_and_num_repeats_by_agent_as_0_7_0_applies_them(tmp_path, their_weather_run: TheirRun):
+    """0.7.0's `+fan_out` (rows whose task_source is `ds` run through two agents) with `+num_repeats` as a dict (an
+    agent's entry, the routing key's, `_default`): 0.7.0's collector and ours, on 0.7.0's ng_run, send each
+    (task, rollout) to the same agent and collect the same rollouts; a fanned row's rollouts are numbered on across
+    its agents. Both ng_reward_profiles profile them per (task, agent) the same way."""
+    folder = "example_single_tool_call"
+    agent = instances(folder)["responses_api_agents"]
+    rows = tmp_path / "fan_out.jsonl"
+    example = read_jsonl(example_rows(folder))
+    write_jsonl(rows, [{**row, "task_source": "ds"} for row in example[:2]] + example[2:])
+    extra = [f"+fan_out={{ds: [weather_b_simple_agent, {agent}]}}"]
+    repeats = "{weather_b_simple_agent: 1, ds: 2, _default: 3}"
+    out_theirs, out_ours = collect_both(tmp_path, their_weather_run.head_url, rows, "fan_out", repeats, extra, agent)
+    reference = {key: row["agent_ref"]["name"] for key, row in by_rollout(out_theirs).items()}
+    fanned = {(0, 0): "weather_b_simple_agent", (0, 1): agent, (0, 2): agent}
+    assert {key: name for key, name in reference.items() if key[0] == 0} == fanned
+    assert len(reference) == 2 * 3 + 3 * (len(example) - 2)
+    assert_same_rollouts(out_theirs, out_ours)
+    # profiled per (task, agent) by both ng_reward_profiles, on 0.7.0's collection and on ours
+    for label, out in (("theirs", out_theirs), ("ours", out_ours)):
+        (tmp_path / f"profile_{label}").mkdir()
+        folders = both_reward_profiles(tmp_path / f"profile_{label}", out)
+        fanned_rows = [
+            row for row in read_jsonl(folders["ours"] / "r_reward_profiling.jsonl") if row["_ng_task_index"] == 0
+        ]
+        assert [row["agent_ref"]["name"] for row in fanned_rows] == sorted([agent, "weather_b_simple_agent"])
+        assert_same_reward_profiles(folders)
 
 
 def test_task_source_and_agent_map_rows_go_where_0_7_0_sends_them(tmp_path, their_weather_run: TheirRun):

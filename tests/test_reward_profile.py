@@ -393,14 +393,32 @@ def test_masked_rollouts_are_left_out_and_counted(tmp_path, capsys):
     assert json.loads(repeat_level_metrics_path(cfg.rollouts_jsonl_fpath).read_text()) == []
 
 
-def test_a_task_sent_to_several_agents_is_refused(tmp_path):
-    inputs = [materialized(0, 0, "a"), materialized(0, 1, "b")]
-    rollouts = [rollout(0, 0, 1.0, True, (1, 1), "a"), rollout(0, 1, 1.0, True, (1, 1), "b")]
+def test_a_task_sent_to_several_agents_is_profiled_per_task_and_agent(tmp_path):
+    """NeMo Gym 0.7.0's fan-out: a task that ran through agents b and a has a row per (task, agent), by task then
+    agent name, each with its agent_ref and its own rollouts (numbered on across the agents); 0.4.0's output profiles
+    by task whatever the agent. Against 0.7.0's own ng_reward_profile on a fan-out collection:
+    tests/test_nemo_gym07.py::test_fan_out_and_num_repeats_by_agent_as_0_7_0_applies_them."""
+    inputs = [materialized(0, 0, "b"), materialized(0, 1, "a"), materialized(0, 2, "a"), materialized(1, 0, "a")]
+    rollouts = [
+        rollout(0, 0, 0.0, False, (1, 1), "b"),
+        rollout(0, 1, 1.0, True, (1, 1), "a"),
+        rollout(0, 2, 0.5, True, (1, 1), "a"),
+        rollout(1, 0, 1.0, True, (1, 1), "a"),
+    ]
     cfg = RewardProfileConfig(
         materialized_inputs_jsonl_fpath=write_jsonl(tmp_path / "m.jsonl", inputs),
         rollouts_jsonl_fpath=write_jsonl(tmp_path / "r.jsonl", rollouts),
     )
-    with pytest.raises(DataError, match=r"m\.jsonl: task 0 .* sent to several agents \(\['a', 'b'\]\)"):
-        reward_profile(cfg)
+    profile = reward_profile(cfg)
+    rows = read_jsonl(profile.profiling_fpath)
+    assert [(r["_ng_task_index"], r["agent_ref"]["name"], r["num_rollouts"], r["mean/reward"]) for r in rows] == [
+        (0, "a", 2, 0.75),
+        (0, "b", 1, 0.0),
+        (1, "a", 1, 1.0),
+    ]
+    assert [info["_ng_rollout_index"] for info in rows[0]["rollout_infos"]] == [1, 2]
+    assert rows[0]["sample"]["agent_ref"] == {"name": "a"} and rows[0]["expected_num_rollouts"] == 2
+    assert list(rows[0]).index("agent_ref") == list(rows[0]).index("sample") - 1  # after the statistics
     cfg.nemo_gym_version = "0.4.0"  # 0.4.0 profiles by task whatever the agent
-    assert reward_profile(cfg).completed_rollouts == 2
+    assert reward_profile(cfg).completed_rollouts == 4
+    assert [r["num_rollouts"] for r in read_jsonl(profile.profiling_fpath)] == [3, 1]

@@ -49,8 +49,8 @@ Compared with NeMo Gym's collector: a row's own `agent_ref` wins over `agent_nam
 in both); an HTTP failure is a failures-file record instead of an exception that stops the run; resume is on by
 default (NeMo Gym: `resume_from_cache=false`) and refuses an output made from another input; the whole input is
 validated before the first rollout. NeMo Gym's `num_repeats_add_seed`, `prompt_config`, `interleave_repeats`,
-`agent_map`, `task_source` rows and `resume_from_cache` are taken as it takes them; its other parameters are refused
-by name (`NEMO_GYM_UNSUPPORTED`).
+`agent_map`, `fan_out`, `num_repeats` as a dict (`nemo_gym.collect.plan`), `task_source` rows and `resume_from_cache`
+are taken as it takes them; its other parameters are refused by name (`NEMO_GYM_UNSUPPORTED`).
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from nemo_gym.collect.engine import CollectResult, collect
 from nemo_gym.collect.files import OutputPaths, count_lines
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
+from nemo_gym.collect.plan import check_fan_out
 from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, resolve_prompt_path
 from nemo_gym.collect.sink import RolloutFiles
-from nemo_gym.collect.tasks import read_tasks_with_lines
+from nemo_gym.collect.tasks import TaskRows, read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.common.errors import ServersGoneError
 from nemo_gym.common.processes import run_interruptible
@@ -79,7 +80,6 @@ __all__ = ["SERVERS_GONE_EXIT", "CollectConfig", "CollectSummary", "collect_main
 
 SERVERS_GONE_EXIT = 3  # collect_main's exit status when the servers stopped answering (`ServersGoneError`)
 NEMO_GYM_UNSUPPORTED = {
-    "fan_out": "NeMo Gym 0.7.0's one row to several agents: collect once per agent (+agent_map={_default: <agent>})",
     "skills": "NeMo Gym's Agent Skills directory is read by its own agents (claude_code_agent, ...), not ours",
     "disable_aggregation": "the aggregate metrics file is always written (ng_aggregate_rollouts merges shards)",
     "require_complete": "the exit status says it: 0 when every rollout has a row, 1 when some failed",
@@ -119,7 +119,21 @@ class CollectConfig(BaseModel):
         )
     )
     limit: int | None = Field(None, ge=1, description="use only the first `limit` rows of the input")
-    num_repeats: int = Field(1, ge=1, description="rollouts per task (e.g. 4 for mean@4 or a GRPO group of 4)")
+    num_repeats: int | dict[str, int] = Field(
+        1,
+        description=(
+            "rollouts per task (e.g. 4 for mean@4 or a GRPO group of 4); or NeMo Gym 0.7.0's dict {<agent, or a row's"
+            " agent_ref name or task_source>: n, _default: n}: the dispatched agent's entry, else the row's, else"
+            " _default (a row none matches is refused)"
+        ),
+    )
+    fan_out: dict[str, list[str]] | None = Field(
+        None,
+        description=(
+            "NeMo Gym 0.7.0's {<agent_ref name or task_source in the rows>: [agent, ...]}: a matching row runs through"
+            " each listed agent, num_repeats times each; its rollouts are numbered on across the agents"
+        ),
+    )
     num_samples_in_parallel: int = Field(32, ge=1, description="most rollouts in flight at once")
     responses_create_params: ResponsesCreateParams = Field(
         default_factory=dict,
@@ -197,6 +211,15 @@ class CollectConfig(BaseModel):
             " a head server that refuses stops it at once"
         ),
     )
+
+    @model_validator(mode="after")
+    def _repeats_and_fan_out(self) -> CollectConfig:
+        """NeMo Gym 0.7.0's checks: every num_repeats at least 1; fan_out lists agents, each once."""
+        counts = self.num_repeats if isinstance(self.num_repeats, dict) else {"num_repeats": self.num_repeats}
+        if bad := {key: n for key, n in counts.items() if n < 1}:
+            raise ValueError(f"num_repeats must be at least 1, got {bad}")
+        check_fan_out(self.fan_out or {})
+        return self
 
     @model_validator(mode="after")
     def _resume_from_cache(self) -> CollectConfig:
@@ -313,8 +336,8 @@ def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
     return _read_tasks(cfg)[0]
 
 
-def _read_tasks(cfg: CollectConfig) -> tuple[list[dict[str, Any]], list[int]]:
-    """The task rows of `cfg` and their line numbers (`nemo_gym.collect.tasks.read_tasks_with_lines`)."""
+def _read_tasks(cfg: CollectConfig) -> TaskRows:
+    """The task rows of `cfg`, their line numbers and routing keys (`nemo_gym.collect.tasks.read_tasks_with_lines`)."""
     return read_tasks_with_lines(
         cfg.input_jsonl_fpath,
         agent_name=cfg.agent_name,
@@ -339,12 +362,14 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
             are not in the failures file: resume completes them.
         asyncio.CancelledError: cancelled (Ctrl-C); finished rollouts are on disk, resume completes the rest.
     """
-    tasks, line_numbers = _read_tasks(cfg)
+    tasks, line_numbers, routing_keys = _read_tasks(cfg)
     files = RolloutFiles(cfg.output_jsonl_fpath, resume=cfg.resume, input_jsonl_fpath=cfg.input_jsonl_fpath)
     result = await collect(
         tasks,
         client,
         num_repeats=cfg.num_repeats,
+        fan_out=cfg.fan_out,
+        routing_keys=routing_keys,
         concurrency=cfg.num_samples_in_parallel,
         sinks=[files],
         where=lambda i: f"{cfg.input_jsonl_fpath}:{line_numbers[i]}",

@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from tqdm import tqdm
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import Pair, now, rollout_input
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
+from nemo_gym.collect.plan import RolloutPlan, plan_rollouts, routing_key
 from nemo_gym.collect.routing import (
     dispatch_target,
     nemo_gym_failure,
@@ -141,11 +142,11 @@ class CollectSink(Protocol):
     then `finish` once when it was not cancelled."""
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
+        self, plan: RolloutPlan, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """After the checks, before any rollout: (reward of each pair an earlier run finished: not run again,
         the failure record of each pair an earlier run failed: run again). Pair (t, r)'s row as dispatched is
-        `nemo_gym.collect.files.rollout_input(tasks[t], t, r, add_seed=add_seed)`."""
+        `nemo_gym.collect.files.rollout_input(plan.row_of()((t, r)), t, r, add_seed=add_seed)`."""
         ...
 
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
@@ -321,13 +322,13 @@ class _Sinks:
     sinks: Sequence[CollectSink]
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
+        self, plan: RolloutPlan, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """What every sink's earlier run finished, and the failures of the pairs none of them finished."""
         done: dict[Pair, float] = {}
         failures: dict[Pair, dict[str, Any]] = {}
         for sink in self.sinks:
-            earlier_done, earlier_failures = sink.open(tasks, num_repeats, add_seed=add_seed)
+            earlier_done, earlier_failures = sink.open(plan, add_seed=add_seed)
             done.update(earlier_done)
             failures.update(earlier_failures)
         return done, {pair: record for pair, record in failures.items() if pair not in done}
@@ -350,11 +351,16 @@ class _Sinks:
 
 
 async def _route_and_check(
-    client: ServerClient, tasks: list[dict[str, Any]], where: Callable[[int], str], add_seed: bool
+    client: ServerClient, plan: RolloutPlan, where: Callable[[int], str], add_seed: bool
 ) -> None:
-    """Before any rollout, in place: NeMo Gym `task_source` rows get their agent, rows for an environment server are
-    routed to it (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`), and every agent is
-    known with its row schema (`check_agents`)."""
+    """Before any rollout, in place on the plan's rows: NeMo Gym `task_source` rows get their agent, rows for an
+    environment server are routed to it (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`),
+    and every agent is known with its row schema (`check_agents`). `where(t)` names task t."""
+    tasks = plan.rows()
+
+    def where(i: int, named: Callable[[int], str] = where) -> str:  # the plan's row i, named by its task
+        return named(plan.entries[i].task_index)
+
     await resolve_task_sources(client, tasks, where)
     if add_seed:
         check_seedable(tasks, where)
@@ -362,20 +368,13 @@ async def _route_and_check(
     await check_agents(client, tasks, where)
 
 
-def _order(num_tasks: int, num_repeats: int, interleave_repeats: bool) -> Iterator[Pair]:
-    """The (task, repeat) pairs in the order they start: task by task (aabbcc), or with `interleave_repeats` repeat by
-    repeat (abcabc: every task's first rollout, then every task's second, ...; NeMo Gym's `interleave_repeats`, which
-    spreads a heavy task's repeats over the run)."""
-    if interleave_repeats:
-        return ((t, r) for r in range(num_repeats) for t in range(num_tasks))
-    return ((t, r) for t in range(num_tasks) for r in range(num_repeats))
-
-
 async def collect(
     rows: Sequence[dict[str, Any]],
     client: ServerClient,
     *,
-    num_repeats: int = 1,
+    num_repeats: int | Mapping[str, int] = 1,
+    fan_out: Mapping[str, Sequence[str]] | None = None,
+    routing_keys: Sequence[str | None] | None = None,
     concurrency: int = 32,
     agent_name: str | None = None,
     responses_create_params: dict[str, Any] | None = None,
@@ -387,44 +386,43 @@ async def collect(
     add_seed: bool = False,
     interleave_repeats: bool = False,
 ) -> CollectResult:
-    """`num_repeats` rollouts of each task row through its agent, at most `concurrency` in flight; nothing is
-    written unless a sink is given (see the module docstring; `sinks` also give the pairs to resume).
+    """`num_repeats` rollouts of each task row through its agent (or NeMo Gym 0.7.0's dict and `fan_out` by each
+    row's routing key, `routing_keys[i]`, default row i's own: `nemo_gym.collect.plan`), at most `concurrency` in
+    flight; nothing is written unless a sink is given (module docstring; `sinks` also give the pairs to resume).
 
     `rows`: task rows (checked and materialized here, see `materialize_task`); `where(i)` names row i in an error
     (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
-    connection before the collection stops (`nemo_gym.collect.liveness`). NeMo Gym's `num_repeats_add_seed` and
-    `interleave_repeats`: `add_seed` (`nemo_gym.collect.files.rollout_input`) and `interleave_repeats` (`_order`).
+    connection before the collection stops (`nemo_gym.collect.liveness`); `add_seed`, `interleave_repeats`: NeMo Gym's.
 
     Raises:
-        DataError: a bad row, or one its environment's row schema refuses (before any rollout).
-        ServerError: an agent is not known to the head server (before any rollout).
+        DataError: a bad row, one its environment's row schema refuses, or one no entry of a `num_repeats` dict
+            matches; ServerError: an agent is not known to the head server (both before any rollout).
         ServersGoneError: the head server or an agent stopped answering; the rollouts not finished are not recorded.
         asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
     """
     where = where or (lambda index: f"row {index}")
-    tasks = materialize_all(
-        [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
-    )
-    await _route_and_check(client, tasks, where, add_seed)
+    located = [(where(i), row) for i, row in enumerate(rows)]
+    tasks = materialize_all(located, agent_name, responses_create_params, "rows")
+    plan = plan_rollouts(tasks, routing_keys or [routing_key(row) for row in rows], num_repeats, fan_out, where)
+    await _route_and_check(client, plan, where, add_seed)
     every_sink = _Sinks(sinks)
-    done, failures = every_sink.open(tasks, num_repeats, add_seed=add_seed)
-    pending = [pair for pair in _order(len(tasks), num_repeats, interleave_repeats) if pair not in done]
-    resumed, total = len(done), len(tasks) * num_repeats
-    state = _Progress.start(done, failures, total, show=progress)
+    done, failures = every_sink.open(plan, add_seed=add_seed)
+    pending, resumed = [pair for pair in plan.pairs(interleave_repeats) if pair not in done], len(done)
+    state, row_of = _Progress.start(done, failures, plan.total, show=progress), plan.row_of()  # it adds to `done`
     retries_before = client.retries_used
 
     def on_done(rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
         state.add(rollout, failure)
         every_sink.add(rollout, failure)
 
-    watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(tasks[pair[0]]), every_sink.stalled)
-    liveness = ServerLiveness(client, (dispatch_target(task) for task in tasks), servers_gone_s=servers_gone_s)
+    watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(row_of(pair)), every_sink.stalled)
+    liveness = ServerLiveness(client, (dispatch_target(row) for row in plan.rows()), servers_gone_s=servers_gone_s)
     try:
-        dispatched = (rollout_input(tasks[t], t, r, add_seed=add_seed) for t, r in pending)
+        dispatched = (rollout_input(row_of(pair), *pair, add_seed=add_seed) for pair in pending)
         await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()
         every_sink.close(state.failures)
-    result = state.result(total, resumed, client.retries_used - retries_before, watchdog.metrics())
+    result = state.result(plan.total, resumed, client.retries_used - retries_before, watchdog.metrics())
     await every_sink.finish(result, client)
     return result

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,7 +117,7 @@ def move_aside(paths: OutputPaths) -> None:
 
 
 def check_same_input(
-    paths: OutputPaths, fingerprint: str, input_jsonl_fpath: str, num_repeats: int, num_tasks: int
+    paths: OutputPaths, fingerprint: str, input_jsonl_fpath: str, num_repeats: int | list[int], num_tasks: int
 ) -> None:
     """Raise ConfigError when the existing output was made from a different input (saying what differs)."""
     has_rows = paths.output.is_file() and paths.output.stat().st_size > 0
@@ -146,8 +147,13 @@ def check_same_input(
     )
 
 
-def read_done(paths: OutputPaths, num_tasks: int, num_repeats: int) -> dict[Pair, float]:
-    """Rewards of the pairs already in the output (after cutting off an incomplete last line)."""
+def read_done(paths: OutputPaths, rollouts_per_task: Sequence[int]) -> dict[Pair, float]:
+    """Rewards of the pairs already in the output (after cutting off an incomplete last line); `rollouts_per_task`
+    [num_tasks]: how many rollouts each task of this input runs.
+
+    Raises:
+        DataError: (`file:line: ...`) a row whose pair is not one of this input's.
+    """
     dropped = repair_truncated_tail(paths.output)
     if dropped:
         print(
@@ -159,7 +165,8 @@ def read_done(paths: OutputPaths, num_tasks: int, num_repeats: int) -> dict[Pair
         return done
     for line_no, row in iter_jsonl(paths.output):
         pair = (row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY))
-        if not all(isinstance(i, int) for i in pair) or not (0 <= pair[0] < num_tasks and 0 <= pair[1] < num_repeats):
+        valid = all(isinstance(i, int) for i in pair) and 0 <= pair[0] < len(rollouts_per_task)
+        if not valid or not 0 <= pair[1] < rollouts_per_task[pair[0]]:
             raise DataError(
                 f"{paths.output}:{line_no}: no valid ({TASK_INDEX_KEY}, {ROLLOUT_INDEX_KEY}) for this input: {pair};"
                 " pass +resume=false to start over"
@@ -181,9 +188,15 @@ def read_failures(path: Path) -> dict[Pair, dict[str, Any]]:
 
 
 def write_state(
-    paths: OutputPaths, fingerprint: str, input_jsonl_fpath: str, num_repeats: int, num_tasks: int, **extra: Any
+    paths: OutputPaths,
+    fingerprint: str,
+    input_jsonl_fpath: str,
+    num_repeats: int | list[int],
+    num_tasks: int,
+    **extra: Any,
 ) -> None:
-    """Write `<out>_state.json` atomically; `extra` fields (e.g. the last watchdog stall) are added."""
+    """Write `<out>_state.json` atomically; `num_repeats`: the rollouts of every task, or of each ([num_tasks], with
+    NeMo Gym 0.7.0's `fan_out` or `num_repeats` dict); `extra` fields (e.g. the last watchdog stall) are added."""
     state = {
         "format": STATE_FORMAT,
         "fingerprint": fingerprint,

@@ -8,12 +8,9 @@ Used by `ng_collect_rollouts` (resume on by default) and by `ng_train` for its p
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from nemo_gym.collect.aggregate_metrics import write_aggregate_metrics
 from nemo_gym.collect.files import (
@@ -27,6 +24,7 @@ from nemo_gym.collect.files import (
     rollout_input,
     write_state,
 )
+from nemo_gym.collect.plan import RolloutPlan
 from nemo_gym.common.jsonl import JsonlAppender, write_jsonl
 from nemo_gym.serving.client import ServerClient
 
@@ -34,14 +32,9 @@ __all__ = ["RolloutFiles", "collection_metrics", "input_fingerprint"]
 
 
 def input_fingerprint(tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> str:
-    """sha256 over the materialized task rows (keys sorted), `num_repeats` and (when set) `add_seed`; hex digest."""
-    digest = hashlib.sha256(f"num_repeats={num_repeats}\n".encode())
-    if add_seed:
-        digest.update(b"add_seed\n")
-    for task in tasks:
-        digest.update(orjson.dumps(task, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
-        digest.update(b"\n")
-    return digest.hexdigest()
+    """sha256 over the materialized task rows (keys sorted), `num_repeats` and (when set) `add_seed`; hex digest
+    (`nemo_gym.collect.plan.RolloutPlan.fingerprint` of the plain plan)."""
+    return RolloutPlan.uniform(tasks, num_repeats).fingerprint(add_seed=add_seed)
 
 
 def collection_metrics(result: Any) -> dict[str, Any]:
@@ -75,37 +68,33 @@ class RolloutFiles:
         self.resume = resume
         self.input_jsonl_fpath = input_jsonl_fpath
         self.fingerprint = ""
-        self.num_tasks = self.num_repeats = 0
+        self.num_tasks = 0
+        self.num_repeats: int | list[int] = 0
         self._outputs: JsonlAppender | None = None
         self._failure_log: JsonlAppender | None = None
 
     def open(
-        self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False
+        self, plan: RolloutPlan, *, add_seed: bool = False
     ) -> tuple[dict[Pair, float], dict[Pair, dict[str, Any]]]:
         """Set earlier files aside (no resume), or refuse an earlier output made from another input and read it back;
         write the state and the materialized inputs (the rows as dispatched: `nemo_gym.collect.files.rollout_input`).
-        The fingerprint is of `tasks` as `collect` dispatches them (an environment server's rows routed to its agent),
-        the same in every run of one command against the same servers.
+        The fingerprint is of the plan's rows as `collect` dispatches them (an environment server's rows routed to its
+        agent), the same in every run of one command against the same servers.
 
         Raises:
             ConfigError: with resume, the earlier output was made from another input (saying what differs).
         """
-        self.fingerprint, self.num_tasks, self.num_repeats = (
-            input_fingerprint(tasks, num_repeats, add_seed=add_seed),
-            len(tasks),
-            num_repeats,
-        )
+        self.fingerprint = plan.fingerprint(add_seed=add_seed)
+        self.num_tasks, self.num_repeats = plan.num_tasks, plan.state_repeats()
         if self.resume:
-            check_same_input(self.paths, self.fingerprint, self.input_jsonl_fpath, num_repeats, len(tasks))
+            check_same_input(self.paths, self.fingerprint, self.input_jsonl_fpath, self.num_repeats, self.num_tasks)
         else:
             move_aside(self.paths)
-        done = read_done(self.paths, len(tasks), num_repeats)
+        done = read_done(self.paths, plan.rollouts_per_task())
         failures = {pair: record for pair, record in read_failures(self.paths.failures).items() if pair not in done}
         self._write_state()
-        pairs = [(t, r) for t in range(len(tasks)) for r in range(num_repeats)]
-        write_jsonl(
-            self.paths.materialized_inputs, (rollout_input(tasks[t], t, r, add_seed=add_seed) for t, r in pairs)
-        )
+        pairs, row_of = plan.pairs(), plan.row_of()
+        write_jsonl(self.paths.materialized_inputs, (rollout_input(row_of(p), *p, add_seed=add_seed) for p in pairs))
         if done:
             print(
                 f"Resuming: {len(done)}/{len(pairs)} rollouts already in {self.paths.output}; running the"

@@ -6,9 +6,10 @@ checked, and materialized as they are dispatched (`materialize_task`: `responses
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemo_gym.collect.files import seed_problem
+from nemo_gym.collect.plan import routing_key
 from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
@@ -21,6 +22,7 @@ __all__ = [
     "read_tasks",
     "read_tasks_with_lines",
     "rerouted",
+    "TaskRows",
 ]
 
 
@@ -79,6 +81,15 @@ def materialize_all(
     return tasks
 
 
+class TaskRows(NamedTuple):
+    """The task rows of a JSONL file (`read_tasks`), the line number of each, and the routing key each had before
+    `agent_map` re-routed it (`nemo_gym.collect.plan.routing_key`: its agent_ref name or task_source)."""
+
+    tasks: list[dict[str, Any]]
+    line_numbers: list[int]
+    routing_keys: list[str | None]
+
+
 def read_tasks_with_lines(
     path: str,
     *,
@@ -87,18 +98,20 @@ def read_tasks_with_lines(
     responses_create_params: dict[str, Any] | None = None,
     prompt: PromptConfig | None = None,
     agent_map: dict[str, str] | None = None,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """`read_tasks`, and the line number of each task in `path`."""
+) -> TaskRows:
+    """`read_tasks`, with the line number and the routing key of each task in `path`."""
     line_numbers: list[int] = []
+    routing_keys: list[str | None] = []
 
     def located() -> Iterator[tuple[str, dict[str, Any]]]:
         for line_no, row in iter_jsonl(path, limit=limit):  # lazily: a bad line is reported after the rows before it
             line_numbers.append(line_no)
+            routing_keys.append(routing_key(row))
             where = f"{path}:{line_no}"
             row = row if prompt is None else _prompted(row, prompt, where)
             yield where, row if not agent_map else rerouted(row, agent_map)
 
-    return materialize_all(located(), agent_name, responses_create_params, path), line_numbers
+    return TaskRows(materialize_all(located(), agent_name, responses_create_params, path), line_numbers, routing_keys)
 
 
 def read_tasks(

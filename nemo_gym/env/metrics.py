@@ -115,36 +115,46 @@ def _group_stats(rollouts: list[dict[str, int | float]], field_order: list[str])
 
 
 def profile_groups(
-    inputs: dict[Pair, dict[str, Any]], rollouts: dict[Pair, dict[str, Any]], private_keys: bool = True
+    inputs: dict[Pair, dict[str, Any]],
+    rollouts: dict[Pair, dict[str, Any]],
+    private_keys: bool = True,
+    per_agent: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows of `<stem>_reward_profiling.jsonl` (one per task with rollouts) and of `<stem>_agent_metrics.json`
     (one per agent name) for materialized rows and their rollouts, both keyed by (task, rollout); see the module
     docstring for the fields. `rollouts` must be sorted by key; every rollout's pair is in `inputs`. `private_keys`
-    False: `_`-prefixed fields are not profiled (NeMo Gym 0.7.0; 0.4.0 profiles all but the two indices)."""
+    False: `_`-prefixed fields are not profiled (NeMo Gym 0.7.0; 0.4.0 profiles all but the two indices).
+    `per_agent` (NeMo Gym 0.7.0, when a task ran through several agents: `fan_out`): one row per (task, agent
+    name), by task then name, each with its `agent_ref` after the statistics."""
     fields = {pair: numeric_fields(rollout, private_keys) for pair, rollout in rollouts.items()}
     field_order = list(dict.fromkeys(k for f in fields.values() for k in f))
-    expected: dict[int, int] = defaultdict(int)
-    for task, _ in inputs:
-        expected[task] += 1
-    by_task: dict[int, list[Pair]] = defaultdict(list)
+
+    def group_of(pair: Pair) -> tuple[int, str | None]:
+        return pair[0], inputs[pair]["agent_ref"]["name"] if per_agent else None
+
+    expected: dict[tuple[int, str | None], int] = defaultdict(int)
+    for pair in inputs:
+        expected[group_of(pair)] += 1
+    by_group: dict[tuple[int, str | None], list[Pair]] = defaultdict(list)
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     for pair in rollouts:  # sorted by (task, rollout)
-        by_task[pair[0]].append(pair)
+        by_group[group_of(pair)].append(pair)
         by_agent[inputs[pair]["agent_ref"]["name"]].append(pair)
 
     task_rows = []
-    for task in sorted(by_task):
-        pairs = by_task[task]
+    for group in sorted(by_group):
+        pairs, agent = by_group[group], {"agent_ref": {"name": group[1]}} if per_agent else {}
         sample = {k: v for k, v in inputs[pairs[0]].items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
         task_rows.append(
             {
-                TASK_INDEX_KEY: task,
+                TASK_INDEX_KEY: group[0],
                 **_group_stats([fields[p] for p in pairs], field_order),
+                **agent,
                 "sample": sample,
                 "num_rollouts": len(pairs),
-                "expected_num_rollouts": expected[task],
-                "missing_num_rollouts": expected[task] - len(pairs),
-                "reward_profile_completion_pct": 100.0 * len(pairs) / expected[task],
+                "expected_num_rollouts": expected[group],
+                "missing_num_rollouts": expected[group] - len(pairs),
+                "reward_profile_completion_pct": 100.0 * len(pairs) / expected[group],
                 "rollout_infos": [_rollout_info(p, rollouts[p], private_keys) for p in pairs],
             }
         )

@@ -172,10 +172,12 @@ def load_task_results(rollouts_jsonl_fpath: str | Path, max_tasks: int | None = 
     for failure in _read_optional(paths.failures):
         task = tasks.setdefault(task_key(failure), TaskResult(task_key(failure), environment_of(failure), []))
         task.excluded = f"failed: {failure.get('failure_class', 'unknown')}"
-    num_repeats = state.get("num_repeats")
+    num_repeats = state.get("num_repeats")  # an int, or each task's (NeMo Gym 0.7.0's fan_out or num_repeats dict)
     for task in tasks.values():
-        if task.excluded is None and (not task.rewards or (num_repeats and len(task.rewards) < num_repeats)):
-            task.excluded = f"missing: {len(task.rewards)}/{num_repeats or '?'} samples"
+        expected = num_repeats[task.key] if isinstance(num_repeats, list) and isinstance(task.key, int) else num_repeats
+        expected = expected if isinstance(expected, int) else None
+        if task.excluded is None and (not task.rewards or (expected and len(task.rewards) < expected)):
+            task.excluded = f"missing: {len(task.rewards)}/{expected or '?'} samples"
     ordered = sorted(tasks.values(), key=lambda t: (isinstance(t.key, str), t.key))
     return ordered[:max_tasks] if max_tasks else ordered
 

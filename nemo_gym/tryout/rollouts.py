@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.collect.engine import CollectResult, collect
+from nemo_gym.collect.plan import RolloutPlan
 from nemo_gym.collect.tasks import read_tasks_with_lines
 from nemo_gym.common.errors import ConfigError, ServersGoneError
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, write_json
@@ -151,7 +152,7 @@ class _Printer:
         self.pairs, self.rows, self.results, self.console = pairs, rows, results, console
         self.num_rollouts, self.rnow = num_rollouts, rnow
 
-    def open(self, tasks: list[dict[str, Any]], num_repeats: int, *, add_seed: bool = False) -> tuple[dict, dict]:
+    def open(self, plan: RolloutPlan, *, add_seed: bool = False) -> tuple[dict, dict]:
         return {}, {}  # nothing to resume
 
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
@@ -183,7 +184,7 @@ async def _run(
     timeouts = ClientTimeouts(read_s=options.request_timeout_s, max_retries=options.max_retries)
     async with ServerClient(head_url, timeouts=timeouts) as client:
         agent_name = options.agent_name or await _default_agent(client)
-        tasks, lines = read_tasks_with_lines(
+        tasks, lines, _ = read_tasks_with_lines(
             str(source.tasks_path), agent_name=agent_name, responses_create_params=options.responses_create_params
         )
         chosen = choose_entries(len(tasks), options.entries, options.all_entries, seed)

@@ -43,8 +43,9 @@ whose NaNs it replaces by 0 only when the whole group has no std). Numbers are f
 
 Differences from NeMo Gym: a bad row is a `DataError` naming `file:line` (a missing index or `agent_ref`,
 a duplicate rollout key, a rollout without a numeric reward; NeMo Gym raises KeyError or counts a missing
-reward out); no W&B histograms (NeMo Gym drops them before writing too); a task sent to several agents (0.7.0's
-fan-out, profiled per (task, agent) there) is a `DataError`.
+reward out); no W&B histograms (NeMo Gym drops them before writing too). A task sent to several agents (0.7.0's
+`fan_out`) is profiled per (task, agent) with 0.7.0's output, one task row per pair with its `agent_ref`; 0.4.0's
+output profiles per task.
 """
 
 from __future__ import annotations
@@ -234,17 +235,10 @@ def _run_labels(inputs: dict[Pair, dict[str, Any]]) -> dict[Pair, str]:
     return {pair: labels[run] for pair, run in run_of.items()}
 
 
-def _check_single_run_per_task(inputs: dict[Pair, dict[str, Any]], labels: dict[Pair, str], path: str) -> None:
-    runs: dict[int, set[str]] = defaultdict(set)
-    for (task, _), label in labels.items():
-        runs[task].add(label)
-    fanned = sorted(task for task, names in runs.items() if len(names) > 1)
-    if fanned:
-        raise DataError(
-            f"{path}: task {fanned[0]} (and {len(fanned) - 1} more) was sent to several agents"
-            f" ({sorted(runs[fanned[0]])}); NeMo Gym 0.7.0 profiles such fan-out per (task, agent), which our"
-            " ng_reward_profile does not: profile each agent's rows on their own"
-        )
+def _fanned_out(labels: dict[Pair, str]) -> bool:
+    """Whether some task ran through several agents (NeMo Gym 0.7.0's `fan_out`): then it is profiled per (task,
+    agent), as 0.7.0 profiles it."""
+    return len({(task, label) for (task, _), label in labels.items()}) > len({task for task, _ in labels})
 
 
 def _profile_07(
@@ -253,19 +247,19 @@ def _profile_07(
     """NeMo Gym 0.7.0's profile: task rows, agent rows (with across-repeats and coverage keys), repeat rows, and the
     masked rollouts (`mask_sample`, left out of every statistic; 0.7.0's `select_measured`)."""
     labels = _run_labels(inputs)
-    _check_single_run_per_task(inputs, labels, cfg.materialized_inputs_jsonl_fpath)
+    per_agent = _fanned_out(labels)
     masked = {pair for pair, rollout in rollouts.items() if rollout.get(MASK_SAMPLE_KEY)}
     measured = {p: {k: v for k, v in r.items() if k != MASK_SAMPLE_KEY} for p, r in rollouts.items() if p not in masked}
     measured_inputs = {pair: row for pair, row in inputs.items() if pair not in masked}
     for pair, label in labels.items():  # agent rows are named by label (0.7.0: agent_name from rollout_run_labels)
         if pair in measured_inputs:
             measured_inputs[pair] = {**measured_inputs[pair], "agent_ref": {"name": label}}
-    task_rows, agent_rows = profile_groups(measured_inputs, measured, private_keys=False)
-    first_of_task: dict[int, Pair] = {}
-    for pair in measured:  # sorted: a task's first measured rollout
-        first_of_task.setdefault(pair[0], pair)
+    task_rows, agent_rows = profile_groups(measured_inputs, measured, private_keys=False, per_agent=per_agent)
+    first_of_group: dict[tuple[int, str | None], Pair] = {}
+    for pair in measured:  # sorted: a group's first measured rollout
+        first_of_group.setdefault((pair[0], labels[pair] if per_agent else None), pair)
     for row in task_rows:  # the sample keeps its own row's agent_ref
-        pair = first_of_task[row[TASK_INDEX_KEY]]
+        pair = first_of_group[row[TASK_INDEX_KEY], row["agent_ref"]["name"] if per_agent else None]
         row["sample"] = {k: v for k, v in inputs[pair].items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
     fields = {pair: numeric_fields(rollout, private_keys=False) for pair, rollout in measured.items()}
     repeat_rows = repeat_level_metrics(fields, {pair: labels[pair] for pair in measured})
@@ -288,7 +282,7 @@ def reward_profile(cfg: RewardProfileConfig) -> RewardProfile:
 
     Raises:
         DataError: a bad line in either file (`file:line:`), rollouts without a materialized row, (without
-            `allow_partial_rollouts`) materialized rows without a rollout, or (0.7.0) a task sent to several agents.
+            `allow_partial_rollouts`) materialized rows without a rollout.
     """
     inputs, rollouts = _load(cfg)
     profiling_fpath, agent_metrics_fpath = output_paths(cfg.rollouts_jsonl_fpath)
