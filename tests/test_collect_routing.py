@@ -2,24 +2,32 @@
 real HTTP on loopback: a row for an environment server in front of one agent is sent to it as NeMo Gym 0.7.0's
 collector sends it (`agent_ref` the agent, `_ng_environment_server` the server); an answer with NeMo Gym's
 failure-routing keys (an environment server's failed episode, a verify whose judge failed) is a failure of that class
-with its message, never a reward."""
+with its message, never a reward. NeMo Gym 0.7.0's `task_source` rows go to the agent 0.7.0 resolves, a dataset's
+`agent:` pin included (against 0.7.0's own resolution: `test_task_source_rows_resolve_as_0_7_0_resolves_them`); its
+materialized taskset rows are refused before any rollout, naming the row."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fastapi import FastAPI
+from nemo_gym_peer07 import peer07_venv
 from test_collect import FAST, Served, write_input
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.collect.routing import resolve_task_sources
 from nemo_gym.errors import DataError
 from nemo_gym.jsonl import read_jsonl
 from nemo_gym.serving.client import ServerClient
-from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.head import Registration, build_head_app
+from nemo_gym.serving.nemo_gym_discovery import nemo_gym_head_servers
 
 
 def environment_server(agent: str, fail: bool, judge_fails: bool = False) -> FastAPI:
@@ -87,14 +95,27 @@ def head():
             "name": name,
             "references": {"resources_server": {"type": "resources_servers", "name": "rs2"}},
         }
+    # a dataset's `agent:` pin (NeMo Gym 0.7.0): `rs_pinned` is named by `agent` and `agent4`, its datasets pin
+    # `agent`; `rs_two_pins`' datasets pin two agents; `agent_pinned`'s datasets pin another agent than itself
+    pinned = {"rs_pinned": ["agent"], "rs_two_pins": ["agent", "agent4"], "agent_pinned": ["agent"]}
+    for name, pins in pinned.items():
+        kind = "responses_api_agents" if name.startswith("agent") else "resources_servers"
+        app.state.servers[name] = Registration(
+            **{**app.state.servers["rs"], "name": name, "server_type": kind, "dataset_agent_pins": pins}
+        ).model_dump()
+    for name, named in (("agent", "rs_pinned"), ("agent4", "rs_pinned"), ("agent4", "rs_two_pins")):
+        entry = app.state.servers.get(name) or {**app.state.servers["agent2"], "name": name, "references": {}}
+        ref = {"type": "resources_servers", "name": named}
+        app.state.servers[name] = {**entry, "references": {**entry["references"], f"{named}_server": ref}}
     yield served["head"].url
     for server in served.values():
         server.stop()
 
 
-def collect(head: str, tmp_path: Path, agent_name: str | None, **row: Any):
+def collect(head: str, tmp_path: Path, agent_name: str | None, agent_map: dict[str, str] | None = None, **row: Any):
     cfg = CollectConfig(
         agent_name=agent_name,
+        agent_map=agent_map,
         input_jsonl_fpath=str(write_input(tmp_path / "in.jsonl", 3, **row)),
         output_jsonl_fpath=str(tmp_path / "out.jsonl"),
         progress=False,
@@ -173,3 +194,165 @@ def test_a_task_source_without_one_agent_is_refused_before_any_rollout(head, tmp
     assert not (tmp_path / "out.jsonl").exists()
     summary, _ = collect(head, tmp_path, "agent", task_source=source)  # +agent_name says which
     assert summary.rollouts_done == 3
+
+
+def test_a_datasets_agent_pin_picks_the_agent(head, tmp_path):
+    """`rs_pinned` is named by two agents; its datasets' `agent:` pin (0.7.0's `BenchmarkDatasetConfig.agent`)
+    says which runs its rows, as 0.7.0's collector resolves it."""
+    summary, out = collect(head, tmp_path, None, task_source="rs_pinned")
+    assert summary.rollouts_done == 3 and {r["agent_ref"]["name"] for r in read_jsonl(out)} == {"agent"}
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("rs_two_pins", r"its datasets pin several agents \(agent, agent4\), which task_source alone cannot tell"),
+        ("agent_pinned", r"its datasets pin agent 'agent', but the agent agent_pinned runs its rows itself"),
+    ],
+)
+def test_a_pin_that_does_not_resolve_is_refused_before_any_rollout(head, tmp_path, source, why):
+    """Pins 0.7.0 refuses are refused, naming the row, before any rollout; `+agent_map={<task_source>: <agent>}`
+    (0.7.0's way out) says which agent, as does `+agent_name`."""
+    with pytest.raises(DataError, match=r"in\.jsonl:1: task_source '\w+' resolves to no single agent \(" + why):
+        collect(head, tmp_path, None, task_source=source)
+    assert not (tmp_path / "out.jsonl").exists()
+    summary, out = collect(head, tmp_path, None, agent_map={source: "agent"}, task_source=source)
+    assert summary.rollouts_done == 3 and {r["agent_ref"]["name"] for r in read_jsonl(out)} == {"agent"}
+
+
+def test_a_materialized_taskset_row_is_refused_before_any_rollout(head, tmp_path):
+    """0.7.0's `ng_prepare_data` writes a dataset declared with `taskset:` as materialized tasks (`task_id:
+    {taskset, task_id}`, `task_input`), sent to the environment server `environment_server_routes` names as an
+    episode: refused, naming the row and the taskset, not collected as something else."""
+    row = {"task_id": {"taskset": "nemo_user_sim:example", "task_id": "0"}, "task_input": {"question": "q"}}
+    (tmp_path / "in.jsonl").write_text(json.dumps(row) + "\n")
+    cfg = CollectConfig(
+        input_jsonl_fpath=str(tmp_path / "in.jsonl"), output_jsonl_fpath=str(tmp_path / "out.jsonl"), progress=False
+    )
+
+    async def run():
+        async with ServerClient(head, timeouts=FAST) as client:
+            return await collect_rollouts(cfg, client)
+
+    with pytest.raises(
+        DataError, match=r"in\.jsonl:1: a NeMo Gym 0\.7\.0 materialized task of taskset 'nemo_user_sim:ex"
+    ):
+        asyncio.run(run())
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def _agent(resources_server: str, *pins: str) -> dict[str, Any]:
+    """A NeMo Gym 0.7.0 agent instance section (simple_agent's config shape), its datasets pinning `pins`."""
+    fields = {
+        "entrypoint": "app.py",
+        "resources_server": {"type": "resources_servers", "name": resources_server},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+    }
+    return {"responses_api_agents": {"simple_agent": {**fields, **_datasets(pins)}}}
+
+
+def _resources(*pins: str) -> dict[str, Any]:
+    """A NeMo Gym 0.7.0 resources server instance section, its datasets pinning `pins` (one dataset each)."""
+    return {
+        "resources_servers": {
+            "example_single_tool_call": {"entrypoint": "app.py", "domain": "other", **_datasets(pins)}
+        }
+    }
+
+
+def _datasets(pins: tuple[str, ...]) -> dict[str, Any]:
+    datasets = [
+        {"name": f"d{i}", "type": "example", "jsonl_fpath": f"d{i}.jsonl", "agent": pin, "license": "Apache 2.0"}
+        for i, pin in enumerate(pins)
+    ]
+    return {"datasets": datasets} if datasets else {}
+
+
+# a 0.7.0 run's config: task_source -> the agent 0.7.0 resolves it to, None where it refuses
+PINNED_RUN = {
+    "agent_a": _agent("rs_shared"),
+    "agent_b": _agent("rs_shared"),
+    "agent_c": _agent("rs_single", "agent_c"),  # pins itself
+    "agent_d": _agent("rs_foreign_pin", "agent_a"),  # pins another agent
+    "agent_e": _agent("rs_unpinned_shared"),
+    "agent_f": _agent("rs_unpinned_shared"),
+    "rs_shared": _resources("agent_b", "agent_b"),  # two datasets, one pin
+    "rs_single": _resources(),
+    "rs_foreign_pin": _resources("agent_a"),  # agent_a names rs_shared, not it
+    "rs_unpinned_shared": _resources(),
+    "rs_two_pins": _resources("agent_a", "agent_b"),
+    "policy_model": {"responses_api_models": {"vllm_model": {"entrypoint": "app.py"}}},
+}
+PINNED_RUN_AGENTS = {
+    "agent_a": "agent_a",
+    "agent_c": "agent_c",
+    "agent_d": None,
+    "rs_shared": "agent_b",
+    "rs_single": "agent_c",
+    "rs_foreign_pin": None,
+    "rs_unpinned_shared": None,
+    "rs_two_pins": None,
+    "policy_model": None,
+    "nope": None,
+}
+
+
+def _served_config() -> dict[str, Any]:
+    """PINNED_RUN as a running 0.7.0 head server answers it (every instance with its host and port)."""
+    config = json.loads(json.dumps(PINNED_RUN))
+    for port, section in enumerate(config.values(), 9000):
+        fields = next(iter(next(iter(section.values())).values()))
+        fields.update(host="127.0.0.1", port=port)
+    return config
+
+
+class _Head:
+    """A client whose head server lists PINNED_RUN's servers as our client reads them from 0.7.0's head server."""
+
+    async def list_servers(self) -> list[dict[str, Any]]:
+        return nemo_gym_head_servers(yaml.safe_dump(_served_config()), "http://127.0.0.1:8000")
+
+
+def _ours(source: str) -> str | None:
+    tasks = [{"agent_ref": None, "task_source": source}]
+    try:
+        asyncio.run(resolve_task_sources(_Head(), tasks, lambda i: f"row {i}"))
+    except DataError:
+        return None
+    return tasks[0]["agent_ref"]["name"]
+
+
+def test_task_source_rows_of_a_0_7_0_run_go_where_the_pins_say():
+    """Read from a 0.7.0 head server's config (`nemo_gym_head_servers`): each dataset's `agent:` pin travels with
+    its instance, and each task_source resolves as 0.7.0's `resolve_dataset_agent` rules say (PINNED_RUN_AGENTS)."""
+    assert {source: _ours(source) for source in PINNED_RUN_AGENTS} == PINNED_RUN_AGENTS
+
+
+PEER_RESOLVE = """
+import json, sys
+from omegaconf import OmegaConf
+from nemo_gym.rollout_collection import RolloutCollectionHelper
+config = OmegaConf.create(json.loads(sys.argv[1]))
+answers = {}
+for source in json.loads(sys.argv[2]):
+    rows = [{"task_source": source}]
+    try:
+        RolloutCollectionHelper.resolve_task_sources(rows, config)
+        answers[source] = rows[0]["agent_ref"]["name"]
+    except ValueError:
+        answers[source] = None
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_task_source_rows_resolve_as_0_7_0_resolves_them():
+    """NeMo Gym 0.7.0's own collector resolution (`RolloutCollectionHelper.resolve_task_sources`, in its venv) on
+    the same run's config gives the agents ours gives, and refuses the same task_sources (about 10 s)."""
+    python = peer07_venv() / "bin" / "python"
+    argv = [str(python), "-c", PEER_RESOLVE, json.dumps(_served_config()), json.dumps(sorted(PINNED_RUN_AGENTS))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == PINNED_RUN_AGENTS

@@ -92,6 +92,10 @@ NEMO_GYM_UNSUPPORTED = {
     "retain_results_in_memory": "rollouts are appended to the output as they finish",
     "retry_terminal_timeouts": "+max_retries retries transient failures; a rerun retries the failures file's rows",
     "retry_invalid_judge_responses": "a rerun retries the failures file's rows (judge failures included)",
+    "environment_server_routes": (
+        "NeMo Gym 0.7.0's materialized tasksets are not sent to environment servers; collate the datasets without"
+        " `taskset:` (rows with task_source go to their agent)"
+    ),
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
     **dict.fromkeys(
         ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),

@@ -55,38 +55,65 @@ async def resolve_task_sources(client: ServerClient, tasks: list[dict[str, Any]]
     """Rows without an agent_ref that carry NeMo Gym 0.7.0's `task_source` (the config instance that declared their
     dataset, which 0.7.0's `ng_prepare_data` writes instead of agent_ref) get the agent it resolves to, as 0.7.0's
     collector resolves it (`resolve_dataset_agent`) from the running servers (one `GET /servers` of the head
-    server, whose entries name the instances each server's config references): an agent instance is itself; a
-    resources server, the one agent whose config names it. In place.
+    server, whose entries name the instances each server's config references and the agents its datasets pin,
+    `dataset_agent_pins`): an agent instance is itself; a resources server, the agent its datasets pin (`agent:`,
+    which must be one whose config names it), else the one agent whose config names it. In place.
 
     Raises:
-        DataError: (`where(i): ...`) a task_source that names no running instance, another kind of server, or a
-            resources server no agent or several agents name (then `+agent_name` says which).
+        DataError: (`where(i): ...`) a task_source that names no running instance, another kind of server, an
+            instance whose datasets pin several agents or one that is not theirs to run, or a resources server no
+            agent or several agents name (then `+agent_name` or `+agent_map` says which).
     """
     pending = [i for i, task in enumerate(tasks) if task[AGENT_REF_KEY] is None]
     if not pending:
         return
-    entries = await client.list_servers()
-    kinds = {entry["name"]: entry["server_type"] for entry in entries}
+    entries = {entry["name"]: entry for entry in await client.list_servers()}
     users: dict[str, set[str]] = {}
-    for entry in entries:
+    for entry in entries.values():
         if entry["server_type"] == AGENT_TYPE:
             for ref in (entry.get("references") or {}).values():
                 if ref.get("type") == RESOURCES_TYPE:
                     users.setdefault(ref["name"], set()).add(entry["name"])
+    resolved: dict[str, str] = {}
     for i in pending:
         source = tasks[i][TASK_SOURCE_KEY]
-        kind = kinds.get(source)
-        agents = sorted(users.get(source, ())) if kind == RESOURCES_TYPE else [source] if kind == AGENT_TYPE else []
-        if len(agents) != 1:
-            why = (
-                f"no server instance of that name runs (running: {', '.join(sorted(kinds))})"
-                if kind is None
-                else f"it names a server of type {kind}: a dataset's rows go to an agent or a resources server"
-                if kind not in (AGENT_TYPE, RESOURCES_TYPE)
-                else f"the agents whose config names it: {', '.join(agents) or 'none'}"
-            )
-            raise DataError(f"{where(i)}: task_source {source!r} resolves to no single agent ({why}); pass +agent_name")
-        tasks[i][AGENT_REF_KEY] = {"name": agents[0]}
+        if source not in resolved:
+            resolved[source] = _declared_agent(source, entries, users, where(i))
+        tasks[i][AGENT_REF_KEY] = {"name": resolved[source]}
+
+
+def _declared_agent(source: str, entries: dict[str, dict[str, Any]], users: dict[str, set[str]], where: str) -> str:
+    """The agent that runs the datasets `source` declares (NeMo Gym 0.7.0's `resolve_dataset_agent` with its
+    datasets' one pin, if any; `resolve_task_sources` has the rule).
+
+    Raises:
+        DataError: (`where: task_source ...`) no single agent, with why and what to pass.
+    """
+    entry = entries.get(source)
+    kind = entry["server_type"] if entry else None
+    pins = list(entry.get("dataset_agent_pins") or ()) if entry else []
+    agents = sorted(users.get(source, ())) if kind == RESOURCES_TYPE else [source] if kind == AGENT_TYPE else []
+    pick = f"pass +agent_map={{{source}: <agent>}} or +agent_name"
+    if kind is None:
+        why = f"no server instance of that name runs (running: {', '.join(sorted(entries))})"
+    elif kind not in (AGENT_TYPE, RESOURCES_TYPE):
+        why = f"it names a server of type {kind}: a dataset's rows go to an agent or a resources server"
+    elif len(pins) > 1:
+        why = f"its datasets pin several agents ({', '.join(pins)}), which task_source alone cannot tell apart"
+    elif pins and pins[0] not in agents:
+        why = (
+            f"its datasets pin agent {pins[0]!r}, but the agent {source} runs its rows itself; drop the dataset's"
+            " `agent:` key or declare the dataset on the resources server"
+            if kind == AGENT_TYPE
+            else f"its datasets pin agent {pins[0]!r}, which is not an agent whose config names it (those: "
+            f"{', '.join(agents) or 'none'}); pin one of them"
+        )
+        pick = "or " + pick
+    elif pins or len(agents) == 1:
+        return pins[0] if pins else agents[0]
+    else:
+        why = f"the agents whose config names it: {', '.join(agents) or 'none'}"
+    raise DataError(f"{where}: task_source {source!r} resolves to no single agent ({why}); {pick}")
 
 
 def nemo_gym_failure(answer: Any) -> tuple[str, str, bool] | None:

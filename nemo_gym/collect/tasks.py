@@ -21,6 +21,7 @@ __all__ = [
     "read_tasks",
     "read_tasks_with_lines",
     "rerouted",
+    "taskset_of",
 ]
 
 
@@ -36,8 +37,17 @@ def materialize_task(
 
     Raises:
         DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
-            create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
+            create parameter (`nemo_gym.serving.responses_params`), a malformed `agent_ref`, or a NeMo Gym 0.7.0
+            materialized task (`taskset_of`).
     """
+    if (taskset := taskset_of(row)) is not None:
+        raise DataError(
+            f"{where}: a NeMo Gym 0.7.0 materialized task of taskset {taskset!r} (`task_id` and `task_input`,"
+            " as 0.7.0's ng_prepare_data writes a dataset declared with `taskset:`): its episode goes to the"
+            " environment server `environment_server_routes` names, which this collector does not send; collate"
+            " the dataset without `taskset:` (its rows then carry task_source and go to their agent), or collect"
+            " it with NeMo Gym 0.7.0's ng_collect_rollouts"
+        )
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         got = "it is missing" if params is None else f"got {type(params).__name__}"
@@ -53,6 +63,16 @@ def materialize_task(
     task["responses_create_params"] = {**params, **(responses_create_params or {})}
     task[AGENT_REF_KEY] = agent_ref
     return task
+
+
+def taskset_of(row: dict[str, Any]) -> str | None:
+    """The taskset of a NeMo Gym 0.7.0 materialized task row (`{task_id: {taskset, task_id}, task_input: {...}}`,
+    what 0.7.0's `ng_prepare_data` writes for a dataset declared with `taskset:`), else None. The routing shape
+    alone decides, as 0.7.0's collector decides it (`is_materialized_task_row`)."""
+    task_id = row.get("task_id")
+    if not isinstance(task_id, dict) or "task_input" not in row:
+        return None
+    return str(task_id.get("taskset"))
 
 
 def materialize_all(
