@@ -33,14 +33,17 @@ from nemo_gym.collect.files import Pair, now, rollout_input
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
 from nemo_gym.collect.routing import (
     dispatch_target,
+    episode_request,
+    episode_rollout,
     nemo_gym_failure,
     resolve_task_sources,
+    route_tasksets,
     route_through_environment_servers,
 )
-from nemo_gym.collect.tasks import check_seedable, materialize_all
+from nemo_gym.collect.tasks import check_seedable, materialize_all, taskset_of
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
-from nemo_gym.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
@@ -73,7 +76,8 @@ async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], wh
             schemas[name] = None
     validators = {name: Draft202012Validator(schema) for name, schema in schemas.items() if schema}
     for index, task in enumerate(tasks if validators else []):
-        validator = validators.get(task[AGENT_REF_KEY]["name"])
+        # a materialized task (NeMo Gym 0.7.0) is its environment server's episode input, not the agent's row
+        validator = validators.get(task[AGENT_REF_KEY]["name"]) if taskset_of(task) is None else None
         error = next(iter(validator.iter_errors(task)), None) if validator else None
         if error is not None:
             path = ".".join(str(p) for p in error.absolute_path) or "row"
@@ -112,13 +116,19 @@ def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
 async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
     `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
-    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
+    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0. A NeMo
+    Gym 0.7.0 materialized task goes to its environment server as an episode (`episode_request`); its rollout is
+    the episode's result as 0.7.0 stores it (`episode_rollout`), not merged over the row."""
+    episode = taskset_of(row) is not None
     try:
-        answer = await client.post(dispatch_target(row), "/run", row)
+        answer = await client.post(dispatch_target(row), "/run", episode_request(row) if episode else row)
     except ServerError as exc:
         return None, _server_failure(row, exc)
     except ValueError as exc:  # a 2xx answer that is not JSON
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
+    if episode and (record := episode_rollout(answer)) is not None:
+        answer = {**record, ENVIRONMENT_SERVER_KEY: row[ENVIRONMENT_SERVER_KEY]}
+        row = {k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, AGENT_REF_KEY)}
     if (episode_failure := nemo_gym_failure(answer)) is not None:
         return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
@@ -350,11 +360,17 @@ class _Sinks:
 
 
 async def _route_and_check(
-    client: ServerClient, tasks: list[dict[str, Any]], where: Callable[[int], str], add_seed: bool
+    client: ServerClient,
+    tasks: list[dict[str, Any]],
+    where: Callable[[int], str],
+    add_seed: bool,
+    environment_server_routes: dict[str, str] | None = None,
 ) -> None:
-    """Before any rollout, in place: NeMo Gym `task_source` rows get their agent, rows for an environment server are
-    routed to it (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`), and every agent is
-    known with its row schema (`check_agents`)."""
+    """Before any rollout, in place: NeMo Gym 0.7.0's materialized tasks get their taskset's environment server
+    (`environment_server_routes`), `task_source` rows their agent, rows for an environment server are routed to it
+    (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`), and every agent is known with its
+    row schema (`check_agents`)."""
+    await route_tasksets(client, tasks, environment_server_routes or {}, where)
     await resolve_task_sources(client, tasks, where)
     if add_seed:
         check_seedable(tasks, where)
@@ -386,6 +402,7 @@ async def collect(
     servers_gone_s: float = DEFAULT_SERVERS_GONE_S,
     add_seed: bool = False,
     interleave_repeats: bool = False,
+    environment_server_routes: dict[str, str] | None = None,
 ) -> CollectResult:
     """`num_repeats` rollouts of each task row through its agent, at most `concurrency` in flight; nothing is
     written unless a sink is given (see the module docstring; `sinks` also give the pairs to resume).
@@ -393,7 +410,8 @@ async def collect(
     `rows`: task rows (checked and materialized here, see `materialize_task`); `where(i)` names row i in an error
     (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
     connection before the collection stops (`nemo_gym.collect.liveness`). NeMo Gym's `num_repeats_add_seed` and
-    `interleave_repeats`: `add_seed` (`nemo_gym.collect.files.rollout_input`) and `interleave_repeats` (`_order`).
+    `interleave_repeats`: `add_seed` (`nemo_gym.collect.files.rollout_input`) and `interleave_repeats` (`_order`);
+    its `environment_server_routes` (taskset -> environment server) route its materialized tasks.
 
     Raises:
         DataError: a bad row, or one its environment's row schema refuses (before any rollout).
@@ -405,7 +423,7 @@ async def collect(
     tasks = materialize_all(
         [(where(i), row) for i, row in enumerate(rows)], agent_name, responses_create_params, "rows"
     )
-    await _route_and_check(client, tasks, where, add_seed)
+    await _route_and_check(client, tasks, where, add_seed, environment_server_routes)
     every_sink = _Sinks(sinks)
     done, failures = every_sink.open(tasks, num_repeats, add_seed=add_seed)
     pending = [pair for pair in _order(len(tasks), num_repeats, interleave_repeats) if pair not in done]
