@@ -2,24 +2,34 @@
 real HTTP on loopback: a row for an environment server in front of one agent is sent to it as NeMo Gym 0.7.0's
 collector sends it (`agent_ref` the agent, `_ng_environment_server` the server); an answer with NeMo Gym's
 failure-routing keys (an environment server's failed episode, a verify whose judge failed) is a failure of that class
-with its message, never a reward."""
+with its message, never a reward. NeMo Gym 0.7.0's `task_source` rows go to the agent 0.7.0 resolves, a dataset's
+`agent:` pin included (against 0.7.0's own resolution: `test_task_source_rows_resolve_as_0_7_0_resolves_them`); its
+materialized tasks go to their taskset's environment server (`environment_server_routes`) as episodes, as 0.7.0's
+collector sends them (`test_episodes_are_what_0_7_0_sends_and_stores`)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fastapi import FastAPI
+from nemo_gym_peer07 import peer07_env, peer07_venv
 from test_collect import FAST, Served, write_input
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.collect.routing import episode_request, episode_rollout, resolve_task_sources
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.config import parse_overrides
 from nemo_gym.serving.client import ServerClient
-from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.head import Registration, build_head_app
+from nemo_gym.serving.nemo_gym_discovery import nemo_gym_head_servers
 
 
 def environment_server(agent: str, fail: bool, judge_fails: bool = False) -> FastAPI:
@@ -55,13 +65,34 @@ def environment_server(agent: str, fail: bool, judge_fails: bool = False) -> Fas
     return app
 
 
+def episode_server() -> FastAPI:
+    """A stand-in for a 0.7.0 environment server's `/run` of an episode (`BaseEpisodeRequest` in,
+    `BaseEpisodeResponse` out): reward `x` of the task input, a terminal failure for `x == 1`; the rollout id it got
+    in `seen_rollout_id`. Refuses a body that is no episode request (a legacy row), as a typed server does."""
+    app = FastAPI()
+
+    @app.post("/run")
+    async def run(body: dict[str, Any]) -> dict[str, Any]:
+        if set(body) != {"episode_id", "task"} or set(body["task"]) != {"task_id", "task_input"}:
+            raise ValueError(f"not an episode request: {sorted(body)}")
+        episode, task = body["episode_id"], body["task"]
+        if task["task_input"]["x"] == 1:
+            failure = {"failure_reason": "the user simulator gave up", "terminal": True, "stage": "agent"}
+            return {"episode_id": episode, "task_id": task["task_id"], "failure": failure}
+        result = {"reward": float(task["task_input"]["x"]), "seen_rollout_id": episode["rollout_id"]}
+        return {"episode_id": episode, "task_id": task["task_id"], "result": result}
+
+    return app
+
+
 @pytest.fixture(scope="module")
 def head():
     app = build_head_app()
     served = {"head": Served(app), "env": Served(environment_server("agent", False))}
     served["env_failing"] = Served(environment_server("agent", True))
     served["env_judged"] = Served(environment_server("agent", False, judge_fails=True))
-    for name in ("env", "env_failing", "env_judged"):
+    served["env_episodes"] = Served(episode_server())
+    for name in ("env", "env_failing", "env_judged", "env_episodes"):
         app.state.servers[name] = {  # as ng_run registers a NeMo Gym environment server (launch.register)
             "name": name,
             "server_type": "environment_servers",
@@ -87,14 +118,27 @@ def head():
             "name": name,
             "references": {"resources_server": {"type": "resources_servers", "name": "rs2"}},
         }
+    # a dataset's `agent:` pin (NeMo Gym 0.7.0): `rs_pinned` is named by `agent` and `agent4`, its datasets pin
+    # `agent`; `rs_two_pins`' datasets pin two agents; `agent_pinned`'s datasets pin another agent than itself
+    pinned = {"rs_pinned": ["agent"], "rs_two_pins": ["agent", "agent4"], "agent_pinned": ["agent"]}
+    for name, pins in pinned.items():
+        kind = "responses_api_agents" if name.startswith("agent") else "resources_servers"
+        app.state.servers[name] = Registration(
+            **{**app.state.servers["rs"], "name": name, "server_type": kind, "dataset_agent_pins": pins}
+        ).model_dump()
+    for name, named in (("agent", "rs_pinned"), ("agent4", "rs_pinned"), ("agent4", "rs_two_pins")):
+        entry = app.state.servers.get(name) or {**app.state.servers["agent2"], "name": name, "references": {}}
+        ref = {"type": "resources_servers", "name": named}
+        app.state.servers[name] = {**entry, "references": {**entry["references"], f"{named}_server": ref}}
     yield served["head"].url
     for server in served.values():
         server.stop()
 
 
-def collect(head: str, tmp_path: Path, agent_name: str | None, **row: Any):
+def collect(head: str, tmp_path: Path, agent_name: str | None, agent_map: dict[str, str] | None = None, **row: Any):
     cfg = CollectConfig(
         agent_name=agent_name,
+        agent_map=agent_map,
         input_jsonl_fpath=str(write_input(tmp_path / "in.jsonl", 3, **row)),
         output_jsonl_fpath=str(tmp_path / "out.jsonl"),
         progress=False,
@@ -173,3 +217,258 @@ def test_a_task_source_without_one_agent_is_refused_before_any_rollout(head, tmp
     assert not (tmp_path / "out.jsonl").exists()
     summary, _ = collect(head, tmp_path, "agent", task_source=source)  # +agent_name says which
     assert summary.rollouts_done == 3
+
+
+def test_a_datasets_agent_pin_picks_the_agent(head, tmp_path):
+    """`rs_pinned` is named by two agents; its datasets' `agent:` pin (0.7.0's `BenchmarkDatasetConfig.agent`)
+    says which runs its rows, as 0.7.0's collector resolves it."""
+    summary, out = collect(head, tmp_path, None, task_source="rs_pinned")
+    assert summary.rollouts_done == 3 and {r["agent_ref"]["name"] for r in read_jsonl(out)} == {"agent"}
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("rs_two_pins", r"its datasets pin several agents \(agent, agent4\), which task_source alone cannot tell"),
+        ("agent_pinned", r"its datasets pin agent 'agent', but the agent agent_pinned runs its rows itself"),
+    ],
+)
+def test_a_pin_that_does_not_resolve_is_refused_before_any_rollout(head, tmp_path, source, why):
+    """Pins 0.7.0 refuses are refused, naming the row, before any rollout; `+agent_map={<task_source>: <agent>}`
+    (0.7.0's way out) says which agent, as does `+agent_name`."""
+    with pytest.raises(DataError, match=r"in\.jsonl:1: task_source '\w+' resolves to no single agent \(" + why):
+        collect(head, tmp_path, None, task_source=source)
+    assert not (tmp_path / "out.jsonl").exists()
+    summary, out = collect(head, tmp_path, None, agent_map={source: "agent"}, task_source=source)
+    assert summary.rollouts_done == 3 and {r["agent_ref"]["name"] for r in read_jsonl(out)} == {"agent"}
+
+
+TASKSET = "nemo_user_sim:example"  # 0.7.0's nemo_user_sim config routes this taskset (environment_server_routes)
+
+
+def write_tasks(path: Path, n: int) -> Path:
+    """`n` NeMo Gym 0.7.0 materialized tasks, as its ng_prepare_data writes a dataset declared with `taskset:`."""
+    rows = [{"task_id": {"taskset": TASKSET, "task_id": str(i)}, "task_input": {"x": i}} for i in range(n)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def collect_tasks(head: str, tmp_path: Path, routes: dict[str, str] | None, **params: Any):
+    cfg = CollectConfig(
+        input_jsonl_fpath=str(write_tasks(tmp_path / "in.jsonl", 3)),
+        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        environment_server_routes=routes,
+        progress=False,
+        **params,
+    )
+
+    async def run():
+        async with ServerClient(head, timeouts=FAST) as client:
+            return await collect_rollouts(cfg, client)
+
+    return asyncio.run(run()), tmp_path / "out.jsonl"
+
+
+def test_materialized_tasks_go_to_their_tasksets_environment_server_as_episodes(head, tmp_path):
+    """As 0.7.0's collector: each task goes to the environment server its taskset's route names, as an episode
+    request (`{episode_id: {rollout_id, attempt}, task: {task_id, task_input}}`); the rollout is the episode's result
+    with `_ng_task_id`, attributed to the server's agent; a failed episode is a failure with its class and reason."""
+    summary, out = collect_tasks(head, tmp_path, {TASKSET: "env_episodes"}, num_repeats=2)
+    rows = sorted(read_jsonl(out), key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"], r["reward"]) for r in rows] == [
+        (0, 0, 0.0),
+        (0, 1, 0.0),
+        (2, 0, 2.0),
+        (2, 1, 2.0),
+    ]
+    assert rows[2]["_ng_task_id"] == {"taskset": TASKSET, "task_id": "2"} and rows[2]["seen_rollout_id"] == "2-0"
+    assert {(r["agent_ref"]["name"], r["_ng_environment_server"]) for r in rows} == {("agent", "env_episodes")}
+    assert "task_input" not in rows[0]  # the result as the server gave it, not merged over the row
+    assert summary.failures_by_class == {"environment_server_failed": 2}
+    failure = read_jsonl(tmp_path / "out_failures.jsonl")[0]
+    assert (failure["_ng_task_index"], failure["transient"]) == (1, False)
+    assert failure["message"] == "NeMo Gym failure (agent stage): the user simulator gave up"
+
+
+def test_materialized_tasks_take_no_seed(head, tmp_path):
+    """A materialized task has no request of ours to seed (its environment server builds it): refused by row."""
+    with pytest.raises(DataError, match=r"in\.jsonl:1: a NeMo Gym 0\.7\.0 materialized task has no responses_create"):
+        collect_tasks(head, tmp_path, {TASKSET: "env_episodes"}, num_repeats_add_seed=True)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_taskset_route_is_written_on_the_command_line_as_in_nemo_gym():
+    """A taskset's colon escaped, as NeMo Gym's Hydra command line takes it."""
+    ((key, routes),) = parse_overrides([r"+environment_server_routes={nemo_user_sim\:example: env_episodes}"])
+    cfg = CollectConfig(input_jsonl_fpath="in.jsonl", output_jsonl_fpath="out.jsonl", **{key: routes})
+    assert cfg.environment_server_routes == {TASKSET: "env_episodes"}
+
+
+@pytest.mark.parametrize(
+    ("routes", "why"),
+    [
+        (None, r"\+environment_server_routes has no route for it \(routes: none\)"),
+        ({TASKSET: "nope"}, r"its route 'nope' names no running server"),
+        ({TASKSET: "agent"}, r"its route 'agent' names a server of type responses_api_agents, not an environment"),
+    ],
+)
+def test_a_taskset_without_an_environment_server_is_refused_before_any_rollout(head, tmp_path, routes, why):
+    with pytest.raises(
+        DataError, match=rf"in\.jsonl:1: a NeMo Gym 0\.7\.0 materialized task of taskset '{TASKSET}': {why}"
+    ):
+        collect_tasks(head, tmp_path, routes)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def _agent(resources_server: str, *pins: str) -> dict[str, Any]:
+    """A NeMo Gym 0.7.0 agent instance section (simple_agent's config shape), its datasets pinning `pins`."""
+    fields = {
+        "entrypoint": "app.py",
+        "resources_server": {"type": "resources_servers", "name": resources_server},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+    }
+    return {"responses_api_agents": {"simple_agent": {**fields, **_datasets(pins)}}}
+
+
+def _resources(*pins: str) -> dict[str, Any]:
+    """A NeMo Gym 0.7.0 resources server instance section, its datasets pinning `pins` (one dataset each)."""
+    return {
+        "resources_servers": {
+            "example_single_tool_call": {"entrypoint": "app.py", "domain": "other", **_datasets(pins)}
+        }
+    }
+
+
+def _datasets(pins: tuple[str, ...]) -> dict[str, Any]:
+    datasets = [
+        {"name": f"d{i}", "type": "example", "jsonl_fpath": f"d{i}.jsonl", "agent": pin, "license": "Apache 2.0"}
+        for i, pin in enumerate(pins)
+    ]
+    return {"datasets": datasets} if datasets else {}
+
+
+# a 0.7.0 run's config: task_source -> the agent 0.7.0 resolves it to, None where it refuses
+PINNED_RUN = {
+    "agent_a": _agent("rs_shared"),
+    "agent_b": _agent("rs_shared"),
+    "agent_c": _agent("rs_single", "agent_c"),  # pins itself
+    "agent_d": _agent("rs_foreign_pin", "agent_a"),  # pins another agent
+    "agent_e": _agent("rs_unpinned_shared"),
+    "agent_f": _agent("rs_unpinned_shared"),
+    "rs_shared": _resources("agent_b", "agent_b"),  # two datasets, one pin
+    "rs_single": _resources(),
+    "rs_foreign_pin": _resources("agent_a"),  # agent_a names rs_shared, not it
+    "rs_unpinned_shared": _resources(),
+    "rs_two_pins": _resources("agent_a", "agent_b"),
+    "policy_model": {"responses_api_models": {"vllm_model": {"entrypoint": "app.py"}}},
+}
+PINNED_RUN_AGENTS = {
+    "agent_a": "agent_a",
+    "agent_c": "agent_c",
+    "agent_d": None,
+    "rs_shared": "agent_b",
+    "rs_single": "agent_c",
+    "rs_foreign_pin": None,
+    "rs_unpinned_shared": None,
+    "rs_two_pins": None,
+    "policy_model": None,
+    "nope": None,
+}
+
+
+def _served_config() -> dict[str, Any]:
+    """PINNED_RUN as a running 0.7.0 head server answers it (every instance with its host and port)."""
+    config = json.loads(json.dumps(PINNED_RUN))
+    for port, section in enumerate(config.values(), 9000):
+        fields = next(iter(next(iter(section.values())).values()))
+        fields.update(host="127.0.0.1", port=port)
+    return config
+
+
+class _Head:
+    """A client whose head server lists PINNED_RUN's servers as our client reads them from 0.7.0's head server."""
+
+    async def list_servers(self) -> list[dict[str, Any]]:
+        return nemo_gym_head_servers(yaml.safe_dump(_served_config()), "http://127.0.0.1:8000")
+
+
+def _ours(source: str) -> str | None:
+    tasks = [{"agent_ref": None, "task_source": source}]
+    try:
+        asyncio.run(resolve_task_sources(_Head(), tasks, lambda i: f"row {i}"))
+    except DataError:
+        return None
+    return tasks[0]["agent_ref"]["name"]
+
+
+def test_task_source_rows_of_a_0_7_0_run_go_where_the_pins_say():
+    """Read from a 0.7.0 head server's config (`nemo_gym_head_servers`): each dataset's `agent:` pin travels with
+    its instance, and each task_source resolves as 0.7.0's `resolve_dataset_agent` rules say (PINNED_RUN_AGENTS)."""
+    assert {source: _ours(source) for source in PINNED_RUN_AGENTS} == PINNED_RUN_AGENTS
+
+
+PEER_RESOLVE = """
+import json, sys
+from omegaconf import OmegaConf
+from nemo_gym.rollout_collection import RolloutCollectionHelper
+config = OmegaConf.create(json.loads(sys.argv[1]))
+answers = {}
+for source in json.loads(sys.argv[2]):
+    rows = [{"task_source": source}]
+    try:
+        RolloutCollectionHelper.resolve_task_sources(rows, config)
+        answers[source] = rows[0]["agent_ref"]["name"]
+    except ValueError:
+        answers[source] = None
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_task_source_rows_resolve_as_0_7_0_resolves_them():
+    """NeMo Gym 0.7.0's own collector resolution (`RolloutCollectionHelper.resolve_task_sources`, in its venv) on
+    the same run's config gives the agents ours gives, and refuses the same task_sources (about 10 s)."""
+    python = peer07_venv() / "bin" / "python"
+    argv = [str(python), "-c", PEER_RESOLVE, json.dumps(_served_config()), json.dumps(sorted(PINNED_RUN_AGENTS))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == PINNED_RUN_AGENTS
+
+
+PEER_EPISODES = """
+import json, sys
+from nemo_gym.rollout_collection import _episode_record, _episode_request_body
+case = json.loads(sys.argv[1])
+print(json.dumps({
+    "requests": [_episode_request_body(row) for row in case["rows"]],
+    "records": [_episode_record(answer) for answer in case["answers"]],
+}))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_episodes_are_what_0_7_0_sends_and_stores():
+    """NeMo Gym 0.7.0's own episode request (`_episode_request_body`) and record (`_episode_record`, a result and a
+    failure with stage and partial response) equal ours (`episode_request`, `episode_rollout`), in its venv."""
+    task = {"task_id": {"taskset": TASKSET, "task_id": "7"}, "task_input": {"x": 7}}
+    rows = [
+        {**task, "_ng_task_index": 3, "_ng_rollout_index": 1},
+        {**task, "_ng_task_index": 0, "_ng_rollout_index": 0},
+    ]
+    episode = {"rollout_id": "3-1", "attempt": 0}
+    failure = {"failure_reason": "gave up", "terminal": True, "stage": "agent", "partial_response": {"output": []}}
+    answers = [
+        {"episode_id": episode, "task_id": task["task_id"], "result": {"reward": 1.0, "turns": 3}},
+        {"episode_id": episode, "task_id": task["task_id"], "failure": failure},
+        {"episode_id": episode, "task_id": task["task_id"], "failure": {"failure_reason": "x", "terminal": False}},
+    ]
+    python = peer07_venv() / "bin" / "python"
+    argv = [str(python), "-c", PEER_EPISODES, json.dumps({"rows": rows, "answers": answers})]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert theirs == {"requests": [episode_request(r) for r in rows], "records": [episode_rollout(a) for a in answers]}

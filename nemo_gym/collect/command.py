@@ -49,8 +49,9 @@ Compared with NeMo Gym's collector: a row's own `agent_ref` wins over `agent_nam
 in both); an HTTP failure is a failures-file record instead of an exception that stops the run; resume is on by
 default (NeMo Gym: `resume_from_cache=false`) and refuses an output made from another input; the whole input is
 validated before the first rollout. NeMo Gym's `num_repeats_add_seed`, `prompt_config`, `interleave_repeats`,
-`agent_map`, `fan_out`, `num_repeats` as a dict (`nemo_gym.collect.plan`), `task_source` rows and `resume_from_cache`
-are taken as it takes them; its other parameters are refused by name (`NEMO_GYM_UNSUPPORTED`).
+`agent_map`, `fan_out`, `num_repeats` as a dict (`nemo_gym.collect.plan`), `task_source` rows (with their datasets'
+`agent:` pins), `environment_server_routes` (0.7.0's materialized tasksets, sent to environment servers as episodes)
+and `resume_from_cache` are taken as it takes them; its other parameters are refused by name (`NEMO_GYM_UNSUPPORTED`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ NEMO_GYM_UNSUPPORTED = {
     "retain_results_in_memory": "rollouts are appended to the output as they finish",
     "retry_terminal_timeouts": "+max_retries retries transient failures; a rerun retries the failures file's rows",
     "retry_invalid_judge_responses": "a rerun retries the failures file's rows (judge failures included)",
+    **dict.fromkeys(
+        ("environment_routing_mode", "environment_server_name"),
+        "materialized tasks go to the environment server +environment_server_routes names for their taskset; other"
+        " rows to their agent, through the one environment server in front of it when their agent_ref names one",
+    ),
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
     **dict.fromkeys(
         ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),
@@ -167,6 +173,15 @@ class CollectConfig(BaseModel):
             "NeMo Gym 0.7.0's re-routing, {<agent_ref name or task_source in the rows>: <agent>, _default: <agent>}:"
             " a row's agent_ref entry, else its task_source entry, else _default (rows without an agent_ref too) sets"
             " its agent; +agent_name then fills rows still without one"
+        ),
+    )
+    environment_server_routes: dict[str, str] | None = Field(
+        None,
+        description=(
+            "NeMo Gym 0.7.0's {<taskset>: <environment server instance>}: a materialized task (task_id.taskset and"
+            " task_input, as its ng_prepare_data writes a dataset declared with `taskset:`) is sent to its taskset's"
+            " environment server as an episode. A taskset's colon is escaped on the command line, as in NeMo Gym:"
+            r" +environment_server_routes={nemo_user_sim\:example: <instance>}"
         ),
     )
     num_repeats_add_seed: bool = Field(
@@ -378,6 +393,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         servers_gone_s=cfg.servers_gone_s,
         add_seed=cfg.num_repeats_add_seed,
         interleave_repeats=cfg.interleave_repeats,
+        environment_server_routes=cfg.environment_server_routes,
     )
     return CollectSummary.of(result, files.paths)
 

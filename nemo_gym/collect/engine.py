@@ -34,14 +34,17 @@ from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, Serve
 from nemo_gym.collect.plan import RolloutPlan, plan_rollouts, routing_key
 from nemo_gym.collect.routing import (
     dispatch_target,
+    episode_request,
+    episode_rollout,
     nemo_gym_failure,
     resolve_task_sources,
+    route_tasksets,
     route_through_environment_servers,
 )
-from nemo_gym.collect.tasks import check_seedable, materialize_all
+from nemo_gym.collect.tasks import check_seedable, materialize_all, taskset_of
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
-from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
@@ -74,7 +77,8 @@ async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], wh
             schemas[name] = None
     validators = {name: Draft202012Validator(schema) for name, schema in schemas.items() if schema}
     for index, task in enumerate(tasks if validators else []):
-        validator = validators.get(task[AGENT_REF_KEY]["name"])
+        # a materialized task (NeMo Gym 0.7.0) is its environment server's episode input, not the agent's row
+        validator = validators.get(task[AGENT_REF_KEY]["name"]) if taskset_of(task) is None else None
         error = next(iter(validator.iter_errors(task)), None) if validator else None
         if error is not None:
             path = ".".join(str(p) for p in error.absolute_path) or "row"
@@ -113,13 +117,19 @@ def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
 async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
     `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
-    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0."""
+    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0. A NeMo
+    Gym 0.7.0 materialized task goes to its environment server as an episode (`episode_request`); its rollout is
+    the episode's result as 0.7.0 stores it (`episode_rollout`), not merged over the row."""
+    episode = taskset_of(row) is not None
     try:
-        answer = await client.post(dispatch_target(row), "/run", row)
+        answer = await client.post(dispatch_target(row), "/run", episode_request(row) if episode else row)
     except ServerError as exc:
         return None, _server_failure(row, exc)
     except ValueError as exc:  # a 2xx answer that is not JSON
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
+    if episode and (record := episode_rollout(answer)) is not None:
+        answer = {**record, ENVIRONMENT_SERVER_KEY: row[ENVIRONMENT_SERVER_KEY]}
+        row = {k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, AGENT_REF_KEY)}
     if (episode_failure := nemo_gym_failure(answer)) is not None:
         return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
@@ -350,22 +360,46 @@ class _Sinks:
             await sink.finish(result, client)
 
 
-async def _route_and_check(
-    client: ServerClient, plan: RolloutPlan, where: Callable[[int], str], add_seed: bool
-) -> None:
-    """Before any rollout, in place on the plan's rows: NeMo Gym `task_source` rows get their agent, rows for an
-    environment server are routed to it (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`),
-    and every agent is known with its row schema (`check_agents`). `where(t)` names task t."""
+@dataclass(frozen=True)
+class _Planning:
+    """`collect`'s parameters that decide which rollouts run and where (`_plan_and_check`)."""
+
+    agent_name: str | None
+    responses_create_params: dict[str, Any] | None
+    num_repeats: int | Mapping[str, int]
+    fan_out: Mapping[str, Sequence[str]] | None
+    routing_keys: Sequence[str | None] | None
+    add_seed: bool
+    environment_server_routes: dict[str, str] | None
+
+
+async def _plan_and_check(
+    client: ServerClient,
+    rows: Sequence[dict[str, Any]],
+    where: Callable[[int], str],
+    options: _Planning,
+) -> RolloutPlan:
+    """The rollouts of `rows` (materialized, `nemo_gym.collect.plan`), routed and checked before any rollout, in place
+    on the plan's rows: NeMo Gym 0.7.0's materialized tasks get their taskset's environment server
+    (`environment_server_routes`), `task_source` rows their agent, rows for an environment server are routed to it
+    (`nemo_gym.collect.routing`); then every row can take its seed (`add_seed`), and every agent is known with its
+    row schema (`check_agents`). `where(i)` names row i."""
+    located = [(where(i), row) for i, row in enumerate(rows)]
+    tasks = materialize_all(located, options.agent_name, options.responses_create_params, "rows")
+    keys = options.routing_keys or [routing_key(row) for row in rows]
+    plan = plan_rollouts(tasks, keys, options.num_repeats, options.fan_out, where)
     tasks = plan.rows()
 
-    def where(i: int, named: Callable[[int], str] = where) -> str:  # the plan's row i, named by its task
-        return named(plan.entries[i].task_index)
+    def named(i: int) -> str:  # the plan's row i, named by its task
+        return where(plan.entries[i].task_index)
 
-    await resolve_task_sources(client, tasks, where)
-    if add_seed:
-        check_seedable(tasks, where)
+    await route_tasksets(client, tasks, options.environment_server_routes or {}, named)
+    await resolve_task_sources(client, tasks, named)
+    if options.add_seed:
+        check_seedable(tasks, named)
     await route_through_environment_servers(client, tasks)
-    await check_agents(client, tasks, where)
+    await check_agents(client, tasks, named)
+    return plan
 
 
 async def collect(
@@ -385,6 +419,7 @@ async def collect(
     servers_gone_s: float = DEFAULT_SERVERS_GONE_S,
     add_seed: bool = False,
     interleave_repeats: bool = False,
+    environment_server_routes: dict[str, str] | None = None,
 ) -> CollectResult:
     """`num_repeats` rollouts of each task row through its agent (or NeMo Gym 0.7.0's dict and `fan_out` by each
     row's routing key, `routing_keys[i]`, default row i's own: `nemo_gym.collect.plan`), at most `concurrency` in
@@ -392,7 +427,8 @@ async def collect(
 
     `rows`: task rows (checked and materialized here, see `materialize_task`); `where(i)` names row i in an error
     (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
-    connection before the collection stops (`nemo_gym.collect.liveness`); `add_seed`, `interleave_repeats`: NeMo Gym's.
+    connection before the collection stops (`nemo_gym.collect.liveness`); `add_seed`, `interleave_repeats`: NeMo Gym's;
+    its `environment_server_routes` (taskset -> environment server) route its materialized tasks.
 
     Raises:
         DataError: a bad row, one its environment's row schema refuses, or one no entry of a `num_repeats` dict
@@ -401,10 +437,10 @@ async def collect(
         asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
     """
     where = where or (lambda index: f"row {index}")
-    located = [(where(i), row) for i, row in enumerate(rows)]
-    tasks = materialize_all(located, agent_name, responses_create_params, "rows")
-    plan = plan_rollouts(tasks, routing_keys or [routing_key(row) for row in rows], num_repeats, fan_out, where)
-    await _route_and_check(client, plan, where, add_seed)
+    planning = _Planning(
+        agent_name, responses_create_params, num_repeats, fan_out, routing_keys, add_seed, environment_server_routes
+    )
+    plan = await _plan_and_check(client, rows, where, planning)
     every_sink = _Sinks(sinks)
     done, failures = every_sink.open(plan, add_seed=add_seed)
     pending, resumed = [pair for pair in plan.pairs(interleave_repeats) if pair not in done], len(done)

@@ -23,6 +23,7 @@ __all__ = [
     "read_tasks_with_lines",
     "rerouted",
     "TaskRows",
+    "taskset_of",
 ]
 
 
@@ -34,12 +35,15 @@ def materialize_task(
     responses_create_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, `agent_ref`
-    resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped.
+    resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped. A NeMo
+    Gym 0.7.0 materialized task (`taskset_of`) is sent as it is (no agent: its taskset routes it, as in 0.7.0).
 
     Raises:
         DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
             create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
     """
+    if taskset_of(row) is not None:  # its environment server is its route (`nemo_gym.collect.routing.route_tasksets`)
+        return {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)} | {AGENT_REF_KEY: None}
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         got = "it is missing" if params is None else f"got {type(params).__name__}"
@@ -57,18 +61,29 @@ def materialize_task(
     return task
 
 
+def taskset_of(row: dict[str, Any]) -> str | None:
+    """The taskset of a NeMo Gym 0.7.0 materialized task row (`{task_id: {taskset, task_id}, task_input: {...}}`,
+    what 0.7.0's `ng_prepare_data` writes for a dataset declared with `taskset:`), else None, as 0.7.0's collector
+    reads it (`_materialized_taskset`: a non-empty string `task_id.taskset` beside a `task_input`)."""
+    task_id = row.get("task_id")
+    taskset = task_id.get("taskset") if isinstance(task_id, dict) and "task_input" in row else None
+    return taskset if isinstance(taskset, str) and taskset else None
+
+
 def materialize_all(
     located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
 ) -> list[dict[str, Any]]:
     """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
     (at most 10 shown), or one for no rows at all. A row without an agent_ref that has NeMo Gym 0.7.0's
     `task_source` (its collated datasets' rows) is kept: the collector resolves it against the running servers
-    (`nemo_gym.collect.routing.resolve_task_sources`)."""
+    (`nemo_gym.collect.routing.resolve_task_sources`); so is a 0.7.0 materialized task, routed by its taskset
+    (`nemo_gym.collect.routing.route_tasksets`)."""
     tasks: list[dict[str, Any]] = []
     without_agent: list[str] = []
     for where, row in located:
         tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
-        if tasks[-1][AGENT_REF_KEY] is None and not isinstance(tasks[-1].get(TASK_SOURCE_KEY), str):
+        routed = isinstance(tasks[-1].get(TASK_SOURCE_KEY), str) or taskset_of(tasks[-1]) is not None
+        if tasks[-1][AGENT_REF_KEY] is None and not routed:
             without_agent.append(where)
     if without_agent:
         more = f" and {len(without_agent) - 10} more" if len(without_agent) > 10 else ""
@@ -145,7 +160,10 @@ def read_tasks(
 def rerouted(row: dict[str, Any], agent_map: dict[str, str]) -> dict[str, Any]:
     """`row` re-routed by NeMo Gym 0.7.0's `agent_map` (`{<agent_ref name or task_source>: <agent>, _default:
     <agent>}`), by its rule: the entry of the row's agent_ref name, else of its task_source, else `_default` (rows
-    without an agent_ref included) gives the row's agent_ref `{"name": <agent>}`; a row no entry matches is kept."""
+    without an agent_ref included) gives the row's agent_ref `{"name": <agent>}`; a row no entry matches is kept,
+    and so is a materialized task (`taskset_of`: its taskset routes it, as in 0.7.0)."""
+    if taskset_of(row) is not None:
+        return row
     ref = row.get(AGENT_REF_KEY)
     name = ref.get("name") if isinstance(ref, dict) else None
     target = next((agent_map[key] for key in (name, row.get(TASK_SOURCE_KEY)) if key in agent_map), None)
@@ -180,8 +198,13 @@ def check_seedable(tasks: Sequence[dict[str, Any]], where: Callable[[int], str])
 
     Raises:
         DataError: (`where(i): ...`) the first row whose `responses_create_params.metadata.extra_body` is not a JSON
-            object in a string.
+            object in a string, or that is a NeMo Gym 0.7.0 materialized task (no request to seed).
     """
     for i, task in enumerate(tasks):
+        if taskset_of(task) is not None:
+            raise DataError(
+                f"{where(i)}: a NeMo Gym 0.7.0 materialized task has no responses_create_params to seed (its"
+                " environment server builds the request); drop num_repeats_add_seed"
+            )
         if problem := seed_problem(task):
             raise DataError(f"{where(i)}: {problem} (num_repeats_add_seed writes the seed there)")

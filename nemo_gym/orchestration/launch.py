@@ -30,7 +30,7 @@ from nemo_gym.config.server_instances import ServerInstance, references
 from nemo_gym.orchestration.server_processes import ServerProcess, log_path
 from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.serving.head import ServerRegistry
-from nemo_gym.serving.nemo_gym_discovery import agent_references
+from nemo_gym.serving.nemo_gym_discovery import agent_references, dataset_agent_pins
 
 __all__ = ["Environment", "Launcher", "RunContext", "build_environments", "register", "spawn"]
 
@@ -153,5 +153,6 @@ def register(
         "framework": framework,
         "send_run_token": send_run_token,
         "references": references(instance.fields),
+        "dataset_agent_pins": dataset_agent_pins(instance.fields),
         **({"agent_refs": agent_refs} if agent_refs and instance.server_type in NEMO_GYM_ONLY_SERVER_TYPES else {}),
     }

@@ -33,6 +33,7 @@ from nemo_gym.serving.auth import take_run_token_from_env
 from nemo_gym.serving.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.serving.limits import UVICORN_LIMITS
 from nemo_gym.serving.module_loading import import_file
+from nemo_gym.serving.nemo_gym_discovery import dataset_agent_pins
 from nemo_gym.serving.server import BaseServer
 
 __all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main"]
@@ -158,6 +159,7 @@ async def _serve(
             "pid": os.getpid(),
             "replica": replica,
             "references": references(instance.fields),
+            "dataset_agent_pins": dataset_agent_pins(instance.fields),
         }
         async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")

@@ -151,6 +151,13 @@ class Registration(BaseModel):
             " collector resolves NeMo Gym 0.7.0's `task_source` rows by them"
         ),
     )
+    dataset_agent_pins: list[str] = Field(
+        default_factory=list,
+        description=(
+            "the agents its config's datasets pin (NeMo Gym 0.7.0's dataset key `agent:`), distinct, in order: names"
+            " only. The collector resolves `task_source` rows of its datasets to the pinned agent"
+        ),
+    )
 
     @field_validator("url")
     @classmethod

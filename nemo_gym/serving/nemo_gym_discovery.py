@@ -17,7 +17,13 @@ from nemo_gym.common.errors import ServerBadAnswerError
 from nemo_gym.config import server_sections
 from nemo_gym.config.server_instances import references
 
-__all__ = ["add_nemo_gym_discovery_routes", "agent_references", "nemo_gym_discovery", "nemo_gym_head_servers"]
+__all__ = [
+    "add_nemo_gym_discovery_routes",
+    "agent_references",
+    "dataset_agent_pins",
+    "nemo_gym_discovery",
+    "nemo_gym_head_servers",
+]
 
 
 def agent_references(fields: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -31,6 +37,18 @@ def agent_references(fields: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         and "name" in value
         and (value.get("type") == AGENT_TYPE or (key == "agent_server" and value.get("type") is None))
     }
+
+
+def dataset_agent_pins(fields: Mapping[str, Any]) -> list[str]:
+    """The agents a server's datasets pin (NeMo Gym 0.7.0's dataset key `agent:`, `dataset_agent_pins`): each
+    distinct string, in the order its `datasets` declare them. Instance names only; `[]` without pins."""
+    datasets = fields.get("datasets")
+    pins: list[str] = []
+    for dataset in datasets if isinstance(datasets, list) else ():
+        pin = dataset.get("agent") if isinstance(dataset, Mapping) else None
+        if isinstance(pin, str) and pin not in pins:
+            pins.append(pin)
+    return pins
 
 
 def _host_port(url: str) -> dict[str, Any]:
@@ -145,6 +163,7 @@ def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
                     "send_run_token": False,
                     "framework": "nemo_gym",
                     "references": references(fields),
+                    "dataset_agent_pins": dataset_agent_pins(fields),
                     **(
                         {"agent_refs": refs}
                         if server_type == "environment_servers" and (refs := agent_references(fields))
