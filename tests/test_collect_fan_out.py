@@ -12,8 +12,9 @@ import pytest
 from test_collect import agent, collect, config, gym, rows_of  # noqa: F401 (fixtures)
 
 from nemo_gym.collect.files import OutputPaths
-from nemo_gym.collect.plan import RolloutPlan, plan_rollouts, routing_key
+from nemo_gym.collect.plan import RolloutPlan, plan_rollouts
 from nemo_gym.collect.sink import input_fingerprint
+from nemo_gym.collect.tasks import routing_key
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.eval.evaluation import load_task_results
 
@@ -83,8 +84,10 @@ def test_a_row_no_entry_of_num_repeats_matches_is_refused_naming_it(capsys):
     assert "no row routes by typo (a typo?)" in capsys.readouterr().err
 
 
-def test_the_routing_key_is_the_agent_ref_name_as_written_else_the_task_source():
+def test_the_routing_key_is_the_agent_ref_name_as_written_else_the_taskset_else_the_task_source():
     assert routing_key({"agent_ref": {"name": "a"}, "task_source": "ds"}) == "a"
+    materialized = {"task_id": {"taskset": "sim:example", "task_id": "7"}, "task_input": {}, "task_source": "ds"}
+    assert routing_key(materialized) == "sim:example"
     assert routing_key({"task_source": "ds"}) == "ds"
     assert routing_key({"agent_ref": None, "task_source": ["not", "a", "name"]}) is None
     assert RolloutPlan.uniform([], 1).total == 0

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import Pair, now, rollout_input
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
-from nemo_gym.collect.plan import RolloutPlan, plan_rollouts, routing_key
+from nemo_gym.collect.plan import RolloutPlan, plan_rollouts
 from nemo_gym.collect.routing import (
     dispatch_target,
     episode_request,
@@ -41,7 +41,7 @@ from nemo_gym.collect.routing import (
     route_tasksets,
     route_through_environment_servers,
 )
-from nemo_gym.collect.tasks import check_seedable, materialize_all, taskset_of
+from nemo_gym.collect.tasks import check_seedable, materialize_all, routing_key, taskset_of
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY

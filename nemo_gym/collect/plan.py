@@ -2,8 +2,9 @@
 runs, from `num_repeats` (an int, or NeMo Gym 0.7.0's dict keyed by agent or routing key) and NeMo Gym 0.7.0's
 `fan_out` (`{<routing key>: [agent, ...]}`: a row run once per listed agent).
 
-A row's routing key is its `agent_ref` name as written in the data, else its `task_source` (before `agent_map`
-re-routes it). The rules are 0.7.0's collector's (`RolloutCollectionHelper._preprocess_raw_rows`):
+A row's routing key is its `agent_ref` name as written in the data, else its taskset, else its `task_source` (before
+`agent_map` re-routes it: `nemo_gym.collect.tasks.routing_key`). The rules are 0.7.0's collector's
+(`RolloutCollectionHelper._preprocess_raw_rows`):
 
 - `fan_out[<key>]` lists the agents a matching row runs through, each `num_repeats` times; other rows run through
   their own agent.
@@ -27,20 +28,12 @@ import orjson
 
 from nemo_gym.collect.files import Pair
 from nemo_gym.common.errors import DataError
-from nemo_gym.common.jsonl import AGENT_REF_KEY, TASK_SOURCE_KEY
+from nemo_gym.common.jsonl import AGENT_REF_KEY
 
-__all__ = ["DEFAULT_KEY", "RolloutPlan", "TaskAgent", "check_fan_out", "plan_rollouts", "routing_key"]
+__all__ = ["DEFAULT_KEY", "RolloutPlan", "TaskAgent", "check_fan_out", "plan_rollouts"]
 
 DEFAULT_KEY = "_default"  # num_repeats' fallback entry (NeMo Gym 0.7.0's name)
 RepeatSpec = int | Mapping[str, int]
-
-
-def routing_key(row: Mapping[str, Any]) -> str | None:
-    """A row's routing key: its `agent_ref` name as written, else its `task_source`, else None."""
-    ref = row.get(AGENT_REF_KEY)
-    name = ref.get("name") if isinstance(ref, dict) else None
-    source = row.get(TASK_SOURCE_KEY)
-    return name if isinstance(name, str) else source if isinstance(source, str) else None
 
 
 @dataclass(frozen=True)
@@ -142,7 +135,7 @@ def plan_rollouts(
 ) -> RolloutPlan:
     """The rollouts of `tasks` (materialized: their `agent_ref` after `agent_map` and `agent_name`, None for a
     `task_source` row), by the rules of the module docstring. `routing_keys[t]`: task t's routing key as written in
-    the data (`routing_key` of the raw row).
+    the data (`nemo_gym.collect.tasks.routing_key` of the raw row).
 
     Raises:
         DataError: (`where(t): ...`) with `num_repeats` a dict, a task no entry and no `_default` matches (the

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from nemo_gym.collect.files import seed_problem
-from nemo_gym.collect.plan import routing_key
 from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
@@ -22,6 +21,7 @@ __all__ = [
     "read_tasks",
     "read_tasks_with_lines",
     "rerouted",
+    "routing_key",
     "TaskRows",
     "taskset_of",
 ]
@@ -61,6 +61,17 @@ def materialize_task(
     return task
 
 
+def routing_key(row: dict[str, Any]) -> str | None:
+    """A row's routing key, as NeMo Gym 0.7.0's collector reads it before `agent_map` (`fan_out` and a `num_repeats`
+    dict are keyed by it, `nemo_gym.collect.plan`): its `agent_ref` name as written, else its taskset (`taskset_of`),
+    else its `task_source`, else None."""
+    ref = row.get(AGENT_REF_KEY)
+    name = ref.get("name") if isinstance(ref, dict) else None
+    source = row.get(TASK_SOURCE_KEY)
+    key = name if isinstance(name, str) else taskset_of(row)
+    return key if key is not None else source if isinstance(source, str) else None
+
+
 def taskset_of(row: dict[str, Any]) -> str | None:
     """The taskset of a NeMo Gym 0.7.0 materialized task row (`{task_id: {taskset, task_id}, task_input: {...}}`,
     what 0.7.0's `ng_prepare_data` writes for a dataset declared with `taskset:`), else None, as 0.7.0's collector
@@ -98,7 +109,7 @@ def materialize_all(
 
 class TaskRows(NamedTuple):
     """The task rows of a JSONL file (`read_tasks`), the line number of each, and the routing key each had before
-    `agent_map` re-routed it (`nemo_gym.collect.plan.routing_key`: its agent_ref name or task_source)."""
+    `agent_map` re-routed it (`routing_key`)."""
 
     tasks: list[dict[str, Any]]
     line_numbers: list[int]
