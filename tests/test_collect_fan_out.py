@@ -101,10 +101,10 @@ def write_rows(path, rows):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"fan_out": {"ds": []}}, r"fan_out\['ds'\] lists no agent"),
+        ({"fan_out": {"ds": []}}, r"fan_out\n.*fan_out\['ds'\] lists no agent"),
         ({"fan_out": {"ds": ["agent", "agent"]}}, r"lists \['agent'\] more than once: use num_repeats"),
-        ({"num_repeats": 0}, r"num_repeats must be at least 1"),
-        ({"num_repeats": {"agent": 2, "_default": 0}}, r"num_repeats must be at least 1, got \{'_default': 0\}"),
+        ({"num_repeats": 0}, r"num_repeats\n.*must be at least 1, got 0"),
+        ({"num_repeats": {"agent": 2, "_default": 0}}, r"num_repeats\n.*must be at least 1, got \{'_default': 0\}"),
     ],
 )
 def test_bad_fan_out_and_num_repeats_are_refused(tmp_path, gym, overrides, message):

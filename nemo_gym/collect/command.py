@@ -60,7 +60,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.collect.engine import CollectResult, collect
 from nemo_gym.collect.files import OutputPaths, count_lines
@@ -227,14 +227,20 @@ class CollectConfig(BaseModel):
         ),
     )
 
-    @model_validator(mode="after")
-    def _repeats_and_fan_out(self) -> CollectConfig:
-        """NeMo Gym 0.7.0's checks: every num_repeats at least 1; fan_out lists agents, each once."""
-        counts = self.num_repeats if isinstance(self.num_repeats, dict) else {"num_repeats": self.num_repeats}
-        if bad := {key: n for key, n in counts.items() if n < 1}:
-            raise ValueError(f"num_repeats must be at least 1, got {bad}")
-        check_fan_out(self.fan_out or {})
-        return self
+    @field_validator("num_repeats")
+    @classmethod
+    def _at_least_one(cls, value: int | dict[str, int]) -> int | dict[str, int]:
+        """Every count at least 1 (an int, or each entry of NeMo Gym 0.7.0's dict)."""
+        if bad := {k: n for k, n in (value.items() if isinstance(value, dict) else [("num_repeats", value)]) if n < 1}:
+            raise ValueError(f"must be at least 1, got {bad if isinstance(value, dict) else value}")
+        return value
+
+    @field_validator("fan_out")
+    @classmethod
+    def _lists_agents(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        """NeMo Gym 0.7.0's checks: each entry lists agents, each once (`nemo_gym.collect.plan.check_fan_out`)."""
+        check_fan_out(value or {})
+        return value
 
     @model_validator(mode="after")
     def _resume_from_cache(self) -> CollectConfig:
