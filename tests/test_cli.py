@@ -36,7 +36,7 @@ def test_help_lists_parameters_with_type_default_and_meaning(name, flag):
             "responses_create_params",
         ]:
             assert f"+{field}:" in result.stdout
-        assert "+num_repeats: int = 1" in result.stdout
+        assert "+num_repeats: int | dict[str, int] = 1" in result.stdout
 
 
 def test_both_names_are_installed():

@@ -129,8 +129,8 @@ class CollectConfig(BaseModel):
         1,
         description=(
             "rollouts per task (e.g. 4 for mean@4 or a GRPO group of 4); or NeMo Gym 0.7.0's dict {<agent, or a row's"
-            " agent_ref name or task_source>: n, _default: n}: the dispatched agent's entry, else the row's, else"
-            " _default (a row none matches is refused)"
+            " agent_ref name, taskset or task_source>: n, _default: n}: the dispatched agent's entry, else the row's,"
+            " else _default (a row none matches is refused)"
         ),
     )
     fan_out: dict[str, list[str]] | None = Field(
