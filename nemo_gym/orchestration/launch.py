@@ -26,11 +26,11 @@ from typing import Any, Protocol
 from nemo_gym.common.errors import ServerStartError
 from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES
 from nemo_gym.common.processes import die_with_parent
-from nemo_gym.config.server_instances import ServerInstance, references
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.server_processes import ServerProcess, log_path
 from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.serving.head import ServerRegistry
-from nemo_gym.serving.nemo_gym_discovery import agent_references, dataset_agent_pins
+from nemo_gym.serving.nemo_gym_discovery import agent_references, registration_links
 
 __all__ = ["Environment", "Launcher", "RunContext", "build_environments", "register", "spawn"]
 
@@ -152,7 +152,6 @@ def register(
         "external": external,
         "framework": framework,
         "send_run_token": send_run_token,
-        "references": references(instance.fields),
-        "dataset_agent_pins": dataset_agent_pins(instance.fields),
+        **registration_links(instance.fields),
         **({"agent_refs": agent_refs} if agent_refs and instance.server_type in NEMO_GYM_ONLY_SERVER_TYPES else {}),
     }

@@ -28,12 +28,12 @@ from pydantic import ValidationError
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import did_you_mean
-from nemo_gym.config.server_instances import ServerInstance, references
+from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.serving.auth import take_run_token_from_env
 from nemo_gym.serving.client import HEAD_URL_ENV, ServerClient
 from nemo_gym.serving.limits import UVICORN_LIMITS
 from nemo_gym.serving.module_loading import import_file
-from nemo_gym.serving.nemo_gym_discovery import dataset_agent_pins
+from nemo_gym.serving.nemo_gym_discovery import registration_links
 from nemo_gym.serving.server import BaseServer
 
 __all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main"]
@@ -158,8 +158,7 @@ async def _serve(
             "url": url,
             "pid": os.getpid(),
             "replica": replica,
-            "references": references(instance.fields),
-            "dataset_agent_pins": dataset_agent_pins(instance.fields),
+            **registration_links(instance.fields),
         }
         async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")

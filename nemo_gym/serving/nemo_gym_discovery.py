@@ -21,6 +21,7 @@ __all__ = [
     "add_nemo_gym_discovery_routes",
     "agent_references",
     "dataset_agent_pins",
+    "registration_links",
     "nemo_gym_discovery",
     "nemo_gym_head_servers",
 ]
@@ -49,6 +50,13 @@ def dataset_agent_pins(fields: Mapping[str, Any]) -> list[str]:
         if isinstance(pin, str) and pin not in pins:
             pins.append(pin)
     return pins
+
+
+def registration_links(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """What a server's head-server entry says of the instances its config names: `references` (every `{type, name}`
+    reference, `nemo_gym.config.server_instances.references`) and `dataset_agent_pins` (`dataset_agent_pins`), for
+    every source of entries (our servers, the NeMo Gym servers our ng_run registers, a 0.7.0 head server's config)."""
+    return {"references": references(fields), "dataset_agent_pins": dataset_agent_pins(fields)}
 
 
 def _host_port(url: str) -> dict[str, Any]:
@@ -162,8 +170,7 @@ def nemo_gym_head_servers(answer: Any, head_url: str) -> list[dict[str, Any]]:
                     "url": url,
                     "send_run_token": False,
                     "framework": "nemo_gym",
-                    "references": references(fields),
-                    "dataset_agent_pins": dataset_agent_pins(fields),
+                    **registration_links(fields),
                     **(
                         {"agent_refs": refs}
                         if server_type == "environment_servers" and (refs := agent_references(fields))
