@@ -22,6 +22,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -82,10 +83,14 @@ class RolloutPlan:
         ordered = [(e.task_index, r) for e in self.entries for r in range(e.first, e.first + e.count)]
         return sorted(ordered, key=lambda pair: pair[1]) if interleave_repeats else ordered
 
+    @cached_property
+    def _row_by_pair(self) -> dict[Pair, dict[str, Any]]:
+        return {(e.task_index, r): e.row for e in self.entries for r in range(e.first, e.first + e.count)}
+
     def row_of(self) -> Callable[[Pair], dict[str, Any]]:
-        """pair -> the task row it is sent with (its agent's)."""
-        by_pair = {(e.task_index, r): e.row for e in self.entries for r in range(e.first, e.first + e.count)}
-        return by_pair.__getitem__
+        """pair -> the task row it is sent with (its agent's); built once per plan (the sinks and the dispatch
+        both look rows up)."""
+        return self._row_by_pair.__getitem__
 
     def rows(self) -> list[dict[str, Any]]:
         """Each entry's row, in order (the rows whose agents are checked and routed before any rollout)."""

@@ -61,14 +61,19 @@ def materialize_task(
     return task
 
 
+def _agent_ref_name(row: dict[str, Any]) -> str | None:
+    """The agent a row's `agent_ref` names as written, else None."""
+    ref = row.get(AGENT_REF_KEY)
+    name = ref.get("name") if isinstance(ref, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def routing_key(row: dict[str, Any]) -> str | None:
     """A row's routing key, as NeMo Gym 0.7.0's collector reads it before `agent_map` (`fan_out` and a `num_repeats`
     dict are keyed by it, `nemo_gym.collect.plan`): its `agent_ref` name as written, else its taskset (`taskset_of`),
     else its `task_source`, else None."""
-    ref = row.get(AGENT_REF_KEY)
-    name = ref.get("name") if isinstance(ref, dict) else None
-    source = row.get(TASK_SOURCE_KEY)
-    key = name if isinstance(name, str) else taskset_of(row)
+    name, source = _agent_ref_name(row), row.get(TASK_SOURCE_KEY)
+    key = name if name is not None else taskset_of(row)
     return key if key is not None else source if isinstance(source, str) else None
 
 
@@ -175,8 +180,7 @@ def rerouted(row: dict[str, Any], agent_map: dict[str, str]) -> dict[str, Any]:
     and so is a materialized task (`taskset_of`: its taskset routes it, as in 0.7.0)."""
     if taskset_of(row) is not None:
         return row
-    ref = row.get(AGENT_REF_KEY)
-    name = ref.get("name") if isinstance(ref, dict) else None
+    name = _agent_ref_name(row)
     target = next((agent_map[key] for key in (name, row.get(TASK_SOURCE_KEY)) if key in agent_map), None)
     target = target or agent_map.get("_default")
     return {**row, AGENT_REF_KEY: {"name": target}} if target else row
