@@ -135,6 +135,16 @@ def head():
         server.stop()
 
 
+def run_collection(head: str, cfg: CollectConfig):
+    """`collect_rollouts` of `cfg` against the head server at `head`; its summary."""
+
+    async def run():
+        async with ServerClient(head, timeouts=FAST) as client:
+            return await collect_rollouts(cfg, client)
+
+    return asyncio.run(run())
+
+
 def collect(head: str, tmp_path: Path, agent_name: str | None, agent_map: dict[str, str] | None = None, **row: Any):
     cfg = CollectConfig(
         agent_name=agent_name,
@@ -144,11 +154,7 @@ def collect(head: str, tmp_path: Path, agent_name: str | None, agent_map: dict[s
         progress=False,
     )
 
-    async def run():
-        async with ServerClient(head, timeouts=FAST) as client:
-            return await collect_rollouts(cfg, client)
-
-    return asyncio.run(run()), tmp_path / "out.jsonl"
+    return run_collection(head, cfg), tmp_path / "out.jsonl"
 
 
 def test_rows_for_an_environment_server_name_its_agent(head, tmp_path):
@@ -262,11 +268,7 @@ def collect_tasks(head: str, tmp_path: Path, routes: dict[str, str] | None, **pa
         **params,
     )
 
-    async def run():
-        async with ServerClient(head, timeouts=FAST) as client:
-            return await collect_rollouts(cfg, client)
-
-    return asyncio.run(run()), tmp_path / "out.jsonl"
+    return run_collection(head, cfg), tmp_path / "out.jsonl"
 
 
 def test_materialized_tasks_go_to_their_tasksets_environment_server_as_episodes(head, tmp_path):
