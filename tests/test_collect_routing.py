@@ -299,6 +299,20 @@ def test_materialized_tasks_take_no_seed(head, tmp_path):
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_materialized_tasks_take_no_overrides_and_are_not_fanned_out(head, tmp_path):
+    """As 0.7.0's collector: `+responses_create_params` overrides are refused for a materialized task (its request is
+    in task_input), by row; a `fan_out` entry naming its taskset sends it nowhere else (it runs once per repeat,
+    through its environment server)."""
+    with pytest.raises(DataError, match=r"in\.jsonl:1: \+responses_create_params overrides are not applied"):
+        collect_tasks(head, tmp_path, {TASKSET: "env_episodes"}, responses_create_params={"temperature": 0.5})
+    assert not (tmp_path / "out.jsonl").exists()
+    summary, out = collect_tasks(head, tmp_path, {TASKSET: "env_episodes"}, fan_out={TASKSET: ["agent", "other"]})
+    rows = read_jsonl(out)
+    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows) == [(0, 0), (2, 0)]
+    assert {r["_ng_environment_server"] for r in rows} == {"env_episodes"}
+    assert summary.failures_by_class == {"environment_server_failed": 1}
+
+
 def test_a_taskset_route_is_written_on_the_command_line_as_in_nemo_gym():
     """A taskset's colon escaped, as NeMo Gym's Hydra command line takes it."""
     ((key, routes),) = parse_overrides([r"+environment_server_routes={nemo_user_sim\:example: env_episodes}"])

@@ -257,3 +257,29 @@ def test_masked_rollouts_are_left_out_of_the_statistics_and_counted(tmp_path, ca
     plain = write_jsonl(tmp_path / "plain.jsonl", [rollout(0, 0, 1.0)])
     profile_rollouts(paths[0], plain, str(tmp_path / "p2.jsonl"))
     assert "masked_samples" not in read_jsonl(tmp_path / "p2.jsonl")[0]
+
+
+def test_a_task_sent_to_several_agents_has_a_row_per_agent(tmp_path):
+    """`+fan_out`: task 0 ran through agent_a ([1, 0]) and agent_b ([1, 1], one more masked); task 1 through agent_a
+    only. Task 0 gets a row per agent, its `agent_ref` that agent's, its statistics over that agent's rollouts only
+    (agent_a: mean 0.5, sample std sqrt(0.5) = 0.7071068; agent_b: mean 1.0, 1 masked); task 1 one row, as before."""
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"responses_create_params": {"input": f"t{i}"}} for i in (0, 1)])
+    rollouts = [
+        rollout(0, 0, 1.0),
+        rollout(0, 1, 0.0),
+        rollout(0, 2, 1.0, agent="agent_b"),
+        rollout(0, 3, 1.0, agent="agent_b"),
+        rollout(0, 4, 0.0, agent="agent_b", mask_sample=True, failure_kind="judge_failed"),
+        rollout(1, 0, 0.5),
+    ]
+    out = str(tmp_path / "profile.jsonl")
+    summary = profile_rollouts(tasks, write_jsonl(tmp_path / "rollouts.jsonl", rollouts), out)
+    a, b, t1 = read_jsonl(out)
+    assert [r["agent_ref"] for r in (a, b)] == [{"name": "agent_a"}, {"name": "agent_b"}]
+    assert a["responses_create_params"] == b["responses_create_params"] == {"input": "t0"}
+    assert (a["avg_reward"], a["total_samples"], a["std_reward"]) == (0.5, 2, pytest.approx(0.7071068, abs=1e-7))
+    assert (b["avg_reward"], b["total_samples"], b["masked_samples"]) == (1.0, 2, 1) and "masked_samples" not in a
+    assert "agent_ref" not in t1 and t1["avg_reward"] == 0.5
+    # the rows' groups: agent_b's and task 1's have one reward each (no learning signal), agent_a's does not
+    assert (summary.tasks_profiled, summary.samples, summary.tasks_all_same_reward) == (2, 5, 2)
+    assert summary.masked_samples == 1 and summary.group_mean_reward["agent:agent_b"] == 1.0

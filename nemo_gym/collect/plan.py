@@ -7,7 +7,7 @@ A row's routing key is its `agent_ref` name as written in the data, else its tas
 (`RolloutCollectionHelper._preprocess_raw_rows`):
 
 - `fan_out[<key>]` lists the agents a matching row runs through, each `num_repeats` times; other rows run through
-  their own agent.
+  their own agent. A materialized task (its taskset's environment server runs it) is never fanned out.
 - `num_repeats` as a dict is keyed by the dispatched agent (a fan-out target, or the row's agent after `agent_map`)
   or by the routing key; the agent wins when both have an entry; `_default` is the fallback. A row no entry
   matches is refused before any rollout; an entry that matches no row is warned about (a typo?).
@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from nemo_gym.collect.files import Pair
+from nemo_gym.collect.tasks import taskset_of
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import AGENT_REF_KEY
 
@@ -155,7 +156,8 @@ def plan_rollouts(
     seen: set[str] = set()
     for t, (task, key) in enumerate(zip(tasks, routing_keys, strict=True)):
         own = (task.get(AGENT_REF_KEY) or {}).get("name")
-        targets = list(fan_out[key]) if key is not None and key in fan_out else [own]
+        fanned = key is not None and key in fan_out and taskset_of(task) is None
+        targets = list(fan_out[key]) if fanned else [own]
         first = 0
         for target in targets:
             keys = [k for k in dict.fromkeys((target, key)) if k is not None]

@@ -32,6 +32,10 @@ statistic, as 0.7.0's `reward_profile.select_measured` leaves them out, and coun
 the summary by `failure_kind`, and the tasks whose rollouts were all masked are omitted and listed (0.7.0's
 `coverage/masked_rollouts` and `coverage/fully_masked_tasks`).
 
+A task whose rollouts ran through several agents (`+fan_out`) has one row per agent, its `agent_ref` that agent's
+(each agent's rollouts are a group of their own, as 0.7.0's `ng_reward_profile` profiles per task and agent); a task
+of one agent has one row, as before.
+
 The input is either the collector's input (task index = position among non-blank rows) or its
 `_materialized_inputs.jsonl` (rows carry `_ng_task_index`; the first row of each index is the task).
 """
@@ -160,15 +164,24 @@ def _load_tasks(path: str) -> dict[int, dict[str, Any]]:
     return tasks
 
 
+def _agent_name(agent_ref: Any) -> str:
+    return str(agent_ref.get("name", "unknown")) if isinstance(agent_ref, dict) else "unknown"
+
+
 @dataclass
 class _Rewards:
-    """The measured rewards of a rollouts file per task index and per group (`agent:<agent_ref name>`,
-    `dataset:<dataset>`), and its masked rollouts per task index and per reason."""
+    """The measured rewards of a rollouts file per task index and agent, and per group (`agent:<agent_ref name>`,
+    `dataset:<dataset>`); its masked rollouts per task index and agent, and per reason; each agent's `agent_ref`."""
 
-    by_task: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_task: dict[int, dict[str, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     by_group: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    masked_by_task: Counter[int] = field(default_factory=Counter)
+    masked_by_task: dict[int, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     masked_reasons: Counter[str] = field(default_factory=Counter)
+    agent_refs: dict[str, Any] = field(default_factory=dict)
+
+    def rewards(self, index: int) -> list[float]:
+        """The measured rewards of task `index`, all its agents'."""
+        return [r for rewards in self.by_task.get(index, {}).values() for r in rewards]
 
 
 def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> _Rewards:
@@ -185,18 +198,18 @@ def _load_rewards(path: str, tasks: dict[int, dict[str, Any]]) -> _Rewards:
                 f"{path}:{line_no}: {TASK_INDEX_KEY}={index} is not a task of the input ({len(tasks)} tasks); is it the"
                 " right input file?"
             )
+        agent_ref = row.get("agent_ref") or tasks[index].get("agent_ref") or {}
+        agent = _agent_name(agent_ref)
+        loaded.agent_refs.setdefault(agent, agent_ref)
         reason = mask_reason(row)
         if reason is not None:
-            loaded.masked_by_task[index] += 1
+            loaded.masked_by_task[index][agent] += 1
             loaded.masked_reasons[reason] += 1
             continue
         if not isinstance(reward, (int, float)) or isinstance(reward, bool):
             raise DataError(f"{path}:{line_no}: rollout has no numeric reward (got {reward!r})")
-        by_task[index].append(float(reward))
-        agent_ref = row.get("agent_ref") or tasks[index].get("agent_ref") or {}
-        by_group[f"agent:{agent_ref.get('name', 'unknown') if isinstance(agent_ref, dict) else 'unknown'}"].append(
-            float(reward)
-        )
+        by_task[index][agent].append(float(reward))
+        by_group[f"agent:{agent}"].append(float(reward))
         dataset = row.get("dataset", tasks[index].get("dataset"))
         if isinstance(dataset, str):
             by_group[f"dataset:{dataset}"].append(float(reward))
@@ -218,17 +231,19 @@ def profile_rollouts(
     tasks = _load_tasks(input_jsonl_fpath)
     loaded = _load_rewards(rollouts_jsonl_fpath, tasks)
     by_task, masked = loaded.by_task, loaded.masked_by_task
-    rows = [
-        {
-            **tasks[i],
-            **reward_stats(by_task[i], pass_threshold),
-            **({"masked_samples": masked[i]} if masked[i] else {}),
-        }
-        for i in sorted(by_task)
-    ]
+    rows, groups = [], []
+    for i in sorted(by_task):
+        fanned = len(by_task[i]) > 1  # several agents ran the task: a row per agent
+        for agent, rewards in by_task[i].items():
+            task = {**tasks[i], "agent_ref": loaded.agent_refs[agent]} if fanned else tasks[i]
+            left_out = masked[i][agent] if fanned else sum(masked[i].values())
+            rows.append(
+                {**task, **reward_stats(rewards, pass_threshold), **({"masked_samples": left_out} if left_out else {})}
+            )
+            groups.append(rewards)
     write_jsonl(output_jsonl_fpath, rows)
 
-    all_rewards = [r for rewards in by_task.values() for r in rewards]
+    all_rewards = [r for i in by_task for r in loaded.rewards(i)]
     passed = sum(1 for r in all_rewards if pass_threshold is not None and r >= pass_threshold)
     return ProfileSummary(
         tasks=len(tasks),
@@ -238,10 +253,10 @@ def profile_rollouts(
         mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
         pass_threshold=pass_threshold,
         pass_rate=passed / len(all_rewards) if all_rewards and pass_threshold is not None else None,
-        tasks_all_same_reward=sum(1 for rewards in by_task.values() if min(rewards) == max(rewards)),
+        tasks_all_same_reward=sum(1 for rewards in groups if min(rewards) == max(rewards)),
         group_mean_reward={group: statistics.fmean(rewards) for group, rewards in loaded.by_group.items()},
         output_jsonl_fpath=output_jsonl_fpath,
-        masked_samples=sum(masked.values()),
+        masked_samples=sum(sum(counts.values()) for counts in masked.values()),
         masked_reasons=dict(loaded.masked_reasons),
         tasks_fully_masked=sorted(set(masked) - set(by_task)),
     )

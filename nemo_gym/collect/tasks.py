@@ -40,9 +40,15 @@ def materialize_task(
 
     Raises:
         DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
-            create parameter (`nemo_gym.serving.responses_params`), or a malformed `agent_ref`.
+            create parameter (`nemo_gym.serving.responses_params`), a malformed `agent_ref`, or overrides for a
+            materialized task (0.7.0 refuses them too).
     """
     if taskset_of(row) is not None:  # its environment server is its route (`nemo_gym.collect.routing.route_tasksets`)
+        if responses_create_params:  # its request is its task_input's, which 0.7.0's collector does not change either
+            raise DataError(
+                f"{where}: +responses_create_params overrides are not applied to a NeMo Gym 0.7.0 materialized task"
+                " (its request is in task_input); collect these rows without them"
+            )
         return {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)} | {AGENT_REF_KEY: None}
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
