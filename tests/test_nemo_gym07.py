@@ -478,13 +478,29 @@ def wheel_agent(implementation: str, resources_server: str, **fields: Any) -> di
     return {"responses_api_agents": {implementation: {**agent, **fields}}}
 
 
+def environment_server(resources_server: str, agent: str) -> dict[str, Any]:
+    """The config section of 0.7.0's single_agent_turn_legacy environment server in front of `resources_server` and
+    `agent`, granting the agent the resources server's tools over direct HTTP."""
+    return {
+        "_inherit_from": "single_agent_turn_legacy",
+        "environment_servers": {
+            "single_agent_turn_legacy": {
+                "resources_server": {"type": "resources_servers", "name": resources_server},
+                "agent_server": {"type": "responses_api_agents", "name": agent},
+                "resources_tool_transports": ["direct_http"],
+            }
+        },
+    }
+
+
 def mixed_config(work: Path) -> Path:
     """NeMo Gym 0.7.0's single_agent_turn_legacy environment server and session agent (simple_agent) twice: in front
     of 0.7.0's example_single_tool_call resources server (`*_07`) and in front of ours (`*_ours`, this repository's
     folder), the template included from the wheel and `_inherit_from`ed by both, as 0.7.0's
     example_single_tool_call_single_agent_turn.yaml does. (0.7.0's own example_session_state_mgmt answers the typed
     /seed_session body 422: its seed_session takes the row only.) And 0.7.0's haystack_agent with its MCP pipeline
-    twice, on each side's example_single_tool_call with `expose_tools_over_mcp: true` (`weather_mcp_*`)."""
+    twice, on each side's example_single_tool_call with `expose_tools_over_mcp: true` (`weather_mcp_*`). And our own
+    simple_agent (`agent_native`) behind the same environment server on our resources server (`env_native`)."""
     site = peer07_site_packages()
     template = site / "environment_servers/single_agent_turn_legacy/configs/single_agent_turn_legacy.yaml"
     config: dict[str, Any] = {"config_paths": [str(template)]}
@@ -494,16 +510,7 @@ def mixed_config(work: Path) -> Path:
             resources["implementation_dir"] = str(site / "resources_servers/example_single_tool_call")
         config[f"weather_{side}"] = {"resources_servers": {"example_single_tool_call": resources}}
         config[f"agent_{side}"] = wheel_agent("simple_agent", f"weather_{side}")
-        config[f"env_{side}"] = {
-            "_inherit_from": "single_agent_turn_legacy",
-            "environment_servers": {
-                "single_agent_turn_legacy": {
-                    "resources_server": {"type": "resources_servers", "name": f"weather_{side}"},
-                    "agent_server": {"type": "responses_api_agents", "name": f"agent_{side}"},
-                    "resources_tool_transports": ["direct_http"],
-                }
-            },
-        }
+        config[f"env_{side}"] = environment_server(f"weather_{side}", f"agent_{side}")
         # 0.7.0's haystack_agent working the resources server's tools over MCP (its MCP pipeline, as MCP_CONFIG)
         config[f"weather_mcp_{side}"] = {
             "resources_servers": {"example_single_tool_call": {**resources, "expose_tools_over_mcp": True}}
@@ -515,6 +522,17 @@ def mixed_config(work: Path) -> Path:
             agent_component_name="agent",
             allow_mcp_tool_filtering=False,
         )
+    # our simple_agent behind the same 0.7.0 environment server, on our resources server (its agent sessions)
+    config["agent_native"] = {
+        "responses_api_agents": {
+            "simple_agent": {
+                "entrypoint": "app.py",
+                "resources_server": {"type": "resources_servers", "name": "weather_ours"},
+                "model_server": {"type": "responses_api_models", "name": "policy_model"},
+            }
+        }
+    }
+    config["env_native"] = environment_server("weather_ours", "agent_native")
     path = work / "mixed.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -526,7 +544,9 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
     resources server in the same run: row by row, collected by 0.7.0's collector and by ours. So does 0.7.0's MCP
     agent (haystack_agent, its MCP pipeline) on our resources server with `expose_tools_over_mcp: true` (the seed
     answer's MCP access, tools/list and tools/call over /mcp: nemo_gym.env.mcp_exposure) against the same agent on
-    0.7.0's own /mcp."""
+    0.7.0's own /mcp. And 0.7.0's environment server runs our own simple_agent through its agent sessions
+    (/v1/agent_sessions with the direct_http grant, /v1/responses with the session cookie, the close's resources
+    cookies for /verify: nemo_gym.env.agent_sessions), with the same rollouts, collected by both collectors."""
     folder = "example_single_tool_call"
     files = {}
     with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
@@ -535,8 +555,10 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
             files[side] = nemo_gym07_collect(tmp_path, run.head_url, f"agent_{side}", folder, side)
             files[f"{side}_by_ours"] = our_collect(tmp_path, run.head_url, f"env_{side}", folder, f"{side}_by_ours")
             files[f"mcp_{side}"] = our_collect(tmp_path, run.head_url, f"haystack_{side}", folder, f"mcp_{side}")
+        files["native"] = nemo_gym07_collect(tmp_path, run.head_url, "agent_native", folder, "native")
+        files["native_by_ours"] = our_collect(tmp_path, run.head_url, "env_native", folder, "native_by_ours")
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
-    for label in ("ours", "07_by_ours", "ours_by_ours"):
+    for label in ("ours", "07_by_ours", "ours_by_ours", "native", "native_by_ours"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
     mcp_rollouts = read_jsonl(files["mcp_ours"])
     assert len(mcp_rollouts) == len(read_jsonl(files["07"])) and all(row["reward"] == 1.0 for row in mcp_rollouts)

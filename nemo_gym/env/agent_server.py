@@ -1,14 +1,26 @@
 """The base of an agent: `AgentServer`, the loop model -> tools -> verify behind `POST /run` (a dataset row -> the
-resources server's verify answer: one rollout) and `POST /v1/responses` (the loop only). How an agent calls the
-policy model and how an episode ends: `nemo_gym.env.episode`."""
+resources server's verify answer: one rollout) and `POST /v1/responses` (the loop only), and NeMo Gym 0.7.0's agent
+sessions (`POST /v1/agent_sessions`, `/v1/agent_sessions/close`: an environment server runs the loop with the tools it
+grants; `nemo_gym.env.agent_sessions`). How an agent calls the policy model and how an episode ends:
+`nemo_gym.env.episode`."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.env.agent_sessions import (
+    AgentCloseSessionRequest,
+    AgentSeedSessionRequest,
+    AgentSession,
+    AgentSessionError,
+    AgentSessions,
+    session_cookie_id,
+    with_session_cookie,
+)
 from nemo_gym.serving.api_schema import json_body, model_schema
 from nemo_gym.serving.client import SESSION_HEADER
 from nemo_gym.serving.server import BaseServer, request_body, validated
@@ -30,7 +42,9 @@ class Row(BaseModel):
 
 
 class AgentServer(BaseServer):
-    """An agent: `POST /run` (a dataset row -> the verify answer) and `POST /v1/responses` (the loop only)."""
+    """An agent: `POST /run` (a dataset row -> the verify answer), `POST /v1/responses` (the loop only; with an agent
+    session's cookie, in that session) and the agent-session routes (501 unless the agent implements
+    `open_agent_session`, `responses_in_session` and `close_agent_session`)."""
 
     server_type = "responses_api_agents"
 
@@ -42,6 +56,29 @@ class AgentServer(BaseServer):
         """Run the multi-step loop for a Responses create body; returns the `Response` dict."""
         raise NotImplementedError
 
+    async def open_agent_session(self, request: AgentSeedSessionRequest) -> Any:
+        """The agent's state for a new NeMo Gym 0.7.0 agent session (its tools as `request.tool_accesses` grants
+        them). An agent that implements it (and `responses_in_session`, `close_agent_session`) serves the session
+        routes; the others answer them 501.
+
+        Raises:
+            AgentSessionError: 422, a grant the agent cannot use (nothing is kept; the seed can be sent again).
+        """
+        raise NotImplementedError
+
+    async def responses_in_session(self, body: dict[str, Any], session: AgentSession) -> dict[str, Any]:
+        """Run the loop for a Responses create body in a live session; returns the `Response` dict."""
+        raise NotImplementedError
+
+    async def close_agent_session(self, session: AgentSession) -> dict[str, Any]:
+        """Release a session's state; returns the receipt's `agent_observations` and `resources_cookies` (the
+        cookies of the granted tool access after the tool calls, for the environment server's `/verify`)."""
+        raise NotImplementedError
+
+    @property
+    def serves_agent_sessions(self) -> bool:
+        return type(self).open_agent_session is not AgentServer.open_agent_session
+
     def add_routes(self, app: FastAPI) -> None:
         app.add_api_route(
             "/run",
@@ -49,8 +86,21 @@ class AgentServer(BaseServer):
             methods=["POST"],
             openapi_extra=json_body(model_schema(Row, self.openapi_components), required=True),
         )
-        schema = json_body(model_schema(AgentResponsesCreate, self.openapi_components), required=True)
+        session_errors = {"409": "the agent session named forbids it (closed, closing, bound to another request)"}
+        schema = json_body(
+            model_schema(AgentResponsesCreate, self.openapi_components), required=True, errors=session_errors
+        )
         app.add_api_route("/v1/responses", self._responses_route, methods=["POST"], openapi_extra=schema)
+        # a closed session's receipt is kept this long for a retried close (0.7.0's config key, default and unit)
+        self.agent_sessions = AgentSessions(float(getattr(self.config, "session_close_retry_window_seconds", 300.0)))
+        app.add_exception_handler(AgentSessionError, _session_error_answer)
+        session_errors["501"] = "this agent does not implement agent sessions"
+        for path, model, route in (
+            ("/v1/agent_sessions", AgentSeedSessionRequest, self._seed_route),
+            ("/v1/agent_sessions/close", AgentCloseSessionRequest, self._close_route),
+        ):
+            schema = json_body(model_schema(model, self.openapi_components), required=True, errors=session_errors)
+            app.add_api_route(path, route, methods=["POST"], openapi_extra=schema)
 
     async def _run_route(self, request: Request) -> Any:
         row = await request_body(request)
@@ -60,4 +110,35 @@ class AgentServer(BaseServer):
     async def _responses_route(self, request: Request) -> Any:
         body = await request_body(request)
         validated(AgentResponsesCreate, body)
-        return await self.responses(body, session_id=request.headers.get(SESSION_HEADER))
+        agent_session_id = session_cookie_id(request)
+        if agent_session_id is None:
+            return await self.responses(body, session_id=request.headers.get(SESSION_HEADER))
+        session = self.agent_sessions.live(agent_session_id)  # a call in a session runs in it or not at all
+        session.activations += 1
+        return with_session_cookie(await self.responses_in_session(body, session), agent_session_id)
+
+    def _no_sessions(self) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"agent {self.name!r} ({type(self).__name__}) does not implement agent sessions"},
+            status_code=501,
+        )
+
+    async def _seed_route(self, request: Request) -> Any:
+        if not self.serves_agent_sessions:
+            return self._no_sessions()
+        body = validated(AgentSeedSessionRequest, await request_body(request))
+        await self.agent_sessions.seed(body, session_cookie_id(request), self.open_agent_session)
+        return with_session_cookie({"agent_session_id": body.agent_session_id}, body.agent_session_id)
+
+    async def _close_route(self, request: Request) -> Any:
+        if not self.serves_agent_sessions:
+            return self._no_sessions()
+        body = validated(AgentCloseSessionRequest, await request_body(request))
+        receipt = await self.agent_sessions.close(body, session_cookie_id(request), self.close_agent_session)
+        # the cookie stays set, so that a stale /v1/responses of this session is refused, never run outside it
+        return with_session_cookie(receipt, body.agent_session_id)
+
+
+async def _session_error_answer(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AgentSessionError)
+    return exc.answer()

@@ -43,10 +43,15 @@ AGGREGATE_BODY: dict[str, Any] = {
 }
 
 
-def json_body(schema: dict[str, Any], required: bool = False, streams: bool = False) -> dict[str, Any]:
+def json_body(
+    schema: dict[str, Any], required: bool = False, streams: bool = False, errors: dict[str, str] | None = None
+) -> dict[str, Any]:
     """`openapi_extra` of a route whose JSON body follows `schema` (an empty body reads as `{}` unless `required`);
-    `streams`: the route answers `stream: true` with server-sent events."""
+    `streams`: the route answers `stream: true` with server-sent events; `errors`: the route's own error statuses
+    (`{status: when}`), besides the framework's."""
     responses = dict(ERROR_RESPONSES)
+    for code, text in (errors or {}).items():
+        responses[code] = {"description": text, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
     if streams:
         responses["200"] = {
             "description": "the answer, or its events for `stream: true`",

@@ -317,6 +317,25 @@ class ServerClient:
             timeout_s=timeout_s,
         )
 
+    async def server_at(self, url: str) -> str | None:
+        """The name of the run's server that has a replica at base URL `url` (as the head server lists it, a trailing
+        slash aside), else None. The head server is asked again when no known server has it.
+
+        Raises:
+            ServerError: no head server URL (see `server_url`).
+        """
+        wanted = url.rstrip("/")
+        for listed in (False, True):
+            for name, pool in self._pools.items():
+                if not pool.fixed and any(r.url.rstrip("/") == wanted for r in pool.replicas.values()):
+                    return name
+            if listed:
+                return None
+            if not self.head_url:
+                raise ServerError(f"no head server URL to find the server at {url} ({HEAD_URL_ENV} is not set)")
+            self._take_addresses(await self.list_servers())
+        return None
+
     async def get(self, server: str, path: str, *, timeout_s: float | None = None) -> Any:
         """GET `/path` of instance `server` (balanced over its replicas); errors as for `post`."""
         pool = await self._pool(server)
@@ -335,8 +354,11 @@ class ServerClient:
         max_retries: int | None = None,
     ) -> Any:
         """One request to an absolute URL with bounded retries (`max_retries`, default the client's); see `post` for
-        the errors raised."""
+        the errors raised. The run token goes with it unless `server` names a known server that does not take it
+        (e.g. a replica's URL that `server_at` found)."""
         pool = ReplicaPool(server or url, {0: url}, fixed=True)
+        if server in self._pools:
+            pool.send_run_token = self._pools[server].send_run_token
         return await self._send(
             method,
             pool,

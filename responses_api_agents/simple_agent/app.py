@@ -6,6 +6,13 @@ back, until the model answers without a tool call, hits `max_steps`, or runs out
 `/verify` the whole trajectory. Tool-argument JSON errors and tool errors go back to the model as text.
 A failed `/verify` (e.g. a reward function that raised) fails the rollout with the verifier's typed error and the
 trajectory it failed on (`error.response`), which the collector keeps in the failures file.
+
+It also serves NeMo Gym 0.7.0's agent sessions (`nemo_gym.env.agent_sessions`), so that 0.7.0's `single_agent_turn`
+environment server runs it: the session's `/v1/responses` runs the same loop, its tool calls through the direct-HTTP
+tool access the environment server grants (a replica of one of the run's servers, with the cookies and headers of the
+grant); the close answers the grant's cookies after the calls. As 0.7.0's simple_agent: at most one direct-HTTP
+grant, no required MCP grant, no sandbox; `execute_tools: false` returns the model's tool calls unresolved (sessions
+only).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -22,8 +30,16 @@ from pydantic import Field
 
 from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
 from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.agent_sessions import (
+    AgentSeedSessionRequest,
+    AgentSession,
+    AgentSessionError,
+    DirectHTTPToolAccess,
+    MCPToolAccess,
+)
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
 from nemo_gym.serving.api_schema import json_body
+from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.limits import read_json_object
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
@@ -50,12 +66,59 @@ def tool_arguments(raw: Any) -> dict[str, Any]:
     return arguments
 
 
+def tool_output_text(result: Any) -> str:
+    """A tool's JSON answer as the text the model sees: the bytes a FastAPI server sends for it (compact separators,
+    non-ASCII kept), so the output is the answer's own text, as NeMo Gym's agents pass it on."""
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
 class SimpleAgentConfig(ServerConfig):
     resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
     model_server: ServerRef = Field(description="the policy: {type: responses_api_models, name: <instance>}")
     max_steps: int = Field(10, ge=1, description="most model calls in one rollout")
     model_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for one model call")
     tool_timeout_s: float = Field(60.0, gt=0, description="seconds to wait for one tool call")
+    execute_tools: bool = Field(
+        True,
+        description="false: the model's tool calls are returned unresolved (NeMo Gym 0.7.0 agent sessions only)",
+    )
+    session_close_retry_window_seconds: float = Field(
+        300.0, gt=0, description="an agent session's close answer is kept this long for a retried close, seconds"
+    )
+
+
+@dataclass
+class ToolRoutes:
+    """Where an episode's tool calls go: `POST /<tool>` of `server` in the rollout's session (its id and cookie
+    jar); with `base_url`, of that replica only, with `headers` too (an agent session's direct-HTTP grant)."""
+
+    client: ServerClient
+    server: str
+    session_id: str | None
+    cookies: httpx.Cookies
+    base_url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> Any:
+        """The tool's answer (errors as `ServerClient.post`'s)."""
+        if self.base_url is None:
+            return await self.client.post(
+                self.server,
+                f"/{name}",
+                arguments,
+                session_id=self.session_id,
+                cookies=self.cookies,
+                timeout_s=timeout_s,
+            )
+        return await self.client.request_json(
+            "POST",
+            f"{self.base_url.rstrip('/')}/{name}",
+            json=arguments,
+            headers=self.headers,
+            cookies=self.cookies,
+            server=self.server,
+            timeout_s=timeout_s,
+        )
 
 
 def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
@@ -73,13 +136,19 @@ class SimpleAgent(AgentServer):
 
     async def run(self, row: dict[str, Any]) -> dict[str, Any] | JSONResponse:
         """The verify answer of one rollout, or, when /verify failed, its typed failure answer with the trajectory."""
+        if not self.config.execute_tools:
+            return JSONResponse(
+                {"detail": "execute_tools: false is for NeMo Gym 0.7.0 agent sessions only; /run executes the tools"},
+                status_code=422,
+            )
         session_id = uuid.uuid4().hex
         cookies = httpx.Cookies()
         resources = self.config.resources_server.name
         await self.client.post(resources, "/seed_session", row, session_id=session_id, cookies=cookies)
         verified = None
         try:
-            response, stop_reason = await self.loop(row["responses_create_params"], session_id, cookies)
+            tools = ToolRoutes(self.client, resources, session_id, cookies)
+            response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
                 verified = await self.client.post(
                     resources,
@@ -101,13 +170,55 @@ class SimpleAgent(AgentServer):
         return {**verified, "stop_reason": stop_reason.value}
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
-        response, _ = await self.loop(body, session_id or uuid.uuid4().hex, httpx.Cookies())
+        if not self.config.execute_tools:
+            raise AgentSessionError(422, "execute_tools: false is for NeMo Gym 0.7.0 agent sessions only: seed one")
+        session_id = session_id or uuid.uuid4().hex
+        tools = ToolRoutes(self.client, self.config.resources_server.name, session_id, httpx.Cookies())
+        response, _ = await self.loop(body, session_id, tools)
         return response
 
+    async def open_agent_session(self, request: AgentSeedSessionRequest) -> ToolRoutes | None:
+        """The session's tool routes: its direct-HTTP grant, which must reach a replica of one of the run's servers
+        (the run token and the grant's cookies go nowhere else); None without one (the model's tool calls then fail
+        the episode, as in 0.7.0)."""
+        if request.sandbox_access is not None:
+            raise AgentSessionError(422, "simple_agent has no sandbox: sandbox_access is not supported")
+        mcp = [a.name for a in request.tool_accesses if isinstance(a, MCPToolAccess) and a.required]
+        if mcp:
+            raise AgentSessionError(422, f"simple_agent calls tools over HTTP only; required MCP access: {mcp}")
+        direct = [a for a in request.tool_accesses if isinstance(a, DirectHTTPToolAccess)]
+        if len(direct) > 1:
+            raise AgentSessionError(422, "simple_agent takes at most one direct_http tool access per session")
+        if not direct:
+            return None
+        (grant,) = direct
+        base_url = str(grant.base_url)
+        server = await self.client.server_at(base_url)
+        if server is None:
+            raise AgentSessionError(422, f"tool access {grant.name!r}: {base_url} is not a server of this run")
+        cookies = httpx.Cookies()
+        for name, value in grant.cookies.items():  # as the answers' cookies are kept: for the grant's host
+            cookies.set(name, value, domain=grant.base_url.host or "")
+        return ToolRoutes(self.client, server, None, cookies, base_url, dict(grant.headers))
+
+    async def responses_in_session(self, body: dict[str, Any], session: AgentSession) -> dict[str, Any]:
+        session_id = f"{session.request.agent_session_id}-{session.activations}"
+        response, _ = await self.loop(body, session_id, session.state)
+        return response
+
+    async def close_agent_session(self, session: AgentSession) -> dict[str, Any]:
+        tools: ToolRoutes | None = session.state
+        return {"resources_cookies": dict(tools.cookies.items()) if tools is not None else {}}
+
     async def loop(
-        self, params: dict[str, Any], session_id: str, cookies: httpx.Cookies
+        self, params: dict[str, Any], session_id: str, tools: ToolRoutes | None
     ) -> tuple[dict[str, Any], StopReason]:
-        """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
+        """Run the episode, its tool calls through `tools` (None: an agent session granted none, so a tool call
+        fails the episode); returns the final `Response` (output = whole trajectory) and how it ended.
+
+        Raises:
+            AgentSessionError: the model called a tool and `tools` is None (422).
+        """
         initial = initial_input(params)
         tool_names = {t.get("name") for t in params.get("tools") or [] if t.get("type") == "function"}
         trajectory: list[dict[str, Any]] = []
@@ -121,17 +232,19 @@ class SimpleAgent(AgentServer):
                 stop_reason = stop
                 break
             calls = [item for item in output if item.get("type") == "function_call"]
-            if not calls:
+            if not calls or not self.config.execute_tools:
                 stop_reason = StopReason.completed
                 break
+            if tools is None:
+                raise AgentSessionError(422, "the model called a tool and this agent session has no tool access")
             for call in calls:
-                text, problem = await self.call_tool(call, tool_names, session_id, cookies)
+                text, problem = await self.call_tool(call, tool_names, tools)
                 trajectory.append({"type": "function_call_output", "call_id": call.get("call_id"), "output": text})
                 stop_reason = problem or StopReason.max_steps
         return model.final_response(trajectory), stop_reason
 
     async def call_tool(
-        self, call: dict[str, Any], tool_names: set[str], session_id: str, cookies: httpx.Cookies
+        self, call: dict[str, Any], tool_names: set[str], tools: ToolRoutes
     ) -> tuple[str, StopReason | None]:
         """Execute one function call; returns the output text and a problem if it failed."""
         name = call.get("name")
@@ -145,19 +258,12 @@ class SimpleAgent(AgentServer):
                 StopReason.tool_error,
             )
         try:
-            result = await self.client.post(
-                self.config.resources_server.name,
-                f"/{name}",
-                arguments,
-                session_id=session_id,
-                cookies=cookies,
-                timeout_s=self.config.tool_timeout_s,
-            )
+            result = await tools.call(name, arguments, self.config.tool_timeout_s)
         except ServerHTTPError as exc:
             if exc.status_code >= 500:
                 raise
             return f"Error: tool {name} rejected the call ({exc.status_code}): {exc.body[:1000]}", StopReason.tool_error
-        return (result if isinstance(result, str) else json.dumps(result)), None
+        return (result if isinstance(result, str) else tool_output_text(result)), None
 
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)
