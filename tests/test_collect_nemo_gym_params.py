@@ -161,8 +161,8 @@ def test_resume_from_cache_is_resume(tmp_path, gym):
     ("argument", "message"),
     [
         (
-            "+skills={path: skills}",
-            r"\+skills is a NeMo Gym parameter that ng_collect_rollouts does not take: .*Agent Skills",
+            "+disable_aggregation=true",
+            r"\+disable_aggregation is a NeMo Gym parameter that ng_collect_rollouts does not take: .*always written",
         ),
         ("+count_failure_classes_as_zero=[timeout]", r"never scored as reward 0"),
         ("+num_repeats_add_sed=true", r"unknown parameter \+num_repeats_add_sed \(did you mean 'num_repeats_add_seed'"),

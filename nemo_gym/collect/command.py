@@ -68,6 +68,7 @@ from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
 from nemo_gym.collect.plan import check_fan_out
 from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, resolve_prompt_path
 from nemo_gym.collect.sink import RolloutFiles
+from nemo_gym.collect.skills import SKILLS_REF_KEY, SkillsConfig, load_skill_directory
 from nemo_gym.collect.tasks import TaskRows, read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.common.errors import ServersGoneError
@@ -81,7 +82,6 @@ __all__ = ["SERVERS_GONE_EXIT", "CollectConfig", "CollectSummary", "collect_main
 
 SERVERS_GONE_EXIT = 3  # collect_main's exit status when the servers stopped answering (`ServersGoneError`)
 NEMO_GYM_UNSUPPORTED = {
-    "skills": "NeMo Gym's Agent Skills directory is read by its own agents (claude_code_agent, ...), not ours",
     "disable_aggregation": "the aggregate metrics file is always written (ng_aggregate_rollouts merges shards)",
     "require_complete": "the exit status says it: 0 when every rollout has a row, 1 when some failed",
     "count_failure_classes_as_zero": "a failed rollout goes to the failures file and is never scored as reward 0",
@@ -204,6 +204,13 @@ class CollectConfig(BaseModel):
             "prompt template YAML (`user`, optional `system`: str.format over a row's fields) that builds each row's"
             " responses_create_params.input; rows must have none. Relative: under $NEMO_GYM_EXTRA_ROOTS, else the"
             " working directory"
+        ),
+    )
+    skills: SkillsConfig | None = Field(
+        None,
+        description=(
+            "NeMo Gym 0.7.0's Agent Skills: {path: <directory of skill directories>}; each row sent to an agent gets"
+            " skills_ref {path, hash, skills} (nemo_gym.collect.skills)"
         ),
     )
     resume_from_cache: bool | None = Field(
@@ -346,13 +353,14 @@ class CollectSummary:
 # -- input -----------------------------------------------------------------------------------------------
 def load_tasks(cfg: CollectConfig) -> list[dict[str, Any]]:
     """The input rows of `cfg`, validated and materialized (`nemo_gym.collect.tasks.read_tasks` with the config's
-    input, `agent_name`, `agent_map`, `prompt_config`, `limit` and `responses_create_params`). Every row is checked
-    before any rollout starts.
+    input, `agent_name`, `agent_map`, `prompt_config`, `limit`, `responses_create_params` and `skills`). Every row is
+    checked before any rollout starts.
 
     Raises:
         DataError: a line is not a JSON object, has no `responses_create_params` object or one with a key that is
             no Responses API create parameter (`nemo_gym.serving.responses_params`), has a malformed
             `agent_ref`, or has no agent (no `agent_ref` and no `agent_name`); or the input has no rows.
+        ConfigError: `+skills.path` is no directory of skills (`nemo_gym.collect.skills.load_skill_directory`).
     """
     return _read_tasks(cfg)[0]
 
@@ -366,6 +374,7 @@ def _read_tasks(cfg: CollectConfig) -> TaskRows:
         responses_create_params=cfg.responses_create_params,
         prompt=cfg.prompt(),
         agent_map=cfg.agent_map,
+        stamp={SKILLS_REF_KEY: load_skill_directory(cfg.skills.path).model_dump()} if cfg.skills else None,
     )
 
 

@@ -33,22 +33,26 @@ def materialize_task(
     *,
     agent_name: str | None = None,
     responses_create_params: dict[str, Any] | None = None,
+    stamp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, `agent_ref`
+    """One task row as it is dispatched: `responses_create_params` overrides merged over the row's own, the `stamp`
+    fields set (e.g. `skills_ref`: `nemo_gym.collect.skills`), `agent_ref`
     resolved (the row's own wins over `agent_name`; None when there is neither), `_ng_*` index keys dropped. A NeMo
     Gym 0.7.0 materialized task (`taskset_of`) is sent as it is (no agent: its taskset routes it, as in 0.7.0).
 
     Raises:
         DataError: (`where: ...`) no `responses_create_params` object, one with a key that is no Responses API
-            create parameter (`nemo_gym.serving.responses_params`), a malformed `agent_ref`, or overrides for a
-            materialized task (0.7.0 refuses them too).
+            create parameter (`nemo_gym.serving.responses_params`), a malformed `agent_ref`, or overrides or a stamp
+            for a materialized task (0.7.0 refuses them too).
     """
     if taskset_of(row) is not None:  # its environment server is its route (`nemo_gym.collect.routing.route_tasksets`)
-        if responses_create_params:  # its request is its task_input's, which 0.7.0's collector does not change either
-            raise DataError(
-                f"{where}: +responses_create_params overrides are not applied to a NeMo Gym 0.7.0 materialized task"
-                " (its request is in task_input); collect these rows without them"
-            )
+        # its request is its task_input's, which 0.7.0's collector does not change either
+        for given, what in ((responses_create_params, "+responses_create_params overrides"), (stamp, "+skills")):
+            if given:
+                raise DataError(
+                    f"{where}: {what} are not applied to a NeMo Gym 0.7.0 materialized task (its request is in"
+                    " task_input); collect these rows without them"
+                )
         return {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)} | {AGENT_REF_KEY: None}
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
@@ -63,6 +67,7 @@ def materialize_task(
         raise DataError(f'{where}: agent_ref must be an object {{"name": "<agent instance>"}}, got {agent_ref!r}')
     task = {k: v for k, v in row.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
     task["responses_create_params"] = {**params, **(responses_create_params or {})}
+    task.update(stamp or {})
     task[AGENT_REF_KEY] = agent_ref
     return task
 
@@ -93,7 +98,11 @@ def taskset_of(row: dict[str, Any]) -> str | None:
 
 
 def materialize_all(
-    located: Iterable[tuple[str, dict[str, Any]]], agent_name: str | None, overrides: dict[str, Any] | None, source: str
+    located: Iterable[tuple[str, dict[str, Any]]],
+    agent_name: str | None,
+    overrides: dict[str, Any] | None,
+    source: str,
+    stamp: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """`materialize_task` of each (location, row), in order; then a DataError naming every row without an agent
     (at most 10 shown), or one for no rows at all. A row without an agent_ref that has NeMo Gym 0.7.0's
@@ -103,7 +112,9 @@ def materialize_all(
     tasks: list[dict[str, Any]] = []
     without_agent: list[str] = []
     for where, row in located:
-        tasks.append(materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides))
+        tasks.append(
+            materialize_task(row, where, agent_name=agent_name, responses_create_params=overrides, stamp=stamp)
+        )
         routed = isinstance(tasks[-1].get(TASK_SOURCE_KEY), str) or taskset_of(tasks[-1]) is not None
         if tasks[-1][AGENT_REF_KEY] is None and not routed:
             without_agent.append(where)
@@ -135,8 +146,10 @@ def read_tasks_with_lines(
     responses_create_params: dict[str, Any] | None = None,
     prompt: PromptConfig | None = None,
     agent_map: dict[str, str] | None = None,
+    stamp: dict[str, Any] | None = None,
 ) -> TaskRows:
-    """`read_tasks`, with the line number and the routing key of each task in `path`."""
+    """`read_tasks`, with the line number and the routing key of each task in `path`; `stamp`: fields set on each
+    row (`materialize_task`)."""
     line_numbers: list[int] = []
     routing_keys: list[str | None] = []
 
@@ -148,7 +161,8 @@ def read_tasks_with_lines(
             row = row if prompt is None else _prompted(row, prompt, where)
             yield where, row if not agent_map else rerouted(row, agent_map)
 
-    return TaskRows(materialize_all(located(), agent_name, responses_create_params, path), line_numbers, routing_keys)
+    tasks = materialize_all(located(), agent_name, responses_create_params, path, stamp)
+    return TaskRows(tasks, line_numbers, routing_keys)
 
 
 def read_tasks(

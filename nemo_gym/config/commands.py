@@ -22,7 +22,8 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from types import NoneType
+from typing import Any, get_args
 
 import yaml
 from omegaconf import OmegaConf
@@ -337,15 +338,19 @@ def format_help(command: Command) -> str:
     return "\n".join(lines)
 
 
-def _field_lines(model: type[BaseModel], prefix: str) -> list[str]:
+def _field_lines(model: type[BaseModel], prefix: str, optional: bool = False) -> list[str]:
+    """The help lines of `model`'s keys, each `+<prefix><key>`; `optional`: the section itself may be left out."""
     lines = []
     for name, info in model.model_fields.items():
         key = prefix + (info.alias or name)
         annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            lines += _field_lines(annotation, key + ".")
+        # a section (`X`, or `X | None`: optional) lists its own keys, `+<key>.<its key>`
+        section = next((a for a in (annotation, *get_args(annotation)) if isinstance(a, type)), None)
+        if section is not None and issubclass(section, BaseModel) and set(get_args(annotation)) <= {section, NoneType}:
+            lines += _field_lines(section, key + ".", optional=section is not annotation)
             continue
-        default = "required" if info.is_required() else repr(info.get_default(call_default_factory=True))
+        required = f"required with +{prefix[:-1]}" if optional else "required"
+        default = required if info.is_required() else repr(info.get_default(call_default_factory=True))
         lines.append(f"  +{key}: {_type_name(annotation)} = {default}\n      {info.description or ''}")
     return lines
 
