@@ -127,3 +127,38 @@ def test_unnamespaced_strips_only_this_servers_prefix():
     ]
     names = [item["name"] for item in unnamespaced({"output": output}, "counter")["output"]]
     assert names == ["bump", "mcp__other__bump", "bump", "mcp__counter__x"]
+
+
+class NarrowCounter(Counter):
+    """Counter whose rows may name the tools their rollout gets (`allowed_tools`), as 0.7.0's tavily_search does."""
+
+    def mcp_allowed_tools_for_session(self, row: dict[str, Any]) -> list[str] | None:
+        return row.get("allowed_tools")
+
+
+def test_a_server_narrows_a_rollouts_tools_over_mcp():
+    """0.7.0's `mcp_allowed_tools_for_session`: a rollout seeded with `allowed_tools: [echo]` lists only echo and
+    cannot call bump (an error result, its counter unchanged); another rollout, and a listing without a token, see
+    every tool; an environment server's seed is narrowed by its task_data; the narrowing ends with the session."""
+    server = NarrowCounter({"expose_tools_over_mcp": True}, name="counter")
+    with serve(server.build_app()) as url:
+        narrow = httpx.post(f"{url}/seed_session", json={"allowed_tools": ["echo"]}, timeout=10)
+        token = narrow.json()["mcp"]["headers"][SESSION_TOKEN_HEADER]
+        names, (refused, echoed) = asyncio.run(_mcp(url, token, [("bump", {"by": 1}), ("echo", {"text": "hi"})]))
+        assert names == ["echo"] and echoed.content[0].text == "hi"
+        assert refused.is_error and "not allowed in this rollout" in refused.content[0].text
+        body = {"responses_create_params": {"input": []}, "response": {"output": []}}
+        assert httpx.post(f"{url}/verify", json=body, cookies=narrow.cookies, timeout=10).json()["count"] == 0
+        wide = httpx.post(f"{url}/seed_session", json={}, timeout=10).json()["mcp"]["headers"][SESSION_TOKEN_HEADER]
+        assert sorted(asyncio.run(_mcp(url, wide, []))[0]) == ["bump", "echo"]
+        assert sorted(asyncio.run(_mcp(url, None, []))[0]) == ["bump", "echo"]
+        seed = {
+            "resources_session_id": "r-2",
+            "episode_id": "e",
+            "task_id": 0,
+            "task_data": {"allowed_tools": ["bump"]},
+        }
+        httpx.post(f"{url}/seed_session", json=seed, timeout=10)
+        assert asyncio.run(_mcp(url, "r-2", []))[0] == ["bump"]
+        httpx.post(f"{url}/close_session", json={"resources_session_id": "r-2", "episode_id": "e"}, timeout=10)
+        assert "r-2" not in server._mcp_allowed  # closed: its narrowing is gone with it

@@ -10,6 +10,9 @@ or any MCP client) works a rollout through the same tools, sessions and verify a
   error result naming the field) and the session the token names, so `verify` sees what the MCP calls did.
 - The token is the rollout's session id, which the session cookie carries already: a call without one, or with one
   that names no live session, is an error result and runs nothing.
+- A server may narrow one rollout's tools (0.7.0's `mcp_allowed_tools_for_session(seed_body)`, overridden on the
+  server: `ResourcesServer.mcp_allowed_tools_for_session`): with that session's token, `tools/list` lists only those
+  and `tools/call` of another is an error result that runs nothing; without a token, `tools/list` lists them all.
 - Tool-call names an MCP client namespaces in the trajectory (`mcp__<server>__<tool>`, Claude Code's form) get
   their tool name back before `verify` reads them (0.7.0's `normalize_tool_name`).
 
@@ -77,13 +80,13 @@ class _Handlers:
 
     def __init__(
         self,
-        tools: Callable[[], Mapping[str, dict[str, Any]]],
+        tools: Callable[[str | None], Mapping[str, dict[str, Any]]],
         call: Callable[[str, dict[str, Any], str | None], Awaitable[Any]],
     ):
         self.tools, self.call = tools, call
 
-    def served(self) -> dict[str, dict[str, Any]]:
-        return {name: tool for name, tool in self.tools().items() if name not in RESERVED_TOOL_NAMES}
+    def served(self, token: str | None) -> dict[str, dict[str, Any]]:
+        return {name: tool for name, tool in self.tools(token).items() if name not in RESERVED_TOOL_NAMES}
 
     async def list_tools(self, context: Any, params: Any) -> Any:
         import mcp.types as types
@@ -91,7 +94,7 @@ class _Handlers:
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=name, description=tool.get("description") or "", input_schema=tool["parameters"])
-                for name, tool in self.served().items()
+                for name, tool in self.served(_token(context)).items()
             ]
         )
 
@@ -104,9 +107,8 @@ class _Handlers:
 
         if params.name in RESERVED_TOOL_NAMES:
             return result(f"{params.name!r} is a route of the server, not a tool", is_error=True)
-        token = context.request.headers.get(SESSION_TOKEN_HEADER) if context.request is not None else None
         try:
-            answer = await self.call(params.name, dict(params.arguments or {}), token)
+            answer = await self.call(params.name, dict(params.arguments or {}), _token(context))
         except ToolCallError as exc:
             return result(str(exc), is_error=True)
         # a string as it is; anything else as the bytes `POST /<tool>` answers (FastAPI's encoding: compact JSON)
@@ -115,14 +117,20 @@ class _Handlers:
         return result(text, encoded if isinstance(encoded, dict) else None)
 
 
+def _token(context: Any) -> str | None:
+    """The session token of an MCP request (its header), else None."""
+    return context.request.headers.get(SESSION_TOKEN_HEADER) if context.request is not None else None
+
+
 def mount_mcp(
     app: FastAPI,
     server_name: str,
-    tools: Callable[[], Mapping[str, dict[str, Any]]],
+    tools: Callable[[str | None], Mapping[str, dict[str, Any]]],
     call: Callable[[str, dict[str, Any], str | None], Awaitable[Any]],
 ) -> AbstractAsyncContextManager:
-    """Serve the tools `tools()` names (`{name: {"description", "parameters"}}`, parameters a JSON schema; asked at
-    each `tools/list`, as a server may add tools once started) over MCP at `/mcp` of `app`; one named as a server route
+    """Serve the tools `tools(session token or None)` names (`{name: {"description", "parameters"}}`, parameters a
+    JSON schema; asked at each `tools/list`, as a server may add tools once started, and a session may be allowed
+    fewer) over MCP at `/mcp` of `app`; one named as a server route
     (`RESERVED_TOOL_NAMES`) is left out. `call(name, arguments, session token or None)` runs one and returns its
     JSON-able result, raising `ToolCallError` for a call that runs nothing, an unknown tool's included (any other
     exception is an error result too, by the SDK); a tool call costs no listing. Returns the context the app must

@@ -143,10 +143,20 @@ class ResourcesServer(BaseServer):
             "max_reward": max(rewards),
         }
 
+    def mcp_allowed_tools_for_session(self, row: dict[str, Any]) -> list[str] | None:
+        """The tools one rollout may use over MCP, or None (the default) for all of them; asked when its session is
+        seeded, with the `/seed_session` body (an environment server's seed: its `task_data`). NeMo Gym 0.7.0's hook
+        of the same name: override it to narrow a rollout's tools (e.g. to those its row names)."""
+        return None
+
     def row_schema(self) -> dict[str, Any]:
         """JSON Schema of a dataset row (`nemo_gym.serving.api_schema.row_schema`). The collector checks every row
         against it before the first rollout, so a row missing a task field fails with `file:line`."""
         return row_schema(self.verify_request_type, self.seed_request_type)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._mcp_allowed: dict[str, frozenset[str]] = {}  # session id -> its tools over MCP, when narrowed
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
@@ -221,9 +231,26 @@ class ResourcesServer(BaseServer):
 
         return call_tool
 
-    def _mcp_tools(self) -> dict[str, dict[str, Any]]:
-        """The tools served over MCP: those `GET /tools` lists that have a route (`add_tool_route`)."""
-        return {schema["name"]: schema for schema in self.tool_schemas() if schema.get("name") in self.tool_calls}
+    def _mcp_tools(self, token: str | None = None) -> dict[str, dict[str, Any]]:
+        """The tools served over MCP: those `GET /tools` lists that have a route (`add_tool_route`); with a session
+        token, those of them its session is allowed."""
+        allowed = self._mcp_allowed.get(token) if token else None
+        return {
+            schema["name"]: schema
+            for schema in self.tool_schemas()
+            if schema.get("name") in self.tool_calls and (allowed is None or schema["name"] in allowed)
+        }
+
+    def _allow_mcp_tools(self, session_id: str, row: dict[str, Any]) -> None:
+        allowed = self.mcp_allowed_tools_for_session(row)
+        if allowed is None:
+            self._mcp_allowed.pop(session_id, None)
+        else:
+            self._mcp_allowed[session_id] = frozenset(allowed)
+
+    def end_session(self, session_id: str) -> None:
+        super().end_session(session_id)
+        self._mcp_allowed.pop(session_id, None)
 
     async def _call_over_mcp(self, name: str, arguments: dict[str, Any], token: str | None) -> Any:
         """A tool called over MCP, in the session its token names (`nemo_gym.env.mcp_exposure`).
@@ -239,6 +266,10 @@ class ResourcesServer(BaseServer):
         session = self.sessions.get(token)
         if session is None:
             raise ToolCallError(f"{SESSION_TOKEN_HEADER} names no live session (closed, or never seeded here)")
+        if name not in self._mcp_tools(token):
+            raise ToolCallError(
+                f"tool {name!r} is not allowed in this rollout; allowed: {sorted(self._mcp_tools(token))}"
+            )
         try:
             return await self.tool_calls[name](arguments, session)
         except RejectedRequest as exc:
@@ -254,6 +285,7 @@ class ResourcesServer(BaseServer):
         session.clear()
         answer = dict(await self.seed_session(typed, session) or {})
         if self.config.expose_tools_over_mcp:
+            self._allow_mcp_tools(session.session_id, row)
             answer[MCP_METADATA_KEY] = session_metadata(self.name, session.session_id)
         result = JSONResponse(answer)
         result.set_cookie(SESSION_COOKIE, session.session_id, httponly=True)
@@ -268,6 +300,8 @@ class ResourcesServer(BaseServer):
             typed = row if self.seed_request_type is None else validated(self.seed_request_type, row)
             session = self.sessions[session_id] = Session(session_id)
             await self.seed_session(typed, session)
+            if self.config.expose_tools_over_mcp:
+                self._allow_mcp_tools(session_id, row)
         answer: dict[str, Any] = {"resources_session_id": session_id}
         if self.config.expose_tools_over_mcp:
             answer["resources_tools"] = session_metadata(self.name, session_id)
