@@ -67,8 +67,9 @@ def environment_server(agent: str, fail: bool, judge_fails: bool = False) -> Fas
 
 def episode_server() -> FastAPI:
     """A stand-in for a 0.7.0 environment server's `/run` of an episode (`BaseEpisodeRequest` in,
-    `BaseEpisodeResponse` out): reward `x` of the task input, a terminal failure for `x == 1`; the rollout id it got
-    in `seen_rollout_id`. Refuses a body that is no episode request (a legacy row), as a typed server does."""
+    `BaseEpisodeResponse` out): reward `x` of the task input, a terminal failure for `x == 1` (its first two attempts
+    only); the episode id it got in `seen_rollout_id` and `seen_attempt`. Refuses a body that is no episode request
+    (a legacy row), as a typed server does."""
     app = FastAPI()
 
     @app.post("/run")
@@ -76,10 +77,11 @@ def episode_server() -> FastAPI:
         if set(body) != {"episode_id", "task"} or set(body["task"]) != {"task_id", "task_input"}:
             raise ValueError(f"not an episode request: {sorted(body)}")
         episode, task = body["episode_id"], body["task"]
-        if task["task_input"]["x"] == 1:
+        if task["task_input"]["x"] == 1 and episode["attempt"] < 2:
             failure = {"failure_reason": "the user simulator gave up", "terminal": True, "stage": "agent"}
             return {"episode_id": episode, "task_id": task["task_id"], "failure": failure}
         result = {"reward": float(task["task_input"]["x"]), "seen_rollout_id": episode["rollout_id"]}
+        result["seen_attempt"] = episode["attempt"]
         return {"episode_id": episode, "task_id": task["task_id"], "result": result}
 
     return app
@@ -290,6 +292,22 @@ def test_materialized_tasks_go_to_their_tasksets_environment_server_as_episodes(
     failure = read_jsonl(tmp_path / "out_failures.jsonl")[0]
     assert (failure["_ng_task_index"], failure["transient"]) == (1, False)
     assert failure["message"] == "NeMo Gym failure (agent stage): the user simulator gave up"
+
+
+def test_a_rerun_sends_a_failed_episode_as_its_next_attempt(head, tmp_path):
+    """As 0.7.0's collector: a rerun sends a rollout that failed as its next attempt (`episode_id.attempt`, and
+    `_ng_attempt_index` on the records: one past the failed attempt's), a first attempt unstamped; the rollouts that
+    finished are not sent again."""
+    attempts = []
+    for _ in range(3):
+        summary, out = collect_tasks(head, tmp_path, {TASKSET: "env_episodes"})
+        failures = tmp_path / "out_failures.jsonl"
+        attempts.append([r["_ng_attempt_index"] for r in read_jsonl(failures)] if failures.exists() else [])
+    assert attempts == [[0], [1], []]  # task 1 failed twice, then its third attempt (2) gave a rollout
+    rows = {r["_ng_task_index"]: r for r in read_jsonl(out)}
+    assert (rows[1]["seen_attempt"], rows[1]["_ng_attempt_index"], rows[1]["seen_rollout_id"]) == (2, 2, "1-0")
+    assert rows[0]["seen_attempt"] == 0 and "_ng_attempt_index" not in rows[0]
+    assert summary.rollouts_resumed == 2
 
 
 def test_materialized_tasks_take_no_seed(head, tmp_path):

@@ -44,7 +44,13 @@ from nemo_gym.collect.routing import (
 from nemo_gym.collect.tasks import check_seedable, materialize_all, routing_key, taskset_of
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
-from nemo_gym.common.jsonl import AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.common.jsonl import (
+    AGENT_REF_KEY,
+    ATTEMPT_INDEX_KEY,
+    ENVIRONMENT_SERVER_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+)
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
@@ -89,10 +95,20 @@ async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], wh
 
 
 # -- one rollout --------------------------------------------------------------------------------------------
+def attempt(row: dict[str, Any], failure: dict[str, Any] | None) -> dict[str, Any]:
+    """`row` as this attempt of its rollout is sent: after an earlier run's `failure` record, with
+    `_ng_attempt_index` one past the failed attempt's (a record without one: the first, 0); a first attempt is left
+    unstamped, as NeMo Gym 0.7.0's collector leaves it. The attempt goes into an episode's id and the records."""
+    if failure is None:
+        return row
+    return {**row, ATTEMPT_INDEX_KEY: int(failure.get(ATTEMPT_INDEX_KEY, 0)) + 1}
+
+
 def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
     return {
         TASK_INDEX_KEY: row[TASK_INDEX_KEY],
         ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
+        ATTEMPT_INDEX_KEY: row.get(ATTEMPT_INDEX_KEY, 0),
         AGENT_REF_KEY: row[AGENT_REF_KEY],
         "failure_class": failure_class,
         "message": message[:4000],
@@ -129,7 +145,9 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
         return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
     if episode and (record := episode_rollout(answer)) is not None:
         answer = {**record, ENVIRONMENT_SERVER_KEY: row[ENVIRONMENT_SERVER_KEY]}
-        row = {k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, AGENT_REF_KEY)}
+        row = {
+            k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ATTEMPT_INDEX_KEY, AGENT_REF_KEY)
+        }
     if (episode_failure := nemo_gym_failure(answer)) is not None:
         return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
@@ -454,7 +472,9 @@ async def collect(
     watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(row_of(pair)), every_sink.stalled)
     liveness = ServerLiveness(client, (dispatch_target(row) for row in plan.rows()), servers_gone_s=servers_gone_s)
     try:
-        dispatched = (rollout_input(row_of(pair), *pair, add_seed=add_seed) for pair in pending)
+        dispatched = (
+            attempt(rollout_input(row_of(pair), *pair, add_seed=add_seed), failures.get(pair)) for pair in pending
+        )
         await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()

@@ -12,6 +12,7 @@ from nemo_gym.collect.tasks import taskset_of
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import (
     AGENT_REF_KEY,
+    ATTEMPT_INDEX_KEY,
     ENVIRONMENT_SERVER_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
@@ -107,10 +108,11 @@ async def route_tasksets(
 def episode_request(row: dict[str, Any]) -> dict[str, Any]:
     """The `/run` body of a materialized task's rollout, as NeMo Gym 0.7.0's collector sends it to an environment
     server (`BaseEpisodeRequest`): `{episode_id: {rollout_id, attempt}, task: {task_id, task_input}}`, the rollout
-    id the row's `_ng_rollout_id`, else `<task index>-<rollout index>`."""
+    id the row's `_ng_rollout_id`, else `<task index>-<rollout index>`, the attempt its `_ng_attempt_index` (0 for a
+    first: `nemo_gym.collect.engine.attempt`)."""
     rollout_id = row.get("_ng_rollout_id") or f"{row[TASK_INDEX_KEY]}-{row[ROLLOUT_INDEX_KEY]}"
     return {
-        "episode_id": {"rollout_id": rollout_id, "attempt": 0},
+        "episode_id": {"rollout_id": rollout_id, "attempt": row.get(ATTEMPT_INDEX_KEY, 0)},
         "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
     }
 

@@ -35,6 +35,8 @@ __all__ = [
 
 TASK_INDEX_KEY = "_ng_task_index"  # a row's index in the collection's input file (0-based), as NeMo Gym writes it
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"  # which of the task's repeats (0-based)
+# which attempt of the rollout (NeMo Gym 0.7.0): the failures recorded for it before; set from 1 on (a first is 0)
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
 AGENT_REF_KEY = "agent_ref"  # `{"name": <agent instance>}`: the agent that runs the row
 # the environment server (NeMo Gym 0.7.0) a row was sent to, in front of its agent, as NeMo Gym's collector stamps it
 ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
