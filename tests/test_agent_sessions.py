@@ -62,7 +62,9 @@ def run() -> Iterator[dict[str, str]]:
         servers = {
             "counter": (
                 "resources_servers",
-                server("resources_servers/example_session_state_mgmt", "counter", {}, head),
+                server(
+                    "resources_servers/example_session_state_mgmt", "counter", {"expose_tools_over_mcp": True}, head
+                ),
             ),
             "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
             "agent": ("responses_api_agents", server("responses_api_agents/simple_agent", "agent", agent_config, head)),
@@ -81,11 +83,21 @@ def run() -> Iterator[dict[str, str]]:
 
 def seed_resources(client: httpx.Client, urls: dict[str, str], session_id: str) -> dict[str, str]:
     """0.7.0's environment server seeding the resources server's session (counter at 5); returns its cookies."""
+    return dict(seed_resources_answer(client, urls, session_id).cookies)
+
+
+def seed_resources_answer(client: httpx.Client, urls: dict[str, str], session_id: str) -> httpx.Response:
     task_data = {"initial_count": 5, "expected_count": 7}
     body = {"resources_session_id": session_id, "episode_id": EPISODE, "task_id": TASK, "task_data": task_data}
     seeded = client.post(f"{urls['counter']}/seed_session", json=body)
     assert seeded.status_code == 200, seeded.text
-    return dict(seeded.cookies)
+    return seeded
+
+
+def verify_counter(urls: dict[str, str], response: dict[str, Any], cookies: dict[str, str]) -> float:
+    """The resources server's reward for `response` in the session `cookies` name (1.0: the counter is at 7)."""
+    body = {"initial_count": 5, "expected_count": 7, "responses_create_params": CREATE_PARAMS, "response": response}
+    return httpx.post(f"{urls['counter']}/verify", json=body, cookies=cookies, trust_env=False).json()["reward"]
 
 
 def agent_seed(session_id: str, base_url: str, cookies: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -130,24 +142,43 @@ def test_an_environment_server_runs_the_agent_in_a_session_with_the_tools_it_gra
         assert receipt["resources_cookies"][SESSION_COOKIE] == "res-1"
         retried = httpx.post(f"{run['agent']}/v1/agent_sessions/close", json=close, trust_env=False)
         assert retried.json() == receipt  # a retried close: the same receipt
-        verify = {
-            "initial_count": 5,
-            "expected_count": 7,
-            "responses_create_params": CREATE_PARAMS,
-            "response": response,
+        assert verify_counter(run, response, receipt["resources_cookies"]) == 1.0  # counted in the session: 5 + 2
+
+
+def test_an_mcp_grant_runs_the_tools_over_mcp_in_the_granted_session(run):
+    """single_agent_turn with `resources_tool_transports: [mcp]`: the grant is the resources seed's MCP access (its
+    /mcp endpoint, the session token header); the agent's tool calls go over MCP (the mcp SDK's client) in that
+    session, so verify, with the environment server's own cookies (the close leaves them: `resources_cookies` None),
+    sees them. 0.7.0's own simple_agent refuses an MCP grant."""
+    with httpx.Client(trust_env=False) as env:
+        seeded = seed_resources_answer(env, run, "res-mcp")
+        access = seeded.json()["resources_tools"]
+        mcp = {
+            "kind": "mcp",
+            "name": access["server_name"],
+            "required": True,
+            "connection": {"url": run["counter"] + access["url_path"], "headers": access["headers"]},
         }
-        verified = httpx.post(
-            f"{run['counter']}/verify", json=verify, cookies=receipt["resources_cookies"], trust_env=False
+        seed = {"agent_session_id": "agent-mcp", "episode_id": EPISODE, "task_id": TASK, "tool_accesses": [mcp]}
+        agent_cookies = dict(httpx.post(f"{run['agent']}/v1/agent_sessions", json=seed, trust_env=False).cookies)
+        answered = httpx.post(
+            f"{run['agent']}/v1/responses", json=CREATE_PARAMS, cookies=agent_cookies, trust_env=False
         )
-        assert verified.json()["reward"] == 1.0  # the call counted in the granted session: 5 + 2
+        assert answered.status_code == 200, answered.text
+        response = answered.json()
+        assert json.loads(response["output"][1]["output"]) == {"success": True}
+        close = {"agent_session_id": "agent-mcp", "episode_id": EPISODE}
+        receipt = httpx.post(f"{run['agent']}/v1/agent_sessions/close", json=close, trust_env=False).json()
+        assert receipt["resources_cookies"] is None
+        assert verify_counter(run, response, dict(seeded.cookies)) == 1.0
 
 
 def test_session_calls_that_0_7_0_refuses_are_refused(run):
     """409: a seed of a bound id with another body, of a closed id, of an id closed before its seed, a call or close
     naming another session than the cookie, a close naming another episode, a /v1/responses in a session that is
-    closed or was never seeded (never run outside it). 422: grants simple_agent cannot use (a required MCP server, a
-    sandbox, two direct_http grants, a base_url that is not a server of this run); nothing is kept, so the seed can
-    be sent again. 501: an agent that does not implement sessions."""
+    closed or was never seeded (never run outside it). 422: grants simple_agent cannot use (two MCP servers, a
+    sandbox, two direct_http grants, a base_url or an MCP endpoint that is not a server of this run); nothing is
+    kept, so the seed can be sent again. 501: an agent that does not implement sessions."""
     agent = run["agent"]
     post = lambda path, body, **kw: httpx.post(f"{agent}{path}", json=body, trust_env=False, **kw)  # noqa: E731
     seed = agent_seed("agent-2", run["counter"], {})
@@ -170,8 +201,10 @@ def test_session_calls_that_0_7_0_refuses_are_refused(run):
     assert post("/v1/agent_sessions", agent_seed("agent-3", run["counter"], {})).status_code == 409
 
     mcp = {"kind": "mcp", "name": "m", "required": True, "connection": {"url": f"{run['counter']}/mcp"}}
+    elsewhere = {**mcp, "connection": {"url": "http://127.0.0.1:9/mcp"}}
     refused = {
-        "mcp": {**agent_seed("agent-4", run["counter"], {}), "tool_accesses": [mcp]},
+        "two mcp": {**agent_seed("agent-4", run["counter"], {}), "tool_accesses": [mcp, {**mcp, "name": "n"}]},
+        "mcp not of this run": {**agent_seed("agent-4", run["counter"], {}), "tool_accesses": [elsewhere]},
         "sandbox": agent_seed("agent-4", run["counter"], {}, sandbox_access={"kind": "x"}),
         "two grants": {
             **agent_seed("agent-4", run["counter"], {}),

@@ -478,16 +478,16 @@ def wheel_agent(implementation: str, resources_server: str, **fields: Any) -> di
     return {"responses_api_agents": {implementation: {**agent, **fields}}}
 
 
-def environment_server(resources_server: str, agent: str) -> dict[str, Any]:
+def environment_server(resources_server: str, agent: str, transport: str = "direct_http") -> dict[str, Any]:
     """The config section of 0.7.0's single_agent_turn_legacy environment server in front of `resources_server` and
-    `agent`, granting the agent the resources server's tools over direct HTTP."""
+    `agent`, granting the agent the resources server's tools over `transport` (direct_http or mcp)."""
     return {
         "_inherit_from": "single_agent_turn_legacy",
         "environment_servers": {
             "single_agent_turn_legacy": {
                 "resources_server": {"type": "resources_servers", "name": resources_server},
                 "agent_server": {"type": "responses_api_agents", "name": agent},
-                "resources_tool_transports": ["direct_http"],
+                "resources_tool_transports": [transport],
             }
         },
     }
@@ -500,7 +500,8 @@ def mixed_config(work: Path) -> Path:
     example_single_tool_call_single_agent_turn.yaml does. (0.7.0's own example_session_state_mgmt answers the typed
     /seed_session body 422: its seed_session takes the row only.) And 0.7.0's haystack_agent with its MCP pipeline
     twice, on each side's example_single_tool_call with `expose_tools_over_mcp: true` (`weather_mcp_*`). And our own
-    simple_agent (`agent_native`) behind the same environment server on our resources server (`env_native`)."""
+    simple_agent (`agent_native`) behind the same environment server on our resources server (`env_native`), and
+    granted its tools over MCP (`env_native_mcp`)."""
     site = peer07_site_packages()
     template = site / "environment_servers/single_agent_turn_legacy/configs/single_agent_turn_legacy.yaml"
     config: dict[str, Any] = {"config_paths": [str(template)]}
@@ -523,16 +524,17 @@ def mixed_config(work: Path) -> Path:
             allow_mcp_tool_filtering=False,
         )
     # our simple_agent behind the same 0.7.0 environment server, on our resources server (its agent sessions)
-    config["agent_native"] = {
-        "responses_api_agents": {
-            "simple_agent": {
-                "entrypoint": "app.py",
-                "resources_server": {"type": "resources_servers", "name": "weather_ours"},
-                "model_server": {"type": "responses_api_models", "name": "policy_model"},
-            }
-        }
+    native = {
+        "entrypoint": "app.py",
+        "resources_server": {"type": "resources_servers", "name": "weather_ours"},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
     }
+    mcp_ref = {"type": "resources_servers", "name": "weather_mcp_ours"}
+    config["agent_native"] = {"responses_api_agents": {"simple_agent": native}}
     config["env_native"] = environment_server("weather_ours", "agent_native")
+    # and granted the tools over MCP (0.7.0's own simple_agent refuses such a grant)
+    config["agent_native_mcp"] = {"responses_api_agents": {"simple_agent": {**native, "resources_server": mcp_ref}}}
+    config["env_native_mcp"] = environment_server("weather_mcp_ours", "agent_native_mcp", transport="mcp")
     path = work / "mixed.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -546,7 +548,8 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
     answer's MCP access, tools/list and tools/call over /mcp: nemo_gym.env.mcp_exposure) against the same agent on
     0.7.0's own /mcp. And 0.7.0's environment server runs our own simple_agent through its agent sessions
     (/v1/agent_sessions with the direct_http grant, /v1/responses with the session cookie, the close's resources
-    cookies for /verify: nemo_gym.env.agent_sessions), with the same rollouts, collected by both collectors."""
+    cookies for /verify: nemo_gym.env.agent_sessions), with the same rollouts, collected by both collectors; and
+    with the tools granted over MCP instead (`resources_tool_transports: [mcp]`), the same rollouts again."""
     folder = "example_single_tool_call"
     files = {}
     with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
@@ -557,8 +560,9 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
             files[f"mcp_{side}"] = our_collect(tmp_path, run.head_url, f"haystack_{side}", folder, f"mcp_{side}")
         files["native"] = nemo_gym07_collect(tmp_path, run.head_url, "agent_native", folder, "native")
         files["native_by_ours"] = our_collect(tmp_path, run.head_url, "env_native", folder, "native_by_ours")
+        files["native_mcp"] = our_collect(tmp_path, run.head_url, "env_native_mcp", folder, "native_mcp")
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
-    for label in ("ours", "07_by_ours", "ours_by_ours", "native", "native_by_ours"):
+    for label in ("ours", "07_by_ours", "ours_by_ours", "native", "native_by_ours", "native_mcp"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
     mcp_rollouts = read_jsonl(files["mcp_ours"])
     assert len(mcp_rollouts) == len(read_jsonl(files["07"])) and all(row["reward"] == 1.0 for row in mcp_rollouts)

@@ -163,6 +163,15 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
     return {**row, **answer, **keys}, None
 
 
+def _rollout_inputs(
+    pending: Sequence[Pair], row_of: Callable[[Pair], dict[str, Any]], failures: Mapping[Pair, Any], add_seed: bool
+) -> Iterator[dict[str, Any]]:
+    """The rows of the `pending` pairs as they are sent, in order, each as its next attempt after an earlier run's
+    failure (`attempt`); the failures are read now (this run's are added to the same dict as they come)."""
+    earlier = dict(failures)
+    return (attempt(rollout_input(row_of(pair), *pair, add_seed=add_seed), earlier.get(pair)) for pair in pending)
+
+
 # -- sinks and the result ---------------------------------------------------------------------------------------
 class CollectSink(Protocol):
     """Where a collection also goes as it runs (files: `nemo_gym.collect.sink.RolloutFiles`). `collect` calls `open`
@@ -462,6 +471,7 @@ async def collect(
     every_sink = _Sinks(sinks)
     done, failures = every_sink.open(plan, add_seed=add_seed)
     pending, resumed = [pair for pair in plan.pairs(interleave_repeats) if pair not in done], len(done)
+    dispatched = _rollout_inputs(pending, plan.row_of(), failures, add_seed)
     state, row_of = _Progress.start(done, failures, plan.total, show=progress), plan.row_of()  # it adds to `done`
     retries_before = client.retries_used
 
@@ -472,9 +482,6 @@ async def collect(
     watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(row_of(pair)), every_sink.stalled)
     liveness = ServerLiveness(client, (dispatch_target(row) for row in plan.rows()), servers_gone_s=servers_gone_s)
     try:
-        dispatched = (
-            attempt(rollout_input(row_of(pair), *pair, add_seed=add_seed), failures.get(pair)) for pair in pending
-        )
         await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nemo_gym.env.agent_sessions import (
     AgentCloseSessionRequest,
@@ -34,6 +34,14 @@ class AgentResponsesCreate(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, title="AgentResponsesCreate")
     input: str | list[dict[str, Any]] = Field(None, description="a user message, or the input items")  # type: ignore[assignment]
     stream: Literal[False] | None = Field(None, description="agents answer with the whole episode: they do not stream")
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _a_boolean(cls, value: Any) -> Any:
+        """false itself: a literal check alone takes 0 and 0.0, which equal False in Python."""
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"stream must be false or absent, got {type(value).__name__}")
+        return value
 
 
 class Row(BaseModel):

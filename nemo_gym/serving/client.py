@@ -317,9 +317,10 @@ class ServerClient:
             timeout_s=timeout_s,
         )
 
-    async def server_at(self, url: str) -> str | None:
+    async def server_at(self, url: str) -> tuple[str, dict[str, str]] | None:
         """The name of the run's server that has a replica at base URL `url` (as the head server lists it, a trailing
-        slash aside), else None. The head server is asked again when no known server has it.
+        slash aside) and the headers a call to it carries (the run token, when it takes it), else None. The head
+        server is asked again when no known server has it.
 
         Raises:
             ServerError: no head server URL (see `server_url`).
@@ -328,7 +329,7 @@ class ServerClient:
         for listed in (False, True):
             for name, pool in self._pools.items():
                 if not pool.fixed and any(r.url.rstrip("/") == wanted for r in pool.replicas.values()):
-                    return name
+                    return name, dict(self._token_headers) if pool.send_run_token else {}
             if listed:
                 return None
             if not self.head_url:

@@ -10,8 +10,9 @@ trajectory it failed on (`error.response`), which the collector keeps in the fai
 It also serves NeMo Gym 0.7.0's agent sessions (`nemo_gym.env.agent_sessions`), so that 0.7.0's `single_agent_turn`
 environment server runs it: the session's `/v1/responses` runs the same loop, its tool calls through the direct-HTTP
 tool access the environment server grants (a replica of one of the run's servers, with the cookies and headers of the
-grant); the close answers the grant's cookies after the calls. As 0.7.0's simple_agent: at most one direct-HTTP
-grant, no required MCP grant, no sandbox; `execute_tools: false` returns the model's tool calls unresolved (sessions
+grant), else through its MCP grant (`tools/call`: `nemo_gym.env.tool_routes.McpToolRoutes`; 0.7.0's own simple_agent
+refuses one); the close answers the grant's cookies after the calls. At most one grant of each kind, no sandbox;
+`execute_tools: false` returns the model's tool calls unresolved (sessions
 only).
 """
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI, Request
@@ -38,8 +39,8 @@ from nemo_gym.env.agent_sessions import (
     MCPToolAccess,
 )
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
+from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
 from nemo_gym.serving.api_schema import json_body
-from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.limits import read_json_object
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
@@ -85,40 +86,6 @@ class SimpleAgentConfig(ServerConfig):
     session_close_retry_window_seconds: float = Field(
         300.0, gt=0, description="an agent session's close answer is kept this long for a retried close, seconds"
     )
-
-
-@dataclass
-class ToolRoutes:
-    """Where an episode's tool calls go: `POST /<tool>` of `server` in the rollout's session (its id and cookie
-    jar); with `base_url`, of that replica only, with `headers` too (an agent session's direct-HTTP grant)."""
-
-    client: ServerClient
-    server: str
-    session_id: str | None
-    cookies: httpx.Cookies
-    base_url: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-    async def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> Any:
-        """The tool's answer (errors as `ServerClient.post`'s)."""
-        if self.base_url is None:
-            return await self.client.post(
-                self.server,
-                f"/{name}",
-                arguments,
-                session_id=self.session_id,
-                cookies=self.cookies,
-                timeout_s=timeout_s,
-            )
-        return await self.client.request_json(
-            "POST",
-            f"{self.base_url.rstrip('/')}/{name}",
-            json=arguments,
-            headers=self.headers,
-            cookies=self.cookies,
-            server=self.server,
-            timeout_s=timeout_s,
-        )
 
 
 def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
@@ -177,41 +144,48 @@ class SimpleAgent(AgentServer):
         response, _ = await self.loop(body, session_id, tools)
         return response
 
-    async def open_agent_session(self, request: AgentSeedSessionRequest) -> ToolRoutes | None:
-        """The session's tool routes: its direct-HTTP grant, which must reach a replica of one of the run's servers
-        (the run token and the grant's cookies go nowhere else); None without one (the model's tool calls then fail
-        the episode, as in 0.7.0)."""
+    async def open_agent_session(self, request: AgentSeedSessionRequest) -> ToolRoutes | McpToolRoutes | None:
+        """The session's tool routes: its direct-HTTP grant, else its MCP grant; either must reach one of the run's
+        servers (the run token and the grant's cookies and headers go nowhere else). None without one (the model's
+        tool calls then fail the episode, as in 0.7.0)."""
         if request.sandbox_access is not None:
             raise AgentSessionError(422, "simple_agent has no sandbox: sandbox_access is not supported")
-        mcp = [a.name for a in request.tool_accesses if isinstance(a, MCPToolAccess) and a.required]
-        if mcp:
-            raise AgentSessionError(422, f"simple_agent calls tools over HTTP only; required MCP access: {mcp}")
         direct = [a for a in request.tool_accesses if isinstance(a, DirectHTTPToolAccess)]
-        if len(direct) > 1:
-            raise AgentSessionError(422, "simple_agent takes at most one direct_http tool access per session")
-        if not direct:
+        mcp = [a for a in request.tool_accesses if isinstance(a, MCPToolAccess)]
+        if len(direct) > 1 or len(mcp) > 1:
+            raise AgentSessionError(422, "simple_agent takes at most one direct_http and one mcp tool access")
+        if not direct and not mcp:
             return None
-        (grant,) = direct
-        base_url = str(grant.base_url)
-        server = await self.client.server_at(base_url)
-        if server is None:
-            raise AgentSessionError(422, f"tool access {grant.name!r}: {base_url} is not a server of this run")
+        if not self.client.head_url:
+            raise AgentSessionError(422, "this agent knows no run (no head server URL): it takes no tool access")
+        grant = direct[0] if direct else mcp[0]
+        url = str(grant.base_url if isinstance(grant, DirectHTTPToolAccess) else grant.connection.url)
+        origin = urlsplit(url)  # an MCP endpoint is a path of its server: the server is its scheme, host and port
+        found = await self.client.server_at(url if direct else f"{origin.scheme}://{origin.netloc}")
+        if found is None:
+            raise AgentSessionError(422, f"tool access {grant.name!r}: {url} is not a server of this run")
+        server, token_headers = found
+        if isinstance(grant, MCPToolAccess):
+            return McpToolRoutes(server, url, {**grant.connection.headers, **token_headers})
         cookies = httpx.Cookies()
         for name, value in grant.cookies.items():  # as the answers' cookies are kept: for the grant's host
             cookies.set(name, value, domain=grant.base_url.host or "")
-        return ToolRoutes(self.client, server, None, cookies, base_url, dict(grant.headers))
+        return ToolRoutes(self.client, server, None, cookies, url, dict(grant.headers))
 
     async def responses_in_session(self, body: dict[str, Any], session: AgentSession) -> dict[str, Any]:
         session_id = f"{session.request.agent_session_id}-{session.activations}"
-        response, _ = await self.loop(body, session_id, session.state)
-        return response
+        if session.state is None:
+            return (await self.loop(body, session_id, None))[0]
+        async with session.state.connected() as tools:
+            return (await self.loop(body, session_id, tools))[0]
 
     async def close_agent_session(self, session: AgentSession) -> dict[str, Any]:
-        tools: ToolRoutes | None = session.state
-        return {"resources_cookies": dict(tools.cookies.items()) if tools is not None else {}}
+        """The grant's cookies after the calls; None (the environment server keeps its own) without a cookie jar."""
+        tools = session.state
+        return {"resources_cookies": dict(tools.cookies.items()) if isinstance(tools, ToolRoutes) else None}
 
     async def loop(
-        self, params: dict[str, Any], session_id: str, tools: ToolRoutes | None
+        self, params: dict[str, Any], session_id: str, tools: ToolRoutes | McpToolRoutes | None
     ) -> tuple[dict[str, Any], StopReason]:
         """Run the episode, its tool calls through `tools` (None: an agent session granted none, so a tool call
         fails the episode); returns the final `Response` (output = whole trajectory) and how it ended.
@@ -244,7 +218,7 @@ class SimpleAgent(AgentServer):
         return model.final_response(trajectory), stop_reason
 
     async def call_tool(
-        self, call: dict[str, Any], tool_names: set[str], tools: ToolRoutes
+        self, call: dict[str, Any], tool_names: set[str], tools: ToolRoutes | McpToolRoutes
     ) -> tuple[str, StopReason | None]:
         """Execute one function call; returns the output text and a problem if it failed."""
         name = call.get("name")
@@ -263,6 +237,8 @@ class SimpleAgent(AgentServer):
             if exc.status_code >= 500:
                 raise
             return f"Error: tool {name} rejected the call ({exc.status_code}): {exc.body[:1000]}", StopReason.tool_error
+        except ToolCallFailed as exc:
+            return f"Error: tool {name} failed: {str(exc)[:1000]}", StopReason.tool_error
         return (result if isinstance(result, str) else tool_output_text(result)), None
 
     def add_routes(self, app: FastAPI) -> None:
