@@ -124,6 +124,11 @@ _VALIDATE_NAME = Flag(
     ),
 )
 
+_INSPECT = Flag(
+    lambda p: p.add_argument("name", nargs="?", metavar="NAME", help="Show this one."),
+    lambda a: ([a.name] if "=" in a.name else [f"+name={a.name}"]) if a.name else [],  # a `+key=value`: passed on
+)
+
 # the flags of `dataset upload` and `dataset migrate` (an upload to HF of a file GitLab holds)
 _UPLOAD_FLAGS = (
     value_flag("input", "input_jsonl_fpath", "Local JSONL file to upload.", aliases=("-i",)),
@@ -138,6 +143,11 @@ ROUTES: dict[str, Route] = {
         "List manifest-backed benchmarks (ng_list_benchmarks).",
         "list_benchmarks",
         (_NO_INSPECT, JSON, SEARCH_DIR),
+    ),
+    "list resources-servers": Route(
+        "List the environments (resources servers): name, domain, description; NAME shows one (ng_environments).",
+        "environments",
+        (_INSPECT, JSON, SEARCH_DIR),
     ),
     "dataset upload": Route(
         "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
@@ -277,7 +287,6 @@ UNSUPPORTED: dict[str, str] = {
     "list environments": _CATALOG,
     "list agents": _CATALOG,
     "list models": _CATALOG + " (ng_models lists models to train or serve)",
-    "list resources-servers": _CATALOG,
     "search": _CATALOG,
     "env schema": "nemo_gym's resources servers declare no task-data JSON Schema",
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
@@ -289,7 +298,7 @@ UNSUPPORTED: dict[str, str] = {
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
 }
 GROUPS = {
-    "list": "List available components (benchmarks).",
+    "list": "List available components (benchmarks, resources-servers).",
     "dataset": "Manage datasets.",
     "env": "Develop and run environments.",
     "eval": "Run evaluations.",

@@ -294,6 +294,13 @@ COMMANDS: dict[str, Command] = {
             takes_argv=True,
         ),
         Command(
+            "environments",
+            "list the environments (resources servers) under the search roots and this repository: name, domain,"
+            " description; +name=<name> shows one (NeMo Gym 0.7.0's gym list resources-servers)",
+            "nemo_gym.datasets.environments:EnvironmentsOptions",
+            "nemo_gym.datasets.environments:environments_main",
+        ),
+        Command(
             "models",
             "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run"
             " server's (+json=true)",

@@ -12,8 +12,7 @@ environment server runs it: the session's `/v1/responses` runs the same loop, it
 tool access the environment server grants (a replica of one of the run's servers, with the cookies and headers of the
 grant), else through its MCP grant (`tools/call`: `nemo_gym.env.tool_routes.McpToolRoutes`; 0.7.0's own simple_agent
 refuses one); the close answers the grant's cookies after the calls. At most one grant of each kind, no sandbox;
-`execute_tools: false` returns the model's tool calls unresolved (sessions
-only).
+`execute_tools: false` returns the model's tool calls unresolved (sessions only).
 """
 
 from __future__ import annotations

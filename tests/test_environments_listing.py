@@ -1,0 +1,108 @@
+"""`ng_environments` (NeMo Gym 0.7.0's `gym list resources-servers`, nemo_gym.datasets.environments): the
+environments under the search roots and this repository, named and described as 0.7.0 names and describes them; one
+shown by name; against 0.7.0's own command on its 218 folders and on ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
+from ng_process import BIN
+
+from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.datasets.environments import resources_server_entries
+
+
+def ng_environments(*arguments: str, cwd: Path, extra_roots: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEMO_GYM_EXTRA_ROOTS": extra_roots}
+    return subprocess.run(
+        [str(BIN / "ng_environments"), *arguments], capture_output=True, text=True, timeout=60, cwd=cwd, env=env
+    )
+
+
+def write_config(path: Path, sections: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sections))  # JSON is YAML
+
+
+def test_every_environment_of_the_repository_is_listed_and_a_project_shadows_one(tmp_path):
+    """Each folder's `<folder>.yaml` is `<folder>`, another config `<folder>/<file>`; a config that declares no
+    resources server (a helper) is left out; the working directory's project comes first, so its `mcqa` is listed
+    instead of ours."""
+    ours = resources_server_entries([REPO_ROOT])
+    folders = {p.parent.parent.name for p in REPO_ROOT.glob("resources_servers/*/configs/*.yaml")}
+    assert {name.split("/")[0] for name in ours} == folders
+    assert ours["mcqa"].domain == "knowledge" and ours["mcqa"].config_path.name == "mcqa.yaml"
+    assert "llm_judge/llm_judge_openai" in ours
+
+    project = tmp_path / "resources_servers" / "mcqa" / "configs"
+    write_config(project / "mcqa.yaml", {"m": {"resources_servers": {"mcqa": {"domain": "mine", "description": "d"}}}})
+    write_config(project / "judge.yaml", {"j": {"responses_api_models": {"openai_model": {"domain": "x"}}}})
+    listed = json.loads(ng_environments("+json=true", cwd=tmp_path).stdout)
+    by_name = {entry["name"]: entry for entry in listed}
+    assert by_name["mcqa"] == {"name": "mcqa", "domain": "mine", "description": "d"}
+    assert "mcqa/judge" not in by_name and set(by_name) == set(ours)
+
+
+def test_one_environment_by_name_and_a_typo_gets_the_closest_names(tmp_path):
+    shown = ng_environments("+name=example_single_tool_call", "+json=true", cwd=tmp_path)
+    payload = json.loads(shown.stdout)
+    assert payload["type"] == "resources server" and payload["domain"] == "agent"
+    assert payload["details"]["config"].endswith("example_single_tool_call/configs/example_single_tool_call.yaml")
+    assert (
+        payload["usage_example"] == "gym env start --resources-server example_single_tool_call --model-type vllm_model"
+    )
+    text = ng_environments("+name=mcqa", cwd=tmp_path).stdout
+    assert "Multiple-choice question answering" in text and "ng_run +config_paths=[" in text
+    typo = ng_environments("+name=mcq", cwd=tmp_path)
+    assert typo.returncode == 2 and "unknown environment 'mcq' (did you mean mcqa?)" in typo.stderr
+    searched = ng_environments("+query=math", cwd=tmp_path).stdout
+    assert "math_verify" in searched and "mcqa" not in searched
+
+
+def test_gym_list_resources_servers_runs_it(tmp_path):
+    done = subprocess.run(
+        [str(BIN / "gym"), "list", "resources-servers", "mcqa", "--json", "--search-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "mcqa"
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(300)
+def test_the_list_is_0_7_0s(tmp_path):
+    """0.7.0's own `gym list resources-servers --json`: on its install root (`--search-dir` its site-packages), all
+    its 218 entries (name, domain, description) are ours, field for field; on this repository, all of ours are its."""
+    site = peer07_site_packages()
+    for search_dir in (site, REPO_ROOT):
+        theirs = subprocess.run(
+            [
+                str(peer07_venv() / "bin" / "gym"),
+                "list",
+                "resources-servers",
+                "--json",
+                "--search-dir",
+                str(search_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=200,
+            cwd=tmp_path,
+            env=peer07_env(),
+        )
+        assert theirs.returncode == 0, theirs.stderr[-2000:]
+        their_entries = {e["name"]: e for e in json.loads(theirs.stdout)}
+        ours = json.loads(ng_environments("+json=true", cwd=tmp_path, extra_roots=str(search_dir)).stdout)
+        our_entries = {e["name"]: e for e in ours}
+        compared = their_entries if search_dir == site else our_entries
+        assert len(compared) >= (218 if search_dir == site else 18)
+        assert {n: our_entries.get(n) for n in compared} == {n: their_entries.get(n) for n in compared}
