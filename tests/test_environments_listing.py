@@ -62,18 +62,21 @@ def test_one_environment_by_name_and_a_typo_gets_the_closest_names(tmp_path):
     assert typo.returncode == 2 and "unknown environment 'mcq' (did you mean mcqa?)" in typo.stderr
     searched = ng_environments("+query=math", cwd=tmp_path).stdout
     assert "math_verify" in searched and "mcqa" not in searched
+    # 0.7.0's matching: a close word counts too ("wether" is close to "weather")
+    assert "example_single_tool_call" in ng_environments("+query=wether", cwd=tmp_path).stdout
 
 
-def test_gym_list_resources_servers_runs_it(tmp_path):
-    done = subprocess.run(
-        [str(BIN / "gym"), "list", "resources-servers", "mcqa", "--json", "--search-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+def test_gym_list_and_search_resources_servers_run_it(tmp_path):
+    def gym(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "gym"), *arguments], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    done = gym("list", "resources-servers", "mcqa", "--json", "--search-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["name"] == "mcqa"
+    found = gym("search", "resources-servers", "answer letter", "--json")
+    assert [entry["name"] for entry in json.loads(found.stdout)] == ["mcqa"]
+    refused = gym("search", "agents", "x")
+    assert refused.returncode == 2 and "not supported" in refused.stderr
 
 
 @pytest.mark.integration
@@ -83,6 +86,7 @@ def test_the_list_is_0_7_0s(tmp_path):
     """0.7.0's own `gym list resources-servers --json`: on its install root (`--search-dir` its site-packages), all
     its 218 entries (name, domain, description) are ours, field for field; on this repository, all of ours are its."""
     site = peer07_site_packages()
+    listed_by_them: dict[Path, set[str]] = {}
     for search_dir in (site, REPO_ROOT):
         theirs = subprocess.run(
             [
@@ -101,8 +105,18 @@ def test_the_list_is_0_7_0s(tmp_path):
         )
         assert theirs.returncode == 0, theirs.stderr[-2000:]
         their_entries = {e["name"]: e for e in json.loads(theirs.stdout)}
+        listed_by_them[search_dir] = set(their_entries)
         ours = json.loads(ng_environments("+json=true", cwd=tmp_path, extra_roots=str(search_dir)).stdout)
         our_entries = {e["name"]: e for e in ours}
         compared = their_entries if search_dir == site else our_entries
         assert len(compared) >= (218 if search_dir == site else 18)
         assert {n: our_entries.get(n) for n in compared} == {n: their_entries.get(n) for n in compared}
+    # `gym search resources-servers QUERY` finds the same ones on 0.7.0's folders (a typo included)
+    for query in ("wether", "math", "safety"):
+        argv = [str(peer07_venv() / "bin" / "gym"), "search", "resources-servers", query, "--json", "--search-dir"]
+        theirs = subprocess.run(
+            [*argv, str(site)], capture_output=True, text=True, timeout=200, cwd=tmp_path, env=peer07_env()
+        )
+        ours = ng_environments(f"+query={query}", "+json=true", cwd=tmp_path, extra_roots=str(site)).stdout
+        their_names = {e["name"] for e in json.loads(theirs.stdout)}
+        assert their_names and their_names == {e["name"] for e in json.loads(ours)} & listed_by_them[site], query

@@ -149,6 +149,16 @@ ROUTES: dict[str, Route] = {
         "environments",
         (_INSPECT, JSON, SEARCH_DIR),
     ),
+    "search resources-servers": Route(
+        "The environments (resources servers) whose name, domain or description match QUERY, as 0.7.0 matches them"
+        " (ng_environments +query=QUERY).",
+        "environments",
+        (
+            Flag(lambda p: p.add_argument("query", metavar="QUERY"), lambda a: [f"+query={a.query}"]),
+            JSON,
+            SEARCH_DIR,
+        ),
+    ),
     "dataset upload": Route(
         "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
         _storage("upload_dataset_to_hf", "upload_dataset_to_gitlab"),
@@ -287,7 +297,7 @@ UNSUPPORTED: dict[str, str] = {
     "list environments": _CATALOG,
     "list agents": _CATALOG,
     "list models": _CATALOG + " (ng_models lists models to train or serve)",
-    "search": _CATALOG,
+    **{f"search {kind}": _CATALOG for kind in ("environments", "agents", "models", "benchmarks")},
     "env schema": "nemo_gym's resources servers declare no task-data JSON Schema",
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
@@ -303,6 +313,7 @@ GROUPS = {
     "env": "Develop and run environments.",
     "eval": "Run evaluations.",
     "dev": "Contributor helpers.",
+    "search": "Search available components (resources-servers).",
 }
 
 
@@ -332,8 +343,13 @@ def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
     return parser
 
 
+SEARCH_KINDS = ("resources-servers", "environments", "agents", "models", "benchmarks")
+
+
 def _unsupported(argv: list[str], prog: str) -> str | None:
     words = [a for a in argv if not a.startswith("-")][:2]
+    if words[:1] == ["search"] and words[1:2] != [] and words[1] not in SEARCH_KINDS:
+        words = ["search", "environments"]  # `gym search QUERY`: 0.7.0 searches its environments
     for key in (" ".join(words), words[0] if words else ""):
         if key in UNSUPPORTED:
             return f"{prog}: `{prog} {key}` is not supported: {UNSUPPORTED[key]}"

@@ -5,7 +5,9 @@ config file `resources_servers/<folder>/configs/<file>.yaml` that declares a `re
 of each, as 0.7.0 reads them), under the search roots (`--search-dir` / `$NEMO_GYM_EXTRA_ROOTS`, the working
 directory) and then this repository; the first root that has a name wins, so a project's environment shadows ours.
 
-`+name=<environment>` shows one (its config file and how to start it); `+json=true` prints 0.7.0's JSON (the list:
+`+name=<environment>` shows one (its config file and how to start it); `+query=<text>` keeps those whose name, domain
+or description match it as 0.7.0's `gym search resources-servers` matches (a substring, or a close word); `+json=true`
+prints 0.7.0's JSON (the list:
 `[{name, domain, description}]`; one: `{name, type, domain, description, details: {config}, usage_example}`).
 Departure from 0.7.0: a config that inherits its domain or description (`config_paths`, `_inherit_from`) shows what
 it declares itself (0.7.0 resolves the config for them); our environments declare theirs.
@@ -37,7 +39,9 @@ class EnvironmentsOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, description="show this environment only (its config file and how to start it)")
-    query: str | None = Field(None, description="only environments whose name, domain or description contain this")
+    query: str | None = Field(
+        None, description="only environments whose name, domain or description match this (0.7.0's gym search)"
+    )
     json_output: bool = Field(False, alias="json", description="print JSON (NeMo Gym 0.7.0's --json payload)")
 
 
@@ -92,6 +96,18 @@ def resources_server_entries(roots: list[Path] | None = None) -> dict[str, Resou
     return entries
 
 
+def fuzzy_matches(query: str, *fields: str | None) -> bool:
+    """Whether `query` matches one of `fields` as NeMo Gym 0.7.0's `gym search` matches (`cli.utils.fuzzy_matches`):
+    a substring of it, ignoring case, or a close match (difflib, cutoff 0.7) to it or to one of its words."""
+    needle = query.lower()
+    for text in filter(None, fields):
+        haystack = text.lower()
+        words = haystack.replace("_", " ").replace("-", " ").split()
+        if needle in haystack or difflib.get_close_matches(needle, [haystack, *words], n=1, cutoff=0.70):
+            return True
+    return False
+
+
 def _show_one(entry: ResourcesServerEntry, as_json: bool) -> None:
     usage = f"gym env start --resources-server {entry.name} --model-type vllm_model"
     config = str(entry.config_path.resolve())
@@ -123,10 +139,7 @@ def environments_main(options: EnvironmentsOptions) -> int:
         _show_one(entries[options.name], options.json_output)
         return 0
     if options.query:
-        words = options.query.casefold()
-        entries = {
-            n: e for n, e in entries.items() if words in f"{n} {e.domain or ''} {e.description or ''}".casefold()
-        }
+        entries = {n: e for n, e in entries.items() if fuzzy_matches(options.query, n, e.domain, e.description)}
     if options.json_output:
         print(json.dumps([e.listed() for e in entries.values()]))
         return 0
