@@ -483,6 +483,7 @@ def test_every_template_runs_under_ng_run_and_collects_the_expected_rewards(
         assert [r.get(field) for r in rollouts[template]] == values, template
 
     def tool_outputs(template: str, index: int) -> list[str]:
+        """The tool outputs the model saw, JSON as the server sent it (compact: simple_agent passes it on as is)."""
         return [
             item["output"]
             for item in rollouts[template][index]["response"]["output"]
@@ -490,14 +491,14 @@ def test_every_template_runs_under_ng_run_and_collects_the_expected_rewards(
         ]
 
     assert (
-        '"moons": 5' in tool_outputs("rl-tools", 0)[1] and '"result": 5.0' in tool_outputs("rl-tools", 0)[0]
+        '"moons":5' in tool_outputs("rl-tools", 0)[1] and '"result":5.0' in tool_outputs("rl-tools", 0)[0]
     )  # calculator, lookup (name order)
-    assert '"hint": "correct"' in tool_outputs("tutorial-tool", 3)[0]
+    assert '"hint":"correct"' in tool_outputs("tutorial-tool", 3)[0]
     assert (
-        '"bk-101"' in tool_outputs("mcp", 0)[0] and '"shelf": "C4"' in tool_outputs("mcp", 0)[1]
+        '"bk-101"' in tool_outputs("mcp", 0)[0] and '"shelf":"C4"' in tool_outputs("mcp", 0)[1]
     )  # answered by the MCP server
     assert (
-        '"url": "/newsletter"' in tool_outputs("rl-browser", 1)[0] and '"#email"' in tool_outputs("rl-browser", 1)[1]
+        '"url":"/newsletter"' in tool_outputs("rl-browser", 1)[0] and '"#email"' in tool_outputs("rl-browser", 1)[1]
     )  # Chromium read the form
 
 
