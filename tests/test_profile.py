@@ -261,8 +261,9 @@ def test_masked_rollouts_are_left_out_of_the_statistics_and_counted(tmp_path, ca
 
 def test_a_task_sent_to_several_agents_has_a_row_per_agent(tmp_path):
     """`+fan_out`: task 0 ran through agent_a ([1, 0]) and agent_b ([1, 1], one more masked); task 1 through agent_a
-    only. Task 0 gets a row per agent, its `agent_ref` that agent's, its statistics over that agent's rollouts only
-    (agent_a: mean 0.5, sample std sqrt(0.5) = 0.7071068; agent_b: mean 1.0, 1 masked); task 1 one row, as before."""
+    ([0.5]) and agent_b (one rollout, masked). Each gets a row per agent with rollouts, its `agent_ref` that agent's,
+    its statistics over that agent's rollouts only (task 0: agent_a mean 0.5, sample std sqrt(0.5) = 0.7071068;
+    agent_b mean 1.0, 1 masked; task 1: agent_a's row only, agent_b's masked rollout not counted in it)."""
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"responses_create_params": {"input": f"t{i}"}} for i in (0, 1)])
     rollouts = [
         rollout(0, 0, 1.0),
@@ -271,6 +272,7 @@ def test_a_task_sent_to_several_agents_has_a_row_per_agent(tmp_path):
         rollout(0, 3, 1.0, agent="agent_b"),
         rollout(0, 4, 0.0, agent="agent_b", mask_sample=True, failure_kind="judge_failed"),
         rollout(1, 0, 0.5),
+        rollout(1, 1, 0.0, agent="agent_b", mask_sample=True, failure_kind="judge_failed"),
     ]
     out = str(tmp_path / "profile.jsonl")
     summary = profile_rollouts(tasks, write_jsonl(tmp_path / "rollouts.jsonl", rollouts), out)
@@ -279,7 +281,8 @@ def test_a_task_sent_to_several_agents_has_a_row_per_agent(tmp_path):
     assert a["responses_create_params"] == b["responses_create_params"] == {"input": "t0"}
     assert (a["avg_reward"], a["total_samples"], a["std_reward"]) == (0.5, 2, pytest.approx(0.7071068, abs=1e-7))
     assert (b["avg_reward"], b["total_samples"], b["masked_samples"]) == (1.0, 2, 1) and "masked_samples" not in a
-    assert "agent_ref" not in t1 and t1["avg_reward"] == 0.5
+    # task 1 ran through agent_b too, whose one rollout was masked: agent_a's row only, none of agent_b's counted in it
+    assert t1["agent_ref"] == {"name": "agent_a"} and t1["avg_reward"] == 0.5 and "masked_samples" not in t1
     # the rows' groups: agent_b's and task 1's have one reward each (no learning signal), agent_a's does not
     assert (summary.tasks_profiled, summary.samples, summary.tasks_all_same_reward) == (2, 5, 2)
-    assert summary.masked_samples == 1 and summary.group_mean_reward["agent:agent_b"] == 1.0
+    assert summary.masked_samples == 2 and summary.group_mean_reward["agent:agent_b"] == 1.0

@@ -33,8 +33,9 @@ the summary by `failure_kind`, and the tasks whose rollouts were all masked are 
 `coverage/masked_rollouts` and `coverage/fully_masked_tasks`).
 
 A task whose rollouts ran through several agents (`+fan_out`) has one row per agent, its `agent_ref` that agent's
-(each agent's rollouts are a group of their own, as 0.7.0's `ng_reward_profile` profiles per task and agent); a task
-of one agent has one row, as before.
+(each agent's rollouts are a group of their own, as 0.7.0's `ng_reward_profile` profiles per task and agent; an agent
+whose rollouts of the task were all masked has no row, and its masked rollouts are counted in the summary only); a
+task of one agent has one row, as before.
 
 The input is either the collector's input (task index = position among non-blank rows) or its
 `_materialized_inputs.jsonl` (rows carry `_ng_task_index`; the first row of each index is the task).
@@ -233,8 +234,8 @@ def profile_rollouts(
     by_task, masked = loaded.by_task, loaded.masked_by_task
     rows, groups = [], []
     for i in sorted(by_task):
-        fanned = len(by_task[i]) > 1  # several agents ran the task: a row per agent
-        for agent, rewards in by_task[i].items():
+        fanned = len(set(by_task[i]) | set(masked[i])) > 1  # several agents ran the task: a row per agent
+        for agent, rewards in by_task[i].items():  # an agent whose rollouts were all masked has none
             task = {**tasks[i], "agent_ref": loaded.agent_refs[agent]} if fanned else tasks[i]
             left_out = masked[i][agent] if fanned else sum(masked[i].values())
             rows.append(
