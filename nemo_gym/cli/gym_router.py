@@ -343,7 +343,8 @@ def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
     return parser
 
 
-SEARCH_KINDS = ("resources-servers", "environments", "agents", "models", "benchmarks")
+# the kinds `gym search` names, supported or not (0.7.0's `gym search [<kind>] <query>`)
+SEARCH_KINDS = frozenset(key.split()[1] for key in [*ROUTES, *UNSUPPORTED] if key.startswith("search "))
 
 
 def _unsupported(argv: list[str], prog: str) -> str | None:

@@ -121,6 +121,10 @@ class ResourcesServer(BaseServer):
     verify_request_type: ClassVar[type[VerifyRequest]] = VerifyRequest  # a subclass declares required task fields
     seed_request_type: ClassVar[type[SeedRequest] | None] = None  # a subclass: seed_session gets the row as it
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._mcp_allowed: dict[str, frozenset[str]] = {}  # session id -> its tools over MCP, when narrowed
+
     async def seed_session(self, row: dict[str, Any] | SeedRequest, session: Session) -> dict[str, Any]:
         """Start the rollout's state from the dataset row: a dict, or the `seed_request_type` instance when the
         server sets one (a row it rejects got a 422 before this is called). Returns data for the agent (default `{}`).
@@ -153,10 +157,6 @@ class ResourcesServer(BaseServer):
         """JSON Schema of a dataset row (`nemo_gym.serving.api_schema.row_schema`). The collector checks every row
         against it before the first rollout, so a row missing a task field fails with `file:line`."""
         return row_schema(self.verify_request_type, self.seed_request_type)
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._mcp_allowed: dict[str, frozenset[str]] = {}  # session id -> its tools over MCP, when narrowed
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [function_tool_schema(name, fn) for name, fn in tool_methods(self).items()]
@@ -266,10 +266,10 @@ class ResourcesServer(BaseServer):
         session = self.sessions.get(token)
         if session is None:
             raise ToolCallError(f"{SESSION_TOKEN_HEADER} names no live session (closed, or never seeded here)")
-        if name not in self._mcp_tools(token):
-            raise ToolCallError(
-                f"tool {name!r} is not allowed in this rollout; allowed: {sorted(self._mcp_tools(token))}"
-            )
+        allowed = self._mcp_allowed.get(token)  # `name` has a route: only the session's narrowing is left to check
+        if allowed is not None and name not in allowed:
+            served = sorted(allowed & set(self.tool_calls))
+            raise ToolCallError(f"tool {name!r} is not allowed in this rollout; allowed: {served}")
         try:
             return await self.tool_calls[name](arguments, session)
         except RejectedRequest as exc:

@@ -327,14 +327,13 @@ class ServerClient:
         """
         wanted = url.rstrip("/")
         for listed in (False, True):
+            if listed:  # no known server has it: the head server's list, once
+                if not self.head_url:
+                    raise ServerError(f"no head server URL to find the server at {url} ({HEAD_URL_ENV} is not set)")
+                self._take_addresses(await self.list_servers())
             for name, pool in self._pools.items():
                 if not pool.fixed and any(r.url.rstrip("/") == wanted for r in pool.replicas.values()):
                     return name, dict(self._token_headers) if pool.send_run_token else {}
-            if listed:
-                return None
-            if not self.head_url:
-                raise ServerError(f"no head server URL to find the server at {url} ({HEAD_URL_ENV} is not set)")
-            self._take_addresses(await self.list_servers())
         return None
 
     async def get(self, server: str, path: str, *, timeout_s: float | None = None) -> Any:
