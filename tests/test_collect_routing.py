@@ -20,11 +20,12 @@ import pytest
 import yaml
 from fastapi import FastAPI
 from nemo_gym_peer07 import peer07_env, peer07_venv
+from pydantic import ValidationError
 from test_collect import FAST, Served, write_input
 
 from nemo_gym.collect.command import CollectConfig, collect_rollouts
 from nemo_gym.collect.routing import episode_request, episode_rollout, resolve_task_sources
-from nemo_gym.common.errors import DataError
+from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.config import parse_overrides
 from nemo_gym.serving.client import ServerClient
@@ -69,7 +70,7 @@ def episode_server() -> FastAPI:
     """A stand-in for a 0.7.0 environment server's `/run` of an episode (`BaseEpisodeRequest` in,
     `BaseEpisodeResponse` out): reward `x` of the task input, a terminal failure for `x == 1` (its first two attempts
     only); the episode id it got in `seen_rollout_id` and `seen_attempt`. Refuses a body that is no episode request
-    (a legacy row), as a typed server does."""
+    (a legacy row), as a typed server does. The failure is terminal when the task input says `terminal`."""
     app = FastAPI()
 
     @app.post("/run")
@@ -78,7 +79,8 @@ def episode_server() -> FastAPI:
             raise ValueError(f"not an episode request: {sorted(body)}")
         episode, task = body["episode_id"], body["task"]
         if task["task_input"]["x"] == 1 and episode["attempt"] < 2:
-            failure = {"failure_reason": "the user simulator gave up", "terminal": True, "stage": "agent"}
+            terminal = task["task_input"].get("terminal", False)
+            failure = {"failure_reason": "the user simulator gave up", "terminal": terminal, "stage": "agent"}
             return {"episode_id": episode, "task_id": task["task_id"], "failure": failure}
         result = {"reward": float(task["task_input"]["x"]), "seen_rollout_id": episode["rollout_id"]}
         result["seen_attempt"] = episode["attempt"]
@@ -254,16 +256,19 @@ def test_a_pin_that_does_not_resolve_is_refused_before_any_rollout(head, tmp_pat
 TASKSET = "nemo_user_sim:example"  # 0.7.0's nemo_user_sim config routes this taskset (environment_server_routes)
 
 
-def write_tasks(path: Path, n: int) -> Path:
-    """`n` NeMo Gym 0.7.0 materialized tasks, as its ng_prepare_data writes a dataset declared with `taskset:`."""
+def write_tasks(path: Path, n: int, terminal: bool = False) -> Path:
+    """`n` NeMo Gym 0.7.0 materialized tasks, as its ng_prepare_data writes a dataset declared with `taskset:`
+    (task `i` with `x = i`; task 1's failure terminal if asked)."""
     rows = [{"task_id": {"taskset": TASKSET, "task_id": str(i)}, "task_input": {"x": i}} for i in range(n)]
+    if terminal:
+        rows[1]["task_input"]["terminal"] = True
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
 
-def collect_tasks(head: str, tmp_path: Path, routes: dict[str, str] | None, **params: Any):
+def collect_tasks(head: str, tmp_path: Path, routes: dict[str, str] | None, terminal: bool = False, **params: Any):
     cfg = CollectConfig(
-        input_jsonl_fpath=str(write_tasks(tmp_path / "in.jsonl", 3)),
+        input_jsonl_fpath=str(write_tasks(tmp_path / "in.jsonl", 3, terminal)),
         output_jsonl_fpath=str(tmp_path / "out.jsonl"),
         environment_server_routes=routes,
         progress=False,
@@ -290,7 +295,7 @@ def test_materialized_tasks_go_to_their_tasksets_environment_server_as_episodes(
     assert "task_input" not in rows[0]  # the result as the server gave it, not merged over the row
     assert summary.failures_by_class == {"environment_server_failed": 2}
     failure = read_jsonl(tmp_path / "out_failures.jsonl")[0]
-    assert (failure["_ng_task_index"], failure["transient"]) == (1, False)
+    assert (failure["_ng_task_index"], failure["transient"]) == (1, True) and "terminal" not in failure
     assert failure["message"] == "NeMo Gym failure (agent stage): the user simulator gave up"
 
 
@@ -308,6 +313,43 @@ def test_a_rerun_sends_a_failed_episode_as_its_next_attempt(head, tmp_path):
     assert (rows[1]["seen_attempt"], rows[1]["_ng_attempt_index"], rows[1]["seen_rollout_id"]) == (2, 2, "1-0")
     assert rows[0]["seen_attempt"] == 0 and "_ng_attempt_index" not in rows[0]
     assert summary.rollouts_resumed == 2
+
+
+def test_a_rerun_does_not_retry_a_terminal_failure_nor_one_that_used_its_attempts(head, tmp_path, monkeypatch):
+    """As 0.7.0's collector: a failure its server stamped terminal is not sent again (its record kept, the run's exit
+    status 1, the summary saying why); nor is one that failed NEMO_GYM_MAX_ROLLOUT_ATTEMPTS times, until
+    `+max_rollout_attempts` is raised."""
+    terminal, capped = tmp_path / "terminal", tmp_path / "capped"
+    for path in (terminal, capped):
+        path.mkdir()
+    collect_tasks(head, terminal, {TASKSET: "env_episodes"}, terminal=True)
+    [first] = read_jsonl(terminal / "out_failures.jsonl")
+    assert first["terminal"] is True and first["transient"] is False
+    for retry_terminal_timeouts in (False, True):  # 0.7.0's flag retries timeouts only, not this failure class
+        summary, _ = collect_tasks(
+            head, terminal, {TASKSET: "env_episodes"}, terminal=True, retry_terminal_timeouts=retry_terminal_timeouts
+        )
+        assert (summary.rollouts_this_run, summary.not_retried, summary.exit_status) == (0, {"terminal": 1}, 1)
+        assert read_jsonl(terminal / "out_failures.jsonl") == [first]
+    assert "Not retried: 1 rollout whose failure was terminal" in summary.format()
+    assert "Rerun the same command" not in summary.format()
+
+    monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "2")
+    runs = [collect_tasks(head, capped, {TASKSET: "env_episodes"})[0] for _ in range(3)]
+    assert [r.failures_by_class for r in runs] == [{"environment_server_failed": 1}] * 2 + [{}]
+    assert runs[2].not_retried == {"max_attempts": 1} and runs[2].rollouts_this_run == 0
+    assert "1 rollout that failed +max_rollout_attempts times (raise it" in runs[2].format()
+    summary, out = collect_tasks(head, capped, {TASKSET: "env_episodes"}, max_rollout_attempts=3)
+    assert (summary.rollouts_this_run, summary.exit_status, summary.not_retried) == (1, 0, {})
+    assert {r["_ng_task_index"]: r.get("_ng_attempt_index") for r in read_jsonl(out)} == {0: None, 1: 2, 2: None}
+
+
+def test_a_bad_max_attempts_setting_is_refused_naming_it(monkeypatch):
+    monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "three")
+    with pytest.raises(ConfigError, match=r"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS='three': must be a positive integer"):
+        CollectConfig(input_jsonl_fpath="in.jsonl", output_jsonl_fpath="out.jsonl")
+    with pytest.raises(ValidationError, match="max_rollout_attempts"):
+        CollectConfig(input_jsonl_fpath="in.jsonl", output_jsonl_fpath="out.jsonl", max_rollout_attempts=0)
 
 
 def test_materialized_tasks_take_no_seed(head, tmp_path):

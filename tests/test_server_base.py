@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 
 from fastapi.testclient import TestClient
@@ -103,6 +104,34 @@ def test_bad_input_gets_422_never_500():
         missing = client.post("/verify", json={"responses_create_params": {}, "response": {}})
         assert missing.status_code == 422 and "expected_count" in missing.text
         assert client.post("/slow_echo", json={"text": "hi"}).json() == "hi"
+
+
+def test_a_tool_takes_no_boolean_as_a_number():
+    """A tool's arguments are validated as NeMo Gym's FastAPI routes validate them (`"2"` for an `int` is 2, a date
+    string a date), except that a JSON boolean is no number: lax pydantic took `true` as 1; it is a 422 naming the
+    argument, and the call runs nothing."""
+
+    class Dated(Counter):
+        @tool
+        def stamp(self, day: datetime.date, scale: float = 1.0, exact: bool = False) -> str:
+            """A tool of a date, a float and a bool."""
+            return f"{day.isoformat()} x{scale} {exact}"
+
+    with TestClient(Dated().build_app()) as client:
+        client.post("/seed_session", json={"initial_count": 1}, headers={"X-Session-Id": "s"})
+        for amount in (True, False, 2.5, None, "two"):
+            refused = client.post("/add", json={"amount": amount}, headers={"X-Session-Id": "s"})
+            assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["amount"], (amount, refused)
+            assert "input" not in refused.json()["detail"][0]
+        assert client.post("/add", json={"amount": 2}, headers={"X-Session-Id": "s"}).json() == {"count": 3}
+        assert client.post("/add", json={"amount": "2", "note": "true"}, headers={"X-Session-Id": "s"}).json() == {
+            "count": 5
+        }
+        assert client.post("/stamp", json={"day": "2026-11-29", "scale": 2, "exact": True}).json() == (
+            "2026-11-29 x2.0 True"
+        )
+        refused = client.post("/stamp", json={"day": "2026-11-29", "scale": False})
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["scale"]
 
 
 class CounterSeed(SeedRequest):

@@ -29,7 +29,9 @@ same rollout again would fail the same way. Every call has a total deadline, so 
 black-holed server ends with `timeout` records after at most `ClientTimeouts.worst_case_s()` per rollout.
 
 Resume (the default): rerunning the same command runs only the (task, repeat) pairs without a row; a crash's
-incomplete last line is cut off first, pairs only in the failures file are retried. A different input (rows,
+incomplete last line is cut off first, pairs only in the failures file are retried as their next attempt, except
+one whose failure was terminal or that failed `+max_rollout_attempts` times (`nemo_gym.collect.attempts`, as NeMo
+Gym 0.7.0 decides). A different input (rows,
 limit, overrides, agent or num_repeats) is refused; `+resume=false` moves the old files aside as `.bak`.
 
 Servers gone (`nemo_gym.collect.liveness`): the head server is probed every second, and after a rollout fails
@@ -62,6 +64,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nemo_gym.collect.attempts import MAX_ATTEMPTS, MAX_ATTEMPTS_ENV, TERMINAL, RerunPolicy, max_attempts_from_env
 from nemo_gym.collect.engine import CollectResult, collect
 from nemo_gym.collect.files import OutputPaths, count_lines
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
@@ -91,7 +94,6 @@ NEMO_GYM_UNSUPPORTED = {
     "dispatch_longest_first": "rollouts start in input order (or repeat by repeat with +interleave_repeats=true)",
     "max_resident_rollout_tasks": "+num_samples_in_parallel bounds the rollouts in flight",
     "retain_results_in_memory": "rollouts are appended to the output as they finish",
-    "retry_terminal_timeouts": "+max_retries retries transient failures; a rerun retries the failures file's rows",
     "retry_invalid_judge_responses": "a rerun retries the failures file's rows (judge failures included)",
     **dict.fromkeys(
         ("environment_routing_mode", "environment_server_name"),
@@ -165,6 +167,23 @@ class CollectConfig(BaseModel):
         description=(
             "retries of a /run call after a transient failure (connection error, timeout, 429, 502/503/504 without a"
             " deterministic inner failure class)"
+        ),
+    )
+    max_rollout_attempts: int = Field(
+        default_factory=max_attempts_from_env,
+        ge=1,
+        description=(
+            f"attempts of one rollout over reruns of the command (NeMo Gym 0.7.0's ${MAX_ATTEMPTS_ENV}, read as the"
+            " default, else 3): a rollout that failed this many times stays in the failures file and is not sent"
+            " again; raise it to retry those"
+        ),
+    )
+    retry_terminal_timeouts: bool = Field(
+        False,
+        description=(
+            "NeMo Gym 0.7.0's: a rerun also retries a failure its agent stamped terminal when its class is"
+            " timeout_exceeded, reference_missing, eval_missing or transport_ineligible (never `skipped`); without"
+            " it, a terminal failure (_ng_failure_terminal) is not sent again"
         ),
     )
     agent_map: dict[str, str] | None = Field(
@@ -285,6 +304,7 @@ class CollectSummary:
     retries: int
     failures_jsonl_fpath: str
     watchdog: dict[str, Any] = field(default_factory=dict)
+    not_retried: dict[str, int] = field(default_factory=dict)
 
     @property
     def rollouts_missing(self) -> int:
@@ -313,6 +333,7 @@ class CollectSummary:
             retries=result.retries,
             failures_jsonl_fpath=str(paths.failures),
             watchdog=result.watchdog,
+            not_retried=result.not_retried,
         )
 
     def as_metrics(self) -> dict[str, Any]:
@@ -324,6 +345,7 @@ class CollectSummary:
             "rollouts_resumed": self.rollouts_resumed,
             "rollouts_failed": self.rollouts_missing,
             "failures_by_class": self.failures_by_class,
+            "rollouts_not_retried": self.not_retried,
             "mean_reward": self.mean_reward,
             "wall_s": self.wall_s,
             "rollouts_per_s": self.rollouts_per_s,
@@ -343,11 +365,26 @@ class CollectSummary:
         ]
         if self.rollouts_missing:
             classes = ", ".join(f"{name}: {n}" for name, n in sorted(self.failures_by_class.items())) or "none this run"
+            retryable = self.rollouts_missing - sum(self.not_retried.values())
+            rerun = (
+                f" Rerun the same command to retry {retryable if self.not_retried else 'them'}." if retryable else ""
+            )
             lines.append(
                 f"Failed: {self.rollouts_missing} rollouts ({classes}); they are in {self.failures_jsonl_fpath}, "
-                "not in the output. Rerun the same command to retry them."
+                f"not in the output.{rerun}"
             )
+        if self.not_retried:
+            lines.append(self._not_retried_line())
         return "\n".join(lines)
+
+    def _not_retried_line(self) -> str:
+        """Which failed rollouts this run did not send again, and why (`nemo_gym.collect.attempts`)."""
+        reasons = {
+            TERMINAL: "whose failure was terminal (_ng_failure_terminal: a retry cannot help, said its server)",
+            MAX_ATTEMPTS: "that failed +max_rollout_attempts times (raise it to retry them)",
+        }
+        held = "; ".join(f"{n} rollout{'s' * (n != 1)} {reasons[why]}" for why, n in sorted(self.not_retried.items()))
+        return f"Not retried: {held}."
 
 
 # -- input -----------------------------------------------------------------------------------------------
@@ -409,6 +446,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         add_seed=cfg.num_repeats_add_seed,
         interleave_repeats=cfg.interleave_repeats,
         environment_server_routes=cfg.environment_server_routes,
+        rerun=RerunPolicy(cfg.max_rollout_attempts, cfg.retry_terminal_timeouts),
     )
     return CollectSummary.of(result, files.paths)
 

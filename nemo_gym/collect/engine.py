@@ -29,7 +29,8 @@ from jsonschema import Draft202012Validator
 from tqdm import tqdm
 
 from nemo_gym.collect.aggregate_metrics import is_reward
-from nemo_gym.collect.files import Pair, now, rollout_input
+from nemo_gym.collect.attempts import TERMINAL, RerunPolicy, rollout_inputs
+from nemo_gym.collect.files import Pair, now
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
 from nemo_gym.collect.plan import RolloutPlan, plan_rollouts
 from nemo_gym.collect.routing import (
@@ -95,15 +96,6 @@ async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], wh
 
 
 # -- one rollout --------------------------------------------------------------------------------------------
-def attempt(row: dict[str, Any], failure: dict[str, Any] | None) -> dict[str, Any]:
-    """`row` as this attempt of its rollout is sent: after an earlier run's `failure` record, with
-    `_ng_attempt_index` one past the failed attempt's (a record without one: the first, 0); a first attempt is left
-    unstamped, as NeMo Gym 0.7.0's collector leaves it. The attempt goes into an episode's id and the records."""
-    if failure is None:
-        return row
-    return {**row, ATTEMPT_INDEX_KEY: int(failure.get(ATTEMPT_INDEX_KEY, 0)) + 1}
-
-
 def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
     return {
         TASK_INDEX_KEY: row[TASK_INDEX_KEY],
@@ -149,7 +141,9 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
             k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ATTEMPT_INDEX_KEY, AGENT_REF_KEY)
         }
     if (episode_failure := nemo_gym_failure(answer)) is not None:
-        return None, _failure_record(row, *episode_failure[:2], transient=episode_failure[2])
+        failure_class, message, transient = episode_failure
+        terminal = {} if transient else {TERMINAL: True}  # 0.7.0's `_ng_failure_terminal`: a rerun does not retry it
+        return None, _failure_record(row, failure_class, message, transient=transient, **terminal)
     if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
         got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
         return None, _failure_record(
@@ -161,15 +155,6 @@ async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[s
         AGENT_REF_KEY: row[AGENT_REF_KEY],
     }
     return {**row, **answer, **keys}, None
-
-
-def _rollout_inputs(
-    pending: Sequence[Pair], row_of: Callable[[Pair], dict[str, Any]], failures: Mapping[Pair, Any], add_seed: bool
-) -> Iterator[dict[str, Any]]:
-    """The rows of the `pending` pairs as they are sent, in order, each as its next attempt after an earlier run's
-    failure (`attempt`); the failures are read now (this run's are added to the same dict as they come)."""
-    earlier = dict(failures)
-    return (attempt(rollout_input(row_of(pair), *pair, add_seed=add_seed), earlier.get(pair)) for pair in pending)
 
 
 # -- sinks and the result ---------------------------------------------------------------------------------------
@@ -209,7 +194,8 @@ class CollectResult:
 
     rollouts: this run's rollout rows, in completion order; failures: the failure record of each pair still without
     a row (in pair order); rollouts_resumed: pairs a sink's earlier run had finished (not run again);
-    failures_by_class: this run's failed attempts by class; mean_reward: over every finished pair (earlier ones too).
+    failures_by_class: this run's failed attempts by class; mean_reward: over every finished pair (earlier ones too);
+    not_retried: an earlier run's failed pairs not sent again, by why (`nemo_gym.collect.attempts.RerunPolicy.held`).
     """
 
     rollouts: list[dict[str, Any]]
@@ -221,6 +207,7 @@ class CollectResult:
     wall_s: float
     retries: int
     watchdog: dict[str, Any] = field(default_factory=dict)
+    not_retried: dict[str, int] = field(default_factory=dict)
 
     @property
     def rollouts_done(self) -> int:
@@ -243,17 +230,26 @@ class _Progress:
     started_s: float = field(default_factory=time.monotonic)
     rollouts: list[dict[str, Any]] = field(default_factory=list)
     failure_classes: Counter = field(default_factory=Counter)
+    not_retried: dict[str, int] = field(default_factory=dict)
+    resumed: int = 0
 
     def __post_init__(self) -> None:
         previous = [r for r in self.done.values() if math.isfinite(r)]
-        self.reward_sum, self.reward_count = sum(previous), len(previous)
+        self.reward_sum, self.reward_count, self.resumed = sum(previous), len(previous), len(self.done)
 
     @classmethod
     def start(
-        cls, done: dict[Pair, float], failures: dict[Pair, dict[str, Any]], total: int, *, show: bool
+        cls,
+        done: dict[Pair, float],
+        failures: dict[Pair, dict[str, Any]],
+        total: int,
+        *,
+        show: bool,
+        not_retried: dict[str, int],
     ) -> _Progress:
-        """The state at the start of a run of `total` rollouts, `done` of them by an earlier run, with its progress
-        bar on stderr (hidden unless `show`)."""
+        """The state at the start of a run of `total` rollouts, `done` of them by an earlier run, `failures` by an
+        earlier run (`not_retried` of them, by why, not sent again), with its progress bar on stderr (hidden unless
+        `show`)."""
         bar = tqdm(
             total=total,
             initial=len(done),
@@ -263,7 +259,7 @@ class _Progress:
             file=sys.stderr,
             dynamic_ncols=True,
         )
-        return cls(bar, done, failures)
+        return cls(bar, done, failures, not_retried=not_retried)
 
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
         record = rollout if rollout is not None else failure
@@ -283,18 +279,19 @@ class _Progress:
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.reward_count if self.reward_count else None
 
-    def result(self, expected: int, resumed: int, retries: int, watchdog: dict[str, Any]) -> CollectResult:
+    def result(self, expected: int, retries: int, watchdog: dict[str, Any]) -> CollectResult:
         """What the run did, now (counts in rollouts)."""
         return CollectResult(
             rollouts=self.rollouts,
             failures=[self.failures[pair] for pair in sorted(self.failures)],
             rollouts_expected=expected,
-            rollouts_resumed=resumed,
+            rollouts_resumed=self.resumed,
             failures_by_class=dict(self.failure_classes),
             mean_reward=self.mean_reward,
             wall_s=time.monotonic() - self.started_s,
             retries=retries,
             watchdog=watchdog,
+            not_retried=self.not_retried,
         )
 
     def _update(self) -> None:
@@ -447,6 +444,7 @@ async def collect(
     add_seed: bool = False,
     interleave_repeats: bool = False,
     environment_server_routes: dict[str, str] | None = None,
+    rerun: RerunPolicy = RerunPolicy(),
 ) -> CollectResult:
     """`num_repeats` rollouts of each task row through its agent (or NeMo Gym 0.7.0's dict and `fan_out` by each
     row's routing key, `routing_keys[i]`, default row i's own: `nemo_gym.collect.plan`), at most `concurrency` in
@@ -455,7 +453,8 @@ async def collect(
     `rows`: task rows (checked and materialized here, see `materialize_task`); `where(i)` names row i in an error
     (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
     connection before the collection stops (`nemo_gym.collect.liveness`); `add_seed`, `interleave_repeats`: NeMo Gym's;
-    its `environment_server_routes` (taskset -> environment server) route its materialized tasks.
+    its `environment_server_routes` (taskset -> environment server) route its materialized tasks; `rerun`: which of
+    an earlier run's failed rollouts are sent again (`nemo_gym.collect.attempts`; the others keep their records).
 
     Raises:
         DataError: a bad row, one its environment's row schema refuses, or one no entry of a `num_repeats` dict
@@ -463,17 +462,15 @@ async def collect(
         ServersGoneError: the head server or an agent stopped answering; the rollouts not finished are not recorded.
         asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
     """
-    where = where or (lambda index: f"row {index}")
     planning = _Planning(
         agent_name, responses_create_params, num_repeats, fan_out, routing_keys, add_seed, environment_server_routes
     )
-    plan = await _plan_and_check(client, rows, where, planning)
-    every_sink = _Sinks(sinks)
-    done, failures = every_sink.open(plan, add_seed=add_seed)
-    pending, resumed = [pair for pair in plan.pairs(interleave_repeats) if pair not in done], len(done)
-    dispatched = _rollout_inputs(pending, plan.row_of(), failures, add_seed)
-    state, row_of = _Progress.start(done, failures, plan.total, show=progress), plan.row_of()  # it adds to `done`
-    retries_before = client.retries_used
+    plan = await _plan_and_check(client, rows, where or (lambda index: f"row {index}"), planning)
+    done, failures = (every_sink := _Sinks(sinks)).open(plan, add_seed=add_seed)
+    pending, not_retried = rerun.to_send(plan.pairs(interleave_repeats), done, failures)
+    dispatched = rollout_inputs(pending, plan.row_of(), failures, add_seed)
+    state = _Progress.start(done, failures, plan.total, show=progress, not_retried=not_retried)  # it adds to `done`
+    row_of, retries_before = plan.row_of(), client.retries_used
 
     def on_done(rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
         state.add(rollout, failure)
@@ -486,6 +483,6 @@ async def collect(
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()
         every_sink.close(state.failures)
-    result = state.result(plan.total, resumed, client.retries_used - retries_before, watchdog.metrics())
+    result = state.result(plan.total, client.retries_used - retries_before, watchdog.metrics())
     await every_sink.finish(result, client)
     return result

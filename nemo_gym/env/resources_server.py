@@ -208,11 +208,12 @@ class ResourcesServer(BaseServer):
         )
 
     def _tool_call(self, fn: Callable, model: type[BaseModel], session_param: str | None) -> ToolCall:
-        """One tool as `call(arguments, session)`: the arguments validated by `model` (RejectedRequest, a 422,
-        when they break it), the session passed to the parameter annotated `Session`."""
+        """One tool as `call(arguments, session)`: the arguments validated by `model` as NeMo Gym's FastAPI routes
+        validate them (`"3"` for an `int` is 3), except that a JSON boolean is no number (RejectedRequest, a 422, when
+        they break it), the session passed to the parameter annotated `Session`."""
 
         async def call(body: dict[str, Any], session: Session | None) -> Any:
-            arguments = validated(model, body)
+            arguments = validated(model, body, booleans_as_numbers=False)
             kwargs = {field: getattr(arguments, field) for field in model.model_fields}
             if session_param:
                 kwargs[session_param] = session

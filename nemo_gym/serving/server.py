@@ -295,16 +295,34 @@ async def request_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def validated(model: type[ModelT], data: Any) -> ModelT:
-    """`data` as an instance of `model`.
+def validated(model: type[ModelT], data: Any, *, booleans_as_numbers: bool = True) -> ModelT:
+    """`data` (JSON values) as an instance of `model`, in pydantic's lax mode (`"3"` for an `int` is 3, as FastAPI
+    routes such as NeMo Gym's take it); without `booleans_as_numbers`, a JSON `true`/`false` where `model` wants a
+    number is refused rather than taken as 1/0.
 
     Raises:
         RejectedRequest: `data` breaks the model (a 422 answer with pydantic's errors).
     """
     try:
-        return model.model_validate(data)
+        value = model.model_validate(data)
     except ValidationError as exc:
         raise RejectedRequest(validation_answer(exc)) from None
+    if not booleans_as_numbers and (errors := _booleans_taken_as_numbers(model, data)):
+        raise RejectedRequest(JSONResponse({"detail": errors}, status_code=422))
+    return value
+
+
+def _booleans_taken_as_numbers(model: type[BaseModel], data: Any) -> list[dict[str, Any]]:
+    """pydantic's errors (as `validation_answer` gives them) for the booleans in `data` that `model` took as numbers:
+    those its strict mode on the JSON refuses (strict mode refuses `"3"` too; only the booleans' errors are kept)."""
+    if "true" not in (raw := json.dumps(data)) and "false" not in raw:  # no boolean anywhere (the common case)
+        return []
+    try:
+        model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        errors = json.loads(exc.json(include_url=False))
+        return [{k: v for k, v in e.items() if k != "input"} for e in errors if isinstance(e.get("input"), bool)]
+    return []
 
 
 def validation_answer(exc: ValidationError) -> JSONResponse:
