@@ -1,6 +1,7 @@
 """`ng_environments` (NeMo Gym 0.7.0's `gym list resources-servers`, nemo_gym.datasets.environments): the
 environments under the search roots and this repository, named and described as 0.7.0 names and describes them; one
-shown by name; against 0.7.0's own command on its 218 folders and on ours."""
+shown by name; against 0.7.0's own command on its 218 folders and on ours. With `+kind=agents|models` (0.7.0's `gym
+list agents|models`): the agents and the model servers, against 0.7.0's own on its 55 agents and 23 model configs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 from ng_process import BIN
 
 from nemo_gym.common.layout import REPO_ROOT
-from nemo_gym.datasets.environments import resources_server_entries
+from nemo_gym.datasets.environments import agent_entries, model_entries, resources_server_entries
 
 
 def ng_environments(*arguments: str, cwd: Path, extra_roots: str = "") -> subprocess.CompletedProcess:
@@ -75,8 +76,69 @@ def test_gym_list_and_search_resources_servers_run_it(tmp_path):
     assert json.loads(done.stdout)["name"] == "mcqa"
     found = gym("search", "resources-servers", "answer letter", "--json")
     assert [entry["name"] for entry in json.loads(found.stdout)] == ["mcqa"]
-    refused = gym("search", "agents", "x")
+    refused = gym("search", "environments", "x")
     assert refused.returncode == 2 and "not supported" in refused.stderr
+    agents = gym("list", "agents", "--json")
+    assert {entry["name"] for entry in json.loads(agents.stdout)} == {"simple_agent", "gymnasium_agent"}
+    shown = json.loads(gym("list", "models", "vllm_model", "--json").stdout)
+    assert shown["type"] == "model" and shown["details"]["config"].endswith("vllm_model/configs/vllm_model.yaml")
+    assert [e["name"] for e in json.loads(gym("search", "agents", "gymnasum", "--json").stdout)] == ["gymnasium_agent"]
+
+
+def test_agents_and_model_servers_are_listed_as_0_7_0_classifies_them(tmp_path):
+    """An agent is a folder with an app.py or a config declaring `responses_api_agents` (a folder with neither is
+    not one); composable when its configs name a resources server and no agent framework, else self-contained; a
+    model server is one per config, `<group>/<flavor>` for a config not named after its folder. The working
+    directory's project shadows ours."""
+    assert set(agent_entries([REPO_ROOT])) == {"simple_agent", "gymnasium_agent"}
+    simple = agent_entries([REPO_ROOT])["simple_agent"]
+    assert (simple.variants, simple.self_contained) == (("simple_agent",), False) and "verify" in simple.description
+    assert set(model_entries([REPO_ROOT])) == {"openai_model", "scripted_model", "vllm_model"}
+
+    agents = tmp_path / "responses_api_agents"
+    write_config(
+        agents / "framework_agent/configs/a.yaml", {"a": {"responses_api_agents": {"x": {"agent_framework": 1}}}}
+    )
+    write_config(agents / "stub/configs/raw.yaml", {"harness": {"steps": 3}})  # no agent config and no app.py
+    (agents / "bare").mkdir()
+    (agents / "bare" / "app.py").write_text("")
+    write_config(agents / "simple_agent/configs/mine.yaml", {"s": {"responses_api_agents": {"simple_agent": {}}}})
+    write_config(tmp_path / "responses_api_models/vllm_model/configs/big.yaml", {"policy_model": {}})
+    listed = {e["name"]: e for e in json.loads(ng_environments("+kind=agents", "+json=true", cwd=tmp_path).stdout)}
+    assert set(listed) == {"framework_agent", "bare", "simple_agent", "gymnasium_agent"}
+    assert (listed["framework_agent"]["pattern"], listed["bare"]["pattern"]) == ("B (self-contained)", "A (composable)")
+    assert listed["simple_agent"]["variants"] == ["mine"]  # the project's folder, not ours
+    models = json.loads(ng_environments("+kind=models", "+json=true", cwd=tmp_path).stdout)
+    assert {"name": "vllm_model/big", "model": "vllm_model/big", "model_group": "vllm_model"} in models
+    typo = ng_environments("+kind=models", "+name=vllm_mdl", cwd=tmp_path)
+    assert typo.returncode == 2 and "unknown model 'vllm_mdl' (did you mean vllm_model" in typo.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["agents", "models"])
+def test_agents_and_models_are_0_7_0s(tmp_path, kind):
+    """0.7.0's own `gym list agents|models --json` on its install root: every entry is ours, field for field; on
+    this repository, every one of ours is its; one shown by name is its inspection payload."""
+    site = peer07_site_packages()
+    for search_dir in (site, REPO_ROOT):
+        argv = [str(peer07_venv() / "bin" / "gym"), "list", kind, "--json", "--search-dir", str(search_dir)]
+        theirs = subprocess.run(argv, capture_output=True, text=True, timeout=200, cwd=tmp_path, env=peer07_env())
+        assert theirs.returncode == 0, theirs.stderr[-2000:]
+        their_entries = {e["name"]: e for e in json.loads(theirs.stdout)}
+        ours = ng_environments(f"+kind={kind}", "+json=true", cwd=tmp_path, extra_roots=str(search_dir)).stdout
+        our_entries = {e["name"]: e for e in json.loads(ours)}
+        compared = their_entries if search_dir == site else our_entries
+        assert (
+            len(compared) >= {"agents": {site: 55, REPO_ROOT: 2}, "models": {site: 23, REPO_ROOT: 3}}[kind][search_dir]
+        )
+        assert {n: our_entries.get(n) for n in compared} == {n: their_entries.get(n) for n in compared}
+    name = {"agents": "simple_agent", "models": "vllm_model"}[kind]
+    argv = [str(peer07_venv() / "bin" / "gym"), "list", kind, name, "--json", "--search-dir", str(REPO_ROOT)]
+    theirs = subprocess.run(argv, capture_output=True, text=True, timeout=200, cwd=tmp_path, env=peer07_env())
+    ours = ng_environments(f"+kind={kind}", f"+name={name}", "+json=true", cwd=tmp_path, extra_roots=str(REPO_ROOT))
+    assert json.loads(ours.stdout) == json.loads(theirs.stdout)
 
 
 @pytest.mark.integration

@@ -41,7 +41,9 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["search", "math"], ["list", "agents"]])
+@pytest.mark.parametrize(
+    "argv", [["eval", "submit", "--config", "x.yaml"], ["search", "math"], ["list", "environments"]]
+)
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err
@@ -147,6 +149,11 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
         (["env", "validate", "aime24"], ("validate", ["+onboarding_name=aime24"])),
         (["list", "benchmarks", "--json"], ("list_benchmarks", ["+json=true"])),
         (["--json", "list", "benchmarks"], ("list_benchmarks", ["+json=true"])),
+        (
+            ["list", "agents", "simple_agent", "--json"],
+            ("environments", ["+kind=agents", "+name=simple_agent", "+json=true"]),
+        ),
+        (["search", "models", "vllm"], ("environments", ["+kind=models", "+query=vllm"])),
         (["eval", "prepare", "--config", "b.yaml"], ("prepare_benchmark", ["+config_paths=[b.yaml]"])),
         (["dev", "test"], ("dev_test", [])),
     ],

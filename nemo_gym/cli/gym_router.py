@@ -138,6 +138,19 @@ _UPLOAD_FLAGS = (
     refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
 )
 
+# `gym list|search agents|models` (ng_environments' +kind): what is listed, its columns, what a query matches
+_LISTED = {
+    "agents": ("agents", "name, composition, variants, description", "name, description or variants"),
+    "models": ("model servers", "the --model-type names and their model group", "name or model group"),
+}
+_QUERY = Flag(lambda p: p.add_argument("query", metavar="QUERY"), lambda a: [f"+query={a.query}"])
+
+
+def _kind(kind: str) -> Flag:
+    """No flag of its own: the route's fixed `+kind=`."""
+    return Flag(lambda p: None, lambda a: [f"+kind={kind}"])
+
+
 ROUTES: dict[str, Route] = {
     "list benchmarks": Route(
         "List manifest-backed benchmarks (ng_list_benchmarks).",
@@ -153,12 +166,25 @@ ROUTES: dict[str, Route] = {
         "The environments (resources servers) whose name, domain or description match QUERY, as 0.7.0 matches them"
         " (ng_environments +query=QUERY).",
         "environments",
-        (
-            Flag(lambda p: p.add_argument("query", metavar="QUERY"), lambda a: [f"+query={a.query}"]),
-            JSON,
-            SEARCH_DIR,
-        ),
+        (_QUERY, JSON, SEARCH_DIR),
     ),
+    **{
+        f"list {kind}": Route(
+            f"List the {noun}: {columns}; NAME shows one (ng_environments +kind={kind}).",
+            "environments",
+            (_kind(kind), _INSPECT, JSON, SEARCH_DIR),
+        )
+        for kind, (noun, columns, _) in _LISTED.items()
+    },
+    **{
+        f"search {kind}": Route(
+            f"The {noun} whose {matched} match QUERY, as 0.7.0 matches them (ng_environments +kind={kind}"
+            " +query=QUERY).",
+            "environments",
+            (_kind(kind), _QUERY, JSON, SEARCH_DIR),
+        )
+        for kind, (noun, _, matched) in _LISTED.items()
+    },
     "dataset upload": Route(
         "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
         _storage("upload_dataset_to_hf", "upload_dataset_to_gitlab"),
@@ -295,9 +321,7 @@ ROUTES: dict[str, Route] = {
 _CATALOG = "0.7.0's component catalog (manifests and its install root's folders) is not part of nemo_gym"
 UNSUPPORTED: dict[str, str] = {
     "list environments": _CATALOG,
-    "list agents": _CATALOG,
-    "list models": _CATALOG + " (ng_models lists models to train or serve)",
-    **{f"search {kind}": _CATALOG for kind in ("environments", "agents", "models", "benchmarks")},
+    **{f"search {kind}": _CATALOG for kind in ("environments", "benchmarks")},
     "env schema": "nemo_gym's resources servers declare no task-data JSON Schema",
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
@@ -308,12 +332,12 @@ UNSUPPORTED: dict[str, str] = {
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
 }
 GROUPS = {
-    "list": "List available components (benchmarks, resources-servers).",
+    "list": "List available components (benchmarks, resources-servers, agents, models).",
     "dataset": "Manage datasets.",
     "env": "Develop and run environments.",
     "eval": "Run evaluations.",
     "dev": "Contributor helpers.",
-    "search": "Search available components (resources-servers).",
+    "search": "Search available components (resources-servers, agents, models).",
 }
 
 
