@@ -38,13 +38,20 @@ class Flag:
     translate: Callable[[argparse.Namespace], list[str]] = lambda args: []  # -> our `+key=value` overrides
 
 
-def value_flag(name: str, key: str, help_text: str, *, aliases: tuple[str, ...] = (), choices=None) -> Flag:
-    """`--name VALUE` -> `+key=VALUE` (nothing when not given)."""
+def value_flag(
+    name: str, key: str, help_text: str, *, aliases: tuple[str, ...] = (), choices=None, quote: bool = False
+) -> Flag:
+    """`--name VALUE` -> `+key=VALUE` (nothing when not given); with `quote`, VALUE quoted, so that it stays the
+    text given (`1.10` a string, not the number 1.1), as 0.7.0's `quote=True` flags."""
     dest = name.replace("-", "_")
-    return Flag(
-        lambda p: p.add_argument(f"--{name}", *aliases, dest=dest, choices=choices, help=help_text),
-        lambda a: [f"+{key}={getattr(a, dest)}"] if getattr(a, dest) is not None else [],
-    )
+
+    def translate(args: argparse.Namespace) -> list[str]:
+        value = getattr(args, dest)
+        if value is None:
+            return []
+        return [f"+{key}=" + ("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'" if quote else value)]
+
+    return Flag(lambda p: p.add_argument(f"--{name}", *aliases, dest=dest, choices=choices, help=help_text), translate)
 
 
 def bool_flag(name: str, key: str, help_text: str) -> Flag:

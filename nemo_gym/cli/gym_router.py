@@ -315,6 +315,19 @@ ROUTES: dict[str, Route] = {
             value_flag("rollouts", "rollouts_jsonl_fpath", "Rollouts JSONL."),
         ),
     ),
+    "eval export": Route(
+        "Export rollouts as ATIF trajectories, a JSON file each and a manifest in a new folder (ng_export_atif).",
+        "export_atif",
+        (
+            value_flag("format", "format", "Output trajectory format.", choices=("atif",)),
+            value_flag("rollouts", "rollouts_jsonl_fpath", "Rollouts JSONL to export."),
+            value_flag("output-dir", "output_dirpath", "New directory for the exported trajectories."),
+            value_flag("session-id", "session_id", "Stable identifier of the run the rollouts come from.", quote=True),
+            value_flag(
+                "agent-version", "agent_version", "Version of the agent that produced the rollouts.", quote=True
+            ),
+        ),
+    ),
     "dev test": Route("Run the core tests with coverage (ng_dev_test).", "dev_test"),
 }
 
@@ -326,7 +339,6 @@ UNSUPPORTED: dict[str, str] = {
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,
-    "eval export": "ATIF trajectory export is not implemented",
     "eval reverify": "use ng_group_verify to score collected rollouts again",
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",

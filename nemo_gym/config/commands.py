@@ -301,6 +301,13 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.datasets.environments:environments_main",
         ),
         Command(
+            "export_atif",
+            "rollouts as ATIF trajectories (Harbor's Agent Trajectory Interchange Format), a JSON file per rollout and"
+            " a manifest in a new folder (NeMo Gym 0.7.0's gym eval export --format atif)",
+            "nemo_gym.eval.atif_export:ExportAtifOptions",
+            "nemo_gym.eval.atif_export:export_atif_main",
+        ),
+        Command(
             "models",
             "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run"
             " server's (+json=true)",
