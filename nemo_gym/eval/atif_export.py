@@ -77,7 +77,7 @@ class ExportAtifOptions(BaseModel):
 
 @dataclass
 class _Steps:
-    """The steps of one trajectory as they are built, and each agent step's metrics source."""
+    """The steps of one trajectory as they are built, and the reasoning items waiting for their agent step."""
 
     steps: list[Step] = field(default_factory=list)
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning items waiting for their agent step
