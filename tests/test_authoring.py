@@ -124,6 +124,29 @@ def test_ng_test_skips_the_checks_on_other_server_types(tmp_path: Path) -> None:
     assert "conformance checks: skipped (my_agent: SimpleAgent is not a ResourcesServer" in report.log
 
 
+def test_ng_row_schema_prints_the_json_schema_of_a_servers_rows(scaffold: Path, capfd: pytest.CaptureFixture[str]):
+    """The task fields the server's verify request takes, as JSON Schema (NeMo Gym 0.7.0's `gym env schema`); a folder
+    whose server is no resources server is named with why."""
+    assert main("row_schema", [f"+entrypoint={scaffold}", "+skip_venv=true"]) == 0
+    schema = json.loads(capfd.readouterr().out)
+    assert schema["properties"]["expected_answer"]["type"] == "integer"
+    assert set(schema["required"]) == {"expected_answer", "responses_create_params"}
+    assert main("row_schema", ["+entrypoint=responses_api_agents/simple_agent", "+skip_venv=true"]) == 1
+    assert "defines SimpleAgent, not a ResourcesServer" in capfd.readouterr().err
+
+
+@pytest.mark.long
+def test_gym_env_schema_reads_it_in_the_servers_own_environment() -> None:
+    done = subprocess.run(
+        [str(BIN / "gym"), "env", "schema", "--resources-server", "mcqa"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "expected_answer" in json.loads(done.stdout)["properties"]
+
+
 def test_refuses_to_overwrite(scaffold: Path) -> None:
     (scaffold / "app.py").write_text("# mine\n")
     with pytest.raises(ConfigError, match="exists already; not overwriting"):
@@ -162,7 +185,9 @@ def test_data_validation_names_file_line_and_rule(scaffold: Path) -> None:
     no_params = {k: v for k, v in row.items() if k != "responses_create_params"}
     other_tool = json.loads(lines[3])
     other_tool["responses_create_params"]["tools"][0]["name"] = "get_time"
-    path.write_text("\n".join([lines[0], "{not json", json.dumps(no_params), json.dumps(other_tool), "[1, 2]"]) + "\n")
+    untyped = {**row, "expected_answer": "three"}  # the server's verify request takes an int
+    rows = [lines[0], "{not json", json.dumps(no_params), json.dumps(other_tool), "[1, 2]", json.dumps(untyped)]
+    path.write_text("\n".join(rows) + "\n")
     problems = [str(p) for p in validate_data(scaffold)]
     shown = "resources_servers/word_count/data/example.jsonl"
     assert problems == [
@@ -176,7 +201,8 @@ def test_data_validation_names_file_line_and_rule(scaffold: Path) -> None:
         ),
         f"{shown}:4: [tool-exists] tool 'get_time' is not a tool of the server (its tools: count_words)",
         f"{shown}:5: [json] a JSON list, not an object",
-        f"{shown}:0: [example-count] 3 rows; exactly 5 are expected",
+        f"{shown}:6: [row-schema] task field expected_answer: 'three' is not of type 'integer'",
+        f"{shown}:0: [example-count] 4 rows; exactly 5 are expected",
     ]
 
 

@@ -142,6 +142,7 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
         ),
         (["env", "resolve", "--config", "a.yaml"], ("dump_config", ["+config_paths=[a.yaml]"])),
         (["env", "status", "--json"], ("status", ["+json=true"])),
+        (["env", "schema", "--resources-server", "x"], ("row_schema", ["+entrypoint=resources_servers/x"])),
         (
             ["env", "validate", "--config", "a.yaml", "--strict"],
             ("validate", ["+strict=true", "+config_paths=[a.yaml]"]),

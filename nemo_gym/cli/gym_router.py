@@ -282,6 +282,11 @@ ROUTES: dict[str, Route] = {
             Flag(lambda p: p.add_argument("--all", action="store_true", help="Test every resources server.")),
         ),
     ),
+    "env schema": Route(
+        "Print a resources server's dataset-row schema as JSON Schema (ng_row_schema).",
+        "row_schema",
+        (RESOURCES_SERVER,),
+    ),
     "env start": Route("Start the servers (ng_run).", "run", (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS)),
     "env status": Route("Print the server status (ng_status).", "status", (JSON,)),
     "eval prepare": Route(
@@ -335,7 +340,6 @@ _CATALOG = "0.7.0's component catalog (manifests and its install root's folders)
 UNSUPPORTED: dict[str, str] = {
     "list environments": _CATALOG,
     **{f"search {kind}": _CATALOG for kind in ("environments", "benchmarks")},
-    "env schema": "nemo_gym's resources servers declare no task-data JSON Schema",
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,

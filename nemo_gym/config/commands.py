@@ -14,43 +14,27 @@ parameters of the commands with a fixed parameter set get a "did you mean" sugge
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import platform
 import sys
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from types import NoneType
 from typing import Any, get_args
 
-import yaml
 from omegaconf import OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.common.errors import NemoGymError
-from nemo_gym.config import did_you_mean, load_config, mask_secrets, parse_overrides, validation_problems
+from nemo_gym.config import did_you_mean, parse_overrides, validation_problems
 
 __all__ = ["COMMANDS", "Command", "dispatch", "format_help", "main", "parse_options", "unknown_command"]
 
 HELP_FLAGS = {"--help", "-h", "+help=true", "+h=true", "++help=true", "++h=true", "help=true"}
 
 
-class VersionOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    json_output: bool = Field(False, alias="json", description="print JSON instead of text")
-
-
 class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class DumpConfigOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    config_paths: list[str] = Field(
-        default_factory=list, description="YAML files merged in order (then env.yaml, then overrides)"
-    )
 
 
 def _load(reference: str) -> Any:
@@ -139,8 +123,8 @@ COMMANDS: dict[str, Command] = {
         Command(
             "dump_config",
             "print the resolved config with secrets masked",
-            "nemo_gym.config.commands:DumpConfigOptions",
-            "nemo_gym.config.commands:dump_config_main",
+            "nemo_gym.cli.about:DumpConfigOptions",
+            "nemo_gym.cli.about:dump_config_main",
             strict=False,
             takes_argv=True,
         ),
@@ -182,6 +166,13 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.orchestration.folder_tests:pip_list_main",
         ),
         Command(
+            "row_schema",
+            "the JSON Schema of a resources server's dataset rows (the task fields its verify and seed requests take),"
+            " read in its own environment (NeMo Gym 0.7.0's gym env schema)",
+            "nemo_gym.orchestration.folder_tests:RowSchemaOptions",
+            "nemo_gym.orchestration.folder_tests:row_schema_main",
+        ),
+        Command(
             "prepare_data",
             "validate the datasets a config declares and write them with metrics (train or example)",
             "nemo_gym.datasets.prepare:PrepareDataOptions",
@@ -195,14 +186,12 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.viewer.options:ViewerOptions",
             "nemo_gym.viewer.app:viewer_main",
         ),
-        Command(
-            "help", "list the ng_* commands", "nemo_gym.config.commands:NoOptions", "nemo_gym.config.commands:help_main"
-        ),
+        Command("help", "list the ng_* commands", "nemo_gym.config.commands:NoOptions", "nemo_gym.cli.about:help_main"),
         Command(
             "version",
             "print the nemo_gym version (+json=true for JSON)",
-            "nemo_gym.config.commands:VersionOptions",
-            "nemo_gym.config.commands:version_main",
+            "nemo_gym.cli.about:VersionOptions",
+            "nemo_gym.cli.about:version_main",
         ),
         Command(
             "upload_dataset_to_hf",
@@ -416,47 +405,6 @@ def parse_options(command: Command, argv: list[str]) -> BaseModel:
     except ValidationError as exc:
         problems = "; ".join(validation_problems(options, exc, "+{key}"))
         raise NemoGymError(f"ng_{command.name}: {problems} (see +help=true)") from exc
-
-
-def help_main(options: NoOptions) -> int:
-    """`ng_help`: one line a command."""
-    print("nemo_gym commands (each also as nemo_gym_<name>; +help=true for parameters):")
-    width = max(len(name) for name in COMMANDS) + 1
-    for c in COMMANDS.values():
-        print(f"  ng_{c.name:<{width}} {c.summary}")
-    return 0
-
-
-def version_main(options: VersionOptions) -> int:
-    """`ng_version`: nemo_gym's version, Python's and the main dependencies' (+json=true for JSON)."""
-    packages = {
-        name: _installed(name)
-        for name in ("fastapi", "uvicorn", "httpx", "pydantic", "openai", "hydra-core", "omegaconf")
-    }
-    info = {
-        "nemo_gym": _installed("nemo-gym"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "dependencies": packages,
-    }
-    print(
-        json.dumps(info, indent=2) if options.json_output else f"nemo_gym {info['nemo_gym']} (Python {info['python']})"
-    )
-    return 0
-
-
-def _installed(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def dump_config_main(argv: list[str]) -> int:
-    """`ng_dump_config`: the resolved config, secrets masked, as YAML."""
-    loaded = load_config(argv)
-    print(yaml.safe_dump(mask_secrets(loaded.values), sort_keys=False), end="")
-    return 0
 
 
 def main(name: str, argv: list[str] | None = None, commands: Mapping[str, Command] | None = None) -> int:

@@ -10,6 +10,7 @@ FastAPI's TestClient. Every problem names the file, the line (1-based; 0 = the w
 | `example-count` | `data/example.jsonl` has exactly 5 rows |
 | `responses-create-params` | each row has a `responses_create_params` object with an `input` (text or a list), and no key that is not a Responses API create parameter (`nemo_gym.serving.responses_params`) |
 | `tool-exists` | each function tool a row advertises is a tool (route) of the server |
+| `row-schema` | each row has the task fields the server's verify (and seed) request needs: its row schema (`GET /row_schema`, JSON Schema), as `ng_collect_rollouts` checks rows before any rollout (NeMo Gym 0.7.0's task-data validation) |
 | `example-metrics` | `data/example_metrics.json` (when present) holds what `ng_prepare_data` computes for the rows |
 | `rollout-reverifies` | each `data/example_rollouts.jsonl` row, verified again, gets its stored `reward` |
 | `verifier-case` | each `tests/verifier_cases.jsonl` row is well formed and gets its expected reward or 4xx error |
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from jsonschema import Draft202012Validator, ValidationError
 
 from nemo_gym.common.jsonl import iter_lines
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
@@ -98,11 +100,19 @@ def advertised_tools(row: dict[str, Any]) -> list[str]:
     ]
 
 
-def check_row(row: dict[str, Any], shown: str, number: int, tool_names: set[str]) -> list[Problem]:
-    """The `responses-create-params` and `tool-exists` rules for one row."""
+def check_row(
+    row: dict[str, Any], shown: str, number: int, tool_names: set[str], schema: Draft202012Validator | None = None
+) -> list[Problem]:
+    """The `responses-create-params`, `tool-exists` and (with the server's row `schema`) `row-schema` rules for one
+    row."""
+    problems = [
+        Problem(shown, number, "row-schema", f"task field {'.'.join(map(str, e.absolute_path)) or 'row'}: {e.message}")
+        for e in (schema.iter_errors(row) if schema is not None else ())
+        if not _about_params(e)
+    ]
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
-        return [
+        return problems + [
             Problem(
                 shown,
                 number,
@@ -110,7 +120,6 @@ def check_row(row: dict[str, Any], shown: str, number: int, tool_names: set[str]
                 "no responses_create_params object (the Responses create body: input, tools, ...)",
             )
         ]
-    problems = []
     if not isinstance(params.get("input"), (str, list)):
         problems.append(
             Problem(
@@ -133,6 +142,15 @@ def check_row(row: dict[str, Any], shown: str, number: int, tool_names: set[str]
     return problems
 
 
+def _about_params(error: ValidationError) -> bool:
+    """Whether a row-schema error is about `responses_create_params`, which the `responses-create-params` rule checks
+    more closely."""
+    path = list(error.absolute_path)
+    return path[:1] == ["responses_create_params"] or (
+        not path and error.validator == "required" and "'responses_create_params'" in error.message
+    )
+
+
 def validate_data(folder: Path) -> list[Problem]:
     """Problems of `data/example.jsonl` and `data/example_rollouts.jsonl` (when present); [] when all pass."""
     examples = folder / "data" / "example.jsonl"
@@ -145,6 +163,7 @@ def validate_data(folder: Path) -> list[Problem]:
         ]
     client, server = build_client(folder)
     tool_names = {schema["name"] for schema in server.tool_schemas()}
+    row_schema = Draft202012Validator(server.row_schema())
     problems: list[Problem] = []
     rows = []
     for number, row in read_jsonl(examples, shown):
@@ -152,7 +171,7 @@ def validate_data(folder: Path) -> list[Problem]:
             problems.append(row)
             continue
         rows.append(row)
-        problems += check_row(row, shown, number, tool_names)
+        problems += check_row(row, shown, number, tool_names, row_schema)
     if len(rows) != EXAMPLE_ROWS:
         problems.append(Problem(shown, 0, "example-count", f"{len(rows)} rows; exactly {EXAMPLE_ROWS} are expected"))
     stored_metrics = metrics_path(examples)
@@ -331,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         "--data", action="store_true", help="also validate data/example.jsonl and data/example_rollouts.jsonl"
     )
     parser.add_argument("--json-out", type=Path, help="write {verifier_cases_passed, problems} here")
+    parser.add_argument("--schema", action="store_true", help="print the server's row schema (JSON Schema) only")
     args = parser.parse_args(argv)
+    if args.schema:
+        print(json.dumps(build_client(args.folder)[1].row_schema(), indent=2))
+        return 0
     cases = run_verifier_cases(args.folder)
     problems = cases.problems + (validate_data(args.folder) if args.data else [])
     for problem in problems:

@@ -40,6 +40,7 @@ __all__ = [
     "TestAllOptions",
     "DevTestOptions",
     "PipListOptions",
+    "RowSchemaOptions",
     "TestReport",
     "server_folder",
     "run_server_tests",
@@ -47,6 +48,7 @@ __all__ = [
     "test_all_main",
     "dev_test_main",
     "pip_list_main",
+    "row_schema_main",
 ]
 
 TEST_PACKAGES = ("pytest>=8", "pytest-timeout>=2.3")
@@ -112,6 +114,16 @@ class PipListOptions(BaseModel):
     entrypoint: str = Field(description="the server folder, <type>/<name>, whose environment to list")
     format: Literal["columns", "freeze", "json"] = Field("columns", description="output format of `uv pip list`")
     outdated: bool = Field(False, description="list only packages with a newer version on the package index")
+
+
+class RowSchemaOptions(BaseModel):
+    """Parameters of `ng_row_schema`."""
+
+    model_config = ConfigDict(extra="forbid")
+    entrypoint: str = Field(description="the resources server folder, resources_servers/<name>")
+    skip_venv: bool = Field(
+        False, description="read it with this Python instead of the server's own uv environment (development)"
+    )
 
 
 @dataclass
@@ -448,3 +460,23 @@ def pip_list_main(options: PipListOptions) -> int:
     command = [uv_executable(), "pip", "list", "--python", str(python), "--format", options.format]
     command += ["--outdated"] if options.outdated else []
     return subprocess.run(command, env=_clean_env()).returncode
+
+
+def row_schema_main(options: RowSchemaOptions) -> int:
+    """`ng_row_schema`: the JSON Schema of a resources server's dataset rows (its verify request's task fields and its
+    seed request's, `GET /row_schema`; NeMo Gym 0.7.0's `gym env schema`), read in the server's own environment (built
+    or reused as `ng_run` builds it: its app.py may import its requirements). Returns the exit status.
+
+    Raises:
+        ConfigError: not a server folder. VenvBuildError: its environment could not be built.
+    """
+    folder = server_folder(options.entrypoint)
+    python = Path(sys.executable) if options.skip_venv else asyncio.run(ensure_venv(folder / "requirements.txt"))
+    command = [str(python), "-m", "nemo_gym.env.validation", str(folder), "--schema"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=_clean_env())
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        print(f"ng_row_schema: {_shown(folder)}: the schema could not be read: {last[0]}", file=sys.stderr)
+        return 1
+    print(done.stdout, end="")
+    return 0
