@@ -155,6 +155,18 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
             ("environments", ["+kind=agents", "+name=simple_agent", "+json=true"]),
         ),
         (["search", "models", "vllm"], ("environments", ["+kind=models", "+query=vllm"])),
+        (
+            ["eval", "reverify", "--inputs", "i.jsonl", "--rollouts", "r.jsonl", "-o", "o.jsonl", "--concurrency", "4"],
+            (
+                "reverify",
+                [
+                    "+rollouts_jsonl_fpath=r.jsonl",
+                    "+output_jsonl_fpath=o.jsonl",
+                    "+num_samples_in_parallel=4",
+                    "+materialized_inputs_jsonl_fpath=i.jsonl",
+                ],
+            ),
+        ),
         (["eval", "prepare", "--config", "b.yaml"], ("prepare_benchmark", ["+config_paths=[b.yaml]"])),
         (["dev", "test"], ("dev_test", [])),
     ],

@@ -44,6 +44,7 @@ class Route:
     flags: tuple[Flag, ...] = ()
 
 
+_REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
 _NO_HEALTH = "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file)"
 RESOURCES_SERVER = Flag(
     lambda p: p.add_argument("--resources-server", metavar="NAME", help="Name of the resources server."),
@@ -320,6 +321,27 @@ ROUTES: dict[str, Route] = {
             value_flag("rollouts", "rollouts_jsonl_fpath", "Rollouts JSONL."),
         ),
     ),
+    "eval reverify": Route(
+        "Score rollouts again with the running resources servers (ng_reverify; start them first: gym env start).",
+        "reverify",
+        (
+            value_flag("rollouts", "rollouts_jsonl_fpath", "Rollouts JSONL to re-verify."),
+            value_flag("output", "output_jsonl_fpath", "Output JSONL with recomputed rewards.", aliases=("-o",)),
+            value_flag("concurrency", "num_samples_in_parallel", "Maximum number of concurrent samples."),
+            value_flag("limit", "limit", "Maximum number of rollouts to re-verify."),
+            bool_flag("overwrite", "overwrite", "Replace an existing output file."),
+            *(refused(flag, _REVERIFY_SERVERS) for flag in ("config", "benchmark", "environment", "model-type")),
+            *(refused(flag, _REVERIFY_SERVERS) for flag in ("resources-server-config", "search-dir")),
+            value_flag("inputs", "materialized_inputs_jsonl_fpath", "Materialized inputs JSONL."),
+            refused("input-format", "rollouts are read as ng_collect_rollouts writes them (gym), not from ATIF"),
+            refused("atif-manifest", "rollouts are read as ng_collect_rollouts writes them (gym), not from ATIF"),
+            refused(
+                "force",
+                "no reverify-mode guard to override: a stateful server scores the replayed session",
+                takes_value=False,
+            ),
+        ),
+    ),
     "eval export": Route(
         "Export rollouts as ATIF trajectories, a JSON file each and a manifest in a new folder (ng_export_atif).",
         "export_atif",
@@ -343,7 +365,6 @@ UNSUPPORTED: dict[str, str] = {
     "env publish": "manifest publication checks need 0.7.0's manifest catalog",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,
-    "eval reverify": "use ng_group_verify to score collected rollouts again",
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
 }

@@ -166,6 +166,13 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.orchestration.folder_tests:pip_list_main",
         ),
         Command(
+            "reverify",
+            "score collected rollouts again with the running resources servers (each in a seeded session, its tool"
+            " calls replayed), the old reward kept (NeMo Gym 0.7.0's gym eval reverify)",
+            "nemo_gym.collect.reverify:ReverifyOptions",
+            "nemo_gym.collect.reverify:reverify_main",
+        ),
+        Command(
             "row_schema",
             "the JSON Schema of a resources server's dataset rows (the task fields its verify and seed requests take),"
             " read in its own environment (NeMo Gym 0.7.0's gym env schema)",
