@@ -8,7 +8,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ __all__ = [
     "read_failures",
     "rollout_input",
     "seed_problem",
+    "write_rescored",
     "write_state",
 ]
 
@@ -219,6 +220,20 @@ def compact_failures(path: Path, failures: dict[Pair, dict[str, Any]]) -> None:
         write_jsonl(path, (failures[pair] for pair in sorted(failures)))
     else:
         path.unlink(missing_ok=True)
+
+
+def write_rescored(output: Path, rows: Iterable[dict[str, Any]], failures: Sequence[dict[str, Any]]) -> Path:
+    """The output of a command that scores rollouts again (`ng_group_verify`, `ng_reverify`): `rows` in `output` and
+    the `failures` in its failures file (`OutputPaths`; an earlier one removed when there are none). Returns the
+    failures file's path."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(output, rows)
+    path = OutputPaths.for_output(output).failures
+    if failures:
+        write_jsonl(path, failures)
+    else:
+        path.unlink(missing_ok=True)
+    return path
 
 
 def count_lines(path: Path) -> int:

@@ -18,8 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.collect.files import OutputPaths, write_rescored
 from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, typed_error, typed_failure
-from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
+from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 from nemo_gym.serving.retry_policy import ClientTimeouts
@@ -49,8 +50,8 @@ class GroupVerifyOptions(BaseModel):
 
 
 def failures_path(output: str | Path) -> Path:
-    output = Path(output)
-    return output.with_name(f"{output.stem}_failures.jsonl")
+    """The failures file beside `output` (`OutputPaths`)."""
+    return OutputPaths.for_output(output).failures
 
 
 def group_rollouts(path: str | Path) -> dict[int, list[dict[str, Any]]]:
@@ -121,13 +122,8 @@ async def group_verify(options: GroupVerifyOptions, client: ServerClient) -> tup
                 failures[task_index] = _failure(task_index, rows, exc)
 
     await asyncio.gather(*(score(index, rows) for index, rows in groups.items()))
-    output = Path(options.output_jsonl_fpath)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(output, (row for index in sorted(scored) for row in scored[index]))
-    if failures:
-        write_jsonl(failures_path(output), (failures[index] for index in sorted(failures)))
-    else:
-        failures_path(output).unlink(missing_ok=True)
+    rows = (row for index in sorted(scored) for row in scored[index])
+    write_rescored(Path(options.output_jsonl_fpath), rows, [failures[index] for index in sorted(failures)])
     return len(scored), len(failures)
 
 

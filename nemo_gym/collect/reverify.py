@@ -33,10 +33,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collect.aggregate_metrics import is_reward
-from nemo_gym.collect.files import OutputPaths
-from nemo_gym.collect.group_verify import failures_path
+from nemo_gym.collect.files import OutputPaths, write_rescored
+from nemo_gym.collect.routing import agent_resources_servers
 from nemo_gym.common.errors import ConfigError, DataError, ServerError, typed_failure
-from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl, write_jsonl
+from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 from nemo_gym.serving.retry_policy import ClientTimeouts
@@ -73,16 +73,6 @@ class ReverifyOptions(BaseModel):
     overwrite: bool = Field(False, description="replace an existing output file (else it is refused)")
     head_server_url: str | None = Field(None, description="head server URL; default $NEMO_GYM_HEAD_URL or the only run")
     request_timeout_s: float = Field(600.0, gt=0, description="deadline of one call, seconds")
-
-
-async def _resources_servers(client: ServerClient) -> dict[str, str]:
-    """agent instance -> the resources server instance its config names, from the head server's list."""
-    found = {}
-    for entry in await client.list_servers():
-        for ref in (entry.get("references") or {}).values():
-            if entry.get("server_type") == "responses_api_agents" and ref.get("type") == "resources_servers":
-                found[entry["name"]] = ref["name"]
-    return found
 
 
 def task_rows(options: ReverifyOptions) -> dict[tuple[Any, Any], dict[str, Any]] | None:
@@ -143,7 +133,7 @@ async def reverify(
     Raises:
         DataError: a row without `response`, indices or an agent (before any call).
     """
-    agents = {} if options.resources_server else await _resources_servers(client)
+    agents = {} if options.resources_server else dict(agent_resources_servers(await client.list_servers()))
     inputs, tasks = task_rows(options), {}
     for line, row in rows:
         agent = (row.get(AGENT_REF_KEY) or {}).get("name") if isinstance(row.get(AGENT_REF_KEY), dict) else None
@@ -203,15 +193,10 @@ def reverify_main(options: ReverifyOptions) -> int:
             return await reverify(rows, client, options, options.rollouts_jsonl_fpath)
 
     scored, failures = asyncio.run(run())
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(output, scored)
-    if failures:
-        write_jsonl(failures_path(output), failures)
-    else:
-        failures_path(output).unlink(missing_ok=True)
+    failures_file = write_rescored(output, scored, failures)
     print(_summary(scored, len(rows), output))
     if failures:
-        print(f"Failed: {len(failures)} rollouts; they are in {failures_path(output)}, not in the output")
+        print(f"Failed: {len(failures)} rollouts; they are in {failures_file}, not in the output")
     return 1 if failures else 0
 
 

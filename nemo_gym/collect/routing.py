@@ -5,7 +5,7 @@ an episode: `episode_request`, `episode_rollout`), and the server a row's `/run`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from nemo_gym.collect.tasks import taskset_of
@@ -22,6 +22,7 @@ from nemo_gym.serving.client import ServerClient
 
 __all__ = [
     "NEMO_GYM_FAILURE_CLASS",
+    "agent_resources_servers",
     "dispatch_target",
     "episode_request",
     "episode_rollout",
@@ -138,6 +139,18 @@ def episode_rollout(answer: Any) -> dict[str, Any] | None:
     return {**result, TASK_ID_KEY: answer.get("task_id")} if isinstance(result, dict) else None
 
 
+def agent_resources_servers(entries: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(agent, resources server) for each resources server an agent's config references, from the head server's
+    `GET /servers` entries (`references`)."""
+    return [
+        (entry["name"], ref["name"])
+        for entry in entries
+        if entry.get("server_type") == AGENT_TYPE
+        for ref in (entry.get("references") or {}).values()
+        if ref.get("type") == RESOURCES_TYPE
+    ]
+
+
 async def resolve_task_sources(client: ServerClient, tasks: list[dict[str, Any]], where: Callable[[int], str]) -> None:
     """Rows without an agent_ref that carry NeMo Gym 0.7.0's `task_source` (the config instance that declared their
     dataset, which 0.7.0's `ng_prepare_data` writes instead of agent_ref) get the agent it resolves to, as 0.7.0's
@@ -156,11 +169,8 @@ async def resolve_task_sources(client: ServerClient, tasks: list[dict[str, Any]]
         return
     entries = {entry["name"]: entry for entry in await client.list_servers()}
     users: dict[str, set[str]] = {}
-    for entry in entries.values():
-        if entry["server_type"] == AGENT_TYPE:
-            for ref in (entry.get("references") or {}).values():
-                if ref.get("type") == RESOURCES_TYPE:
-                    users.setdefault(ref["name"], set()).add(entry["name"])
+    for agent, resources_server in agent_resources_servers(entries.values()):
+        users.setdefault(resources_server, set()).add(agent)
     resolved: dict[str, str] = {}
     for i in pending:
         source = tasks[i][TASK_SOURCE_KEY]
