@@ -44,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.env.trajectory import with_message_types
+from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, token_info
 
 __all__ = ["ATIF_SCHEMA_VERSION", "ExportAtifOptions", "export_atif_main", "export_rollouts", "rollout_to_atif"]
 
@@ -53,7 +55,6 @@ except importlib.metadata.PackageNotFoundError:  # a checkout used without insta
     VERSION = "unknown"
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"  # what NeMo Gym 0.7.0 writes (atif_v1_7.ATIF_SCHEMA_VERSION)
 MANIFEST = "manifest.jsonl"
-_TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 _CONVERSATION_KEYS = ("response", "responses_create_params")  # a row's keys the trajectory holds as its steps
 
 
@@ -128,10 +129,10 @@ def _arguments(call: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _metrics(items: list[dict[str, Any]]) -> Metrics | None:
     """An agent step's metrics from the token information on its items (the item that ends a model call)."""
-    carrier = next((item for item in reversed(items) if any(item.get(k) is not None for k in _TOKEN_KEYS)), None)
+    carrier = next((info for item in reversed(items) if (info := token_info(item))), None)
     if carrier is None:
         return None
-    prompt, generated, logprobs = (carrier.get(k) for k in _TOKEN_KEYS)
+    prompt, generated, logprobs = (carrier.get(k) for k in TOKEN_INFO_KEYS)
     return Metrics(
         prompt_tokens=len(prompt) if isinstance(prompt, list) else None,
         completion_tokens=len(generated) if isinstance(generated, list) else None,
@@ -216,9 +217,8 @@ def _items(row: dict[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
     if isinstance(params.get("instructions"), str) and params["instructions"]:
         yield {"type": "message", "role": "system", "content": params["instructions"]}, True
     given = params.get("input")
-    for item in [{"role": "user", "content": given}] if isinstance(given, str) else given or []:
-        if isinstance(item, dict):
-            yield ({**item, "type": "message"} if "type" not in item and "role" in item else item), True
+    for item in with_message_types([{"role": "user", "content": given}] if isinstance(given, str) else given or []):
+        yield item, True
     response = row.get("response") if isinstance(row.get("response"), dict) else {}
     for item in response.get("output") or []:
         if isinstance(item, dict):
