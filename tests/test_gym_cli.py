@@ -1,11 +1,11 @@
 """`gym` / `ng` (NeMo Gym 0.7.0's subcommands over our commands, `nemo_gym.cli.gym_router`) and the seven `ng_*`
-commands of 0.7.0 we lacked (`nemo_gym.cli.legacy`): routing and flag translation, and each command on small files.
+commands of 0.7.0 we lacked, with ng_list_environments (`nemo_gym.cli.legacy`): routing and flag translation, and
+each command on small files (the catalog's: tests/test_catalog.py).
 Fast, offline; the same inputs against NeMo Gym 0.7.0 itself are in tests/test_gym_cli_peer07.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tomllib
@@ -19,8 +19,9 @@ from nemo_gym.collect import aggregate_rollouts
 from nemo_gym.common.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
-SEVEN = ("aggregate_rollouts", "e2e_collect_rollouts", "list_benchmarks", "materialize_prompts", "prepare_benchmark")
-SEVEN += ("reinstall", "validate")
+# the seven `ng_*` commands 0.7.0 added, and the command behind its `gym list environments` / `gym search`
+LEGACY = ("aggregate_rollouts", "e2e_collect_rollouts", "list_benchmarks", "materialize_prompts", "prepare_benchmark")
+LEGACY += ("reinstall", "validate", "list_environments")
 
 
 @pytest.fixture
@@ -41,15 +42,11 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "argv", [["eval", "submit", "--config", "x.yaml"], ["search", "math"], ["list", "environments"]]
-)
+@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["env", "publish", "x"]])
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err
-    # `gym search QUERY` is 0.7.0's search of its environments (the default type)
-    shown = "search environments" if argv[0] == "search" else " ".join(argv[:2])
-    assert f"`gym {shown}` is not supported: " in err
+    assert f"`gym {' '.join(argv[:2])}` is not supported: " in err
     assert routed == []
 
 
@@ -151,6 +148,13 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
         (["list", "benchmarks", "--json"], ("list_benchmarks", ["+json=true"])),
         (["--json", "list", "benchmarks"], ("list_benchmarks", ["+json=true"])),
         (
+            ["list", "environments", "x", "--kind", "benchmark", "--licensing", "MIT", "--status", "no-manifest"],
+            ("list_environments", ["+name=x", "+catalog_kind=benchmark", "+licensing='MIT'", "+status=no-manifest"]),
+        ),
+        (["search", "math", "--json"], ("list_environments", ["+query=math", "+json=true"])),
+        (["search", "--json", "math"], ("list_environments", ["+query=math", "+json=true"])),
+        (["search", "benchmarks", "aime"], ("list_environments", ["+catalog_kind=benchmark", "+query=aime"])),
+        (
             ["list", "agents", "simple_agent", "--json"],
             ("environments", ["+kind=agents", "+name=simple_agent", "+json=true"]),
         ),
@@ -197,7 +201,6 @@ def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, mo
         (["eval", "aggregate", "--config", "c.yaml"], "--config is not supported: the metrics come from"),
         (["env", "start", "--resources-server", "nope"], "--resources-server nope names"),
         (["env", "test"], "requires a target"),
-        (["list", "benchmarks", "aime24"], "the inspect view"),
         (["env", "start", "--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["--json", "env", "start"], "--json applies to --version"),
     ],
@@ -237,13 +240,13 @@ def test_every_legacy_command_is_a_console_script_under_both_names():
     assert scripts["gym"] == "nemo_gym.cli:gym" and scripts["ng"] == "nemo_gym.cli:ng"
     import nemo_gym.cli as cli
 
-    for name in SEVEN:
+    for name in LEGACY:
         assert scripts[f"ng_{name}"] == scripts[f"nemo_gym_{name}"] == f"nemo_gym.cli:ng_{name}"
         assert callable(getattr(cli, f"ng_{name}"))
-    assert set(legacy.LEGACY_COMMANDS) == set(SEVEN)
+    assert set(legacy.LEGACY_COMMANDS) == set(LEGACY)
 
 
-@pytest.mark.parametrize("name", SEVEN)
+@pytest.mark.parametrize("name", LEGACY)
 def test_every_legacy_command_prints_its_parameters(name, capsys):
     assert legacy.run(name, ["+help=true"]) == 0
     assert capsys.readouterr().out.startswith(f"ng_{name}: ")
@@ -338,47 +341,7 @@ def test_aggregate_rollouts_glob_order_dedup_and_no_match(tmp_path, capsys):
     assert "no shards matched input_glob" in capsys.readouterr().err
 
 
-# -- ng_list_benchmarks / ng_prepare_benchmark ----------------------------------------------------------
-def _benchmark(root: Path, rel: str, manifest: dict, config: bool = True) -> None:
-    folder = root / "benchmarks" / rel
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.yaml").write_text(json.dumps(manifest))  # JSON is YAML
-    if config:
-        (folder / "config.yaml").write_text("{}\n")
-
-
-def test_list_benchmarks_reads_manifests_as_0_7_0_lists_them(tmp_path, monkeypatch, capsys):
-    fields = {"kind": "benchmark", "domain": "math", "description": "d", "version": "0.1.0", "modality": "text"}
-    _benchmark(tmp_path, "zeta", {"name": "zeta", **fields, "experimental": True, "lifecycle": "active"})
-    _benchmark(tmp_path, "Alpha", {"name": "Alpha", **fields})
-    _benchmark(tmp_path, "alpha2/v2", {"name": "alpha2/v2", **fields})  # nested: named by its path
-    _benchmark(tmp_path, "wrong_name", {"name": "other", **fields})  # skipped, as 0.7.0 skips it
-    _benchmark(tmp_path, "env", {"name": "env", **fields, "kind": "environment"})
-    _benchmark(tmp_path, "no_config", {"name": "no_config", **fields}, config=False)
-    monkeypatch.chdir(tmp_path)
-    assert legacy.run("list_benchmarks", ["+json=true"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert [e["name"] for e in listed] == ["Alpha", "alpha2/v2", "zeta"]
-    assert listed[2] == {
-        "name": "zeta", "kind": "benchmark", "status": "experimental", "domain": "math", "description": "d",
-        "version": "0.1.0", "integration_profile": None, "modality": "text", "licensing": None, "lifecycle": "active",
-    }  # fmt: skip
-    assert "status" not in listed[0]  # not experimental: no status, as 0.7.0 prints it
-    assert legacy.run("list_benchmarks", ["+query=ALPHA2"]) == 0
-    assert "alpha2/v2" in capsys.readouterr().out
-
-
-def test_gym_list_benchmarks_searches_the_search_dir_only_while_it_runs(tmp_path, monkeypatch, capsys):
-    _benchmark(tmp_path / "root", "b1", {"name": "b1", "kind": "benchmark"})
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("NEMO_GYM_EXTRA_ROOTS", raising=False)
-    assert gym.gym_main(["list", "benchmarks", "--json", "--search-dir", str(tmp_path / "root")]) == 0
-    assert [e["name"] for e in json.loads(capsys.readouterr().out)] == ["b1"]
-    assert "NEMO_GYM_EXTRA_ROOTS" not in os.environ
-    assert gym.gym_main(["list", "benchmarks"]) == 0
-    assert "No benchmarks found" in capsys.readouterr().out
-
-
+# -- ng_prepare_benchmark (ng_list_benchmarks: tests/test_catalog.py) ----------------------------------------
 def test_prepare_benchmark_says_what_it_does_not_do(capsys):
     assert legacy.run("prepare_benchmark", ["+config_paths=[benchmarks/aime24/config.yaml]"]) == 2
     assert "not supported" in capsys.readouterr().err

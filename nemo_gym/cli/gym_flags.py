@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemo_gym.common.layout import REPO_ROOT
+
 __all__ = [
+    "Route",
     "CONFIG",
     "JSON",
     "MODEL_FLAGS",
@@ -30,6 +33,15 @@ __all__ = [
 
 class GymUsageError(Exception):
     """A flag or subcommand we do not support, or a bad flag value: argparse reports it (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """A supported subcommand: the command it runs (a name, or chosen from the parsed flags) and its flags."""
+
+    summary: str
+    command: str | Callable[[argparse.Namespace], str]
+    flags: tuple[Flag, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,14 +126,16 @@ _ASSETS = {
 
 
 def search_roots(args: argparse.Namespace) -> list[Path]:
-    """`--search-dir`s, then `$NEMO_GYM_EXTRA_ROOTS`, then the current directory (first match wins, as in 0.7.0)."""
+    """`--search-dir`s, then `$NEMO_GYM_EXTRA_ROOTS`, then the current directory, then this repository (its
+    resources servers and model servers; first match wins, as in 0.7.0, whose last root is its install root)."""
     extra = [p for p in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if p]
-    return [Path(p).resolve() for p in [*(getattr(args, "search_dir", None) or []), *extra]] + [Path.cwd()]
+    roots = [Path(p).resolve() for p in [*(getattr(args, "search_dir", None) or []), *extra]] + [Path.cwd()]
+    return roots + ([REPO_ROOT] if REPO_ROOT.resolve() not in {r.resolve() for r in roots} else [])
 
 
 def asset_config_path(flag: str, value: str, roots: list[Path]) -> str:
     """The config a `--<flag> NAME[/FLAVOR]` selector names: `<parent>/<name>/[<subdir>/]<flavor>.yaml` under the
-    first root that has it (0.7.0 also searches its install root: we ship none of its folders).
+    first root that has it.
 
     Raises:
         GymUsageError: no root has it.

@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from nemo_gym.cli.gym_flags import (
     CONFIG,
@@ -22,26 +21,19 @@ from nemo_gym.cli.gym_flags import (
     SELECTORS,
     Flag,
     GymUsageError,
+    Route,
     bool_flag,
     merge_config_paths,
     refused,
     value_flag,
 )
+from nemo_gym.cli.gym_listing import CATALOG_SEARCH, LISTING_ROUTES
 from nemo_gym.cli.legacy import LEGACY_COMMANDS
 from nemo_gym.cli.legacy import run as run_legacy_command
 from nemo_gym.config.commands import dispatch
 from nemo_gym.config.commands import main as run_command
 
 __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
-
-
-@dataclass(frozen=True)
-class Route:
-    """A supported subcommand: the command it runs (a name, or chosen from the parsed flags) and its flags."""
-
-    summary: str
-    command: str | Callable[[argparse.Namespace], str]
-    flags: tuple[Flag, ...] = ()
 
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
@@ -99,7 +91,7 @@ def _storage(hf: str, gitlab: str) -> Callable[[argparse.Namespace], str]:
 
 def _env_test_command(args: argparse.Namespace) -> str:
     if args.onboarding_name:
-        raise GymUsageError("a workload name selects 0.7.0's manifest catalog, which nemo_gym does not have")
+        raise GymUsageError("a workload name runs 0.7.0's manifest verifier fixtures, which nemo_gym does not offer")
     if args.all and args.resources_server:
         raise GymUsageError("--all tests every resources server, so it cannot be combined with a named target")
     if not (args.all or args.resources_server):
@@ -107,15 +99,6 @@ def _env_test_command(args: argparse.Namespace) -> str:
     return "test_all" if args.all else "test"
 
 
-def _refuse_inspect(args: argparse.Namespace) -> list[str]:
-    if args.name and "=" in args.name:  # a `+key=value` taken for the name, as 0.7.0 passes it on
-        return [args.name]
-    if args.name:
-        raise GymUsageError("the inspect view (gym list benchmarks NAME) is not offered; --json lists every field")
-    return []
-
-
-_NO_INSPECT = Flag(lambda p: p.add_argument("name", nargs="?", metavar="NAME", help="(not supported)"), _refuse_inspect)
 _VALIDATE_NAME = Flag(
     lambda p: p.add_argument("onboarding_name", nargs="?", metavar="NAME", help="(manifest workloads: not supported)"),
     lambda a: (
@@ -123,11 +106,6 @@ _VALIDATE_NAME = Flag(
         if not a.onboarding_name
         else [a.onboarding_name if "=" in a.onboarding_name else f"+onboarding_name={a.onboarding_name}"]
     ),
-)
-
-_INSPECT = Flag(
-    lambda p: p.add_argument("name", nargs="?", metavar="NAME", help="Show this one."),
-    lambda a: ([a.name] if "=" in a.name else [f"+name={a.name}"]) if a.name else [],  # a `+key=value`: passed on
 )
 
 # the flags of `dataset upload` and `dataset migrate` (an upload to HF of a file GitLab holds)
@@ -139,53 +117,8 @@ _UPLOAD_FLAGS = (
     refused("create-pr", "nemo_gym's upload commits directly", takes_value=False),
 )
 
-# `gym list|search agents|models` (ng_environments' +kind): what is listed, its columns, what a query matches
-_LISTED = {
-    "agents": ("agents", "name, composition, variants, description", "name, description or variants"),
-    "models": ("model servers", "the --model-type names and their model group", "name or model group"),
-}
-_QUERY = Flag(lambda p: p.add_argument("query", metavar="QUERY"), lambda a: [f"+query={a.query}"])
-
-
-def _kind(kind: str) -> Flag:
-    """No flag of its own: the route's fixed `+kind=`."""
-    return Flag(lambda p: None, lambda a: [f"+kind={kind}"])
-
-
 ROUTES: dict[str, Route] = {
-    "list benchmarks": Route(
-        "List manifest-backed benchmarks (ng_list_benchmarks).",
-        "list_benchmarks",
-        (_NO_INSPECT, JSON, SEARCH_DIR),
-    ),
-    "list resources-servers": Route(
-        "List the environments (resources servers): name, domain, description; NAME shows one (ng_environments).",
-        "environments",
-        (_INSPECT, JSON, SEARCH_DIR),
-    ),
-    "search resources-servers": Route(
-        "The environments (resources servers) whose name, domain or description match QUERY, as 0.7.0 matches them"
-        " (ng_environments +query=QUERY).",
-        "environments",
-        (_QUERY, JSON, SEARCH_DIR),
-    ),
-    **{
-        f"list {kind}": Route(
-            f"List the {noun}: {columns}; NAME shows one (ng_environments +kind={kind}).",
-            "environments",
-            (_kind(kind), _INSPECT, JSON, SEARCH_DIR),
-        )
-        for kind, (noun, columns, _) in _LISTED.items()
-    },
-    **{
-        f"search {kind}": Route(
-            f"The {noun} whose {matched} match QUERY, as 0.7.0 matches them (ng_environments +kind={kind}"
-            " +query=QUERY).",
-            "environments",
-            (_kind(kind), _QUERY, JSON, SEARCH_DIR),
-        )
-        for kind, (noun, _, matched) in _LISTED.items()
-    },
+    **LISTING_ROUTES,
     "dataset upload": Route(
         "Upload a JSONL dataset to HF (default) or GitLab (ng_upload_dataset_to_hf / _gitlab).",
         _storage("upload_dataset_to_hf", "upload_dataset_to_gitlab"),
@@ -358,23 +291,20 @@ ROUTES: dict[str, Route] = {
     "dev test": Route("Run the core tests with coverage (ng_dev_test).", "dev_test"),
 }
 
-_CATALOG = "0.7.0's component catalog (manifests and its install root's folders) is not part of nemo_gym"
 UNSUPPORTED: dict[str, str] = {
-    "list environments": _CATALOG,
-    **{f"search {kind}": _CATALOG for kind in ("environments", "benchmarks")},
-    "env publish": "manifest publication checks need 0.7.0's manifest catalog",
+    "env publish": "0.7.0's publication checks (its verifier fixtures, catalog certification) are not offered",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
 }
 GROUPS = {
-    "list": "List available components (benchmarks, resources-servers, agents, models).",
+    "list": "List available components (benchmarks, environments, agents, models, resources-servers).",
     "dataset": "Manage datasets.",
     "env": "Develop and run environments.",
     "eval": "Run evaluations.",
     "dev": "Contributor helpers.",
-    "search": "Search available components (resources-servers, agents, models).",
+    "search": "Search available components (environments, benchmarks, resources-servers, agents, models).",
 }
 
 
@@ -408,10 +338,16 @@ def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
 SEARCH_KINDS = frozenset(key.split()[1] for key in [*ROUTES, *UNSUPPORTED] if key.startswith("search "))
 
 
+def _with_search_kind(argv: list[str]) -> list[str]:
+    """`gym search QUERY` (no kind) as `gym search catalog QUERY`: 0.7.0 searches its whole catalog."""
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if len(words) > 1 and argv[words[0]] == "search" and argv[words[1]] not in SEARCH_KINDS:
+        return [*argv[: words[0] + 1], CATALOG_SEARCH.split()[1], *argv[words[0] + 1 :]]
+    return argv
+
+
 def _unsupported(argv: list[str], prog: str) -> str | None:
     words = [a for a in argv if not a.startswith("-")][:2]
-    if words[:1] == ["search"] and words[1:2] != [] and words[1] not in SEARCH_KINDS:
-        words = ["search", "environments"]  # `gym search QUERY`: 0.7.0 searches its environments
     for key in (" ".join(words), words[0] if words else ""):
         if key in UNSUPPORTED:
             return f"{prog}: `{prog} {key}` is not supported: {UNSUPPORTED[key]}"
@@ -441,6 +377,7 @@ def run_named(name: str, argv: list[str]) -> int:
 def gym_main(argv: list[str], prog: str = "gym") -> int:
     """`gym <group> <action> [flags] [+key=value ...]`. Returns the exit status (2: a usage error or a subcommand
     we do not support)."""
+    argv = _with_search_kind(argv)
     message = _unsupported(argv, prog)
     if message:
         print(message, file=sys.stderr)

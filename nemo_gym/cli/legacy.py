@@ -5,7 +5,8 @@
 |---|---|---|
 | ng_aggregate_rollouts | eval aggregate | `nemo_gym.collect.aggregate_rollouts` |
 | ng_e2e_collect_rollouts | eval run | `nemo_gym.cli.e2e` |
-| ng_list_benchmarks | list benchmarks | `nemo_gym.datasets.benchmarks` |
+| ng_list_benchmarks | list benchmarks | `nemo_gym.datasets.catalog` (its benchmarks) |
+| ng_list_environments | list environments, search | `nemo_gym.datasets.catalog` |
 | ng_materialize_prompts | dataset render | `nemo_gym.datasets.prompts` |
 | ng_prepare_benchmark | eval prepare | refused with the reason (`nemo_gym.datasets.benchmarks`) |
 | ng_reinstall | (none) | `uv sync --extra dev`, as 0.7.0 runs it |
@@ -49,10 +50,18 @@ LEGACY_COMMANDS: dict[str, Command] = {
         ),
         Command(
             "list_benchmarks",
-            "list NeMo Gym 0.7.0's manifest-backed benchmark folders under the search roots (0.7.0's gym list"
-            " benchmarks)",
-            "nemo_gym.datasets.benchmarks:ListBenchmarksOptions",
-            "nemo_gym.datasets.benchmarks:list_benchmarks_main",
+            "list the benchmarks of the catalog (benchmarks/ with or without a manifest, benchmark configs of"
+            " resources servers) under the search roots; +name=<name> shows one (0.7.0's gym list benchmarks)",
+            "nemo_gym.datasets.catalog:ListBenchmarksOptions",
+            "nemo_gym.datasets.catalog:list_environments_main",
+        ),
+        Command(
+            "list_environments",
+            "list the catalog of environments and benchmarks (environments/ and benchmarks/ folders, runnable"
+            " resources server configs) under the search roots, filtered by +query, +domain, +catalog_kind, ...;"
+            " +name=<name> shows one (0.7.0's gym list environments)",
+            "nemo_gym.datasets.catalog:ListEnvironmentsOptions",
+            "nemo_gym.datasets.catalog:list_environments_main",
         ),
         Command(
             "materialize_prompts",

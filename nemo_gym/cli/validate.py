@@ -61,9 +61,10 @@ def validate_main(argv: list[str]) -> int:
     manifest = sorted({key.lstrip("+") for key, _ in parse_overrides(argv)} & set(MANIFEST_KEYS))
     if manifest:
         raise ConfigError(
-            f"not supported: {', '.join('+' + k for k in manifest)} select NeMo Gym 0.7.0's manifest-backed workloads"
-            " (its environment catalog and manifest.yaml schema), which nemo_gym does not have; validate a config with"
-            " +config_paths=[...] instead"
+            f"not supported: {', '.join('+' + k for k in manifest)} select NeMo Gym 0.7.0's manifest validation (the"
+            " manifest checked against its resolved composition, datasets and profile), which nemo_gym does not"
+            " offer; ng_list_environments +name=NAME shows a catalog entry's config: validate it with"
+            " +config_paths=[...]"
         )
     try:
         server_instances(loaded := load_config(argv))

@@ -31,6 +31,7 @@ __all__ = [
     "LoadedConfig",
     "parse_overrides",
     "load_config",
+    "load_config_file",
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
@@ -287,6 +288,20 @@ def load_config(
             "Define the referenced key in a config file, in env.yaml, or on the command line (+name=value)."
         ) from exc
     return loaded
+
+
+def load_config_file(path: Path, tree_root: Path) -> dict[str, Any]:
+    """One YAML file merged with the files its `config_paths` name (relative ones found next to the citing file,
+    then under `tree_root`, e.g. the root of a NeMo Gym checkout), with the `_inherit_from`/`_copy`/`_delete_key`
+    directives applied; `${...}` and `???` values are left as they are, and no `env.yaml` or command line is read.
+
+    Raises:
+        ConfigError: a missing file, bad YAML, a `config_paths` cycle, a directive that names no key.
+    """
+    origins: dict[str, str] = {}
+    merged = _load_config_paths([str(path)], f"{path}", tree_root, (), origins, tree_root)
+    apply_config_directives(merged, lambda key: origins.get(key.split(".")[0], str(path)))
+    return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]
 
 
 def _check_missing(cfg: Any, loaded: LoadedConfig, prefix: str = "") -> None:

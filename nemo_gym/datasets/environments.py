@@ -42,7 +42,11 @@ __all__ = [
     "ModelEntry",
     "ResourcesServerEntry",
     "agent_entries",
+    "config_servers",
     "environments_main",
+    "first_metadata",
+    "start_command",
+    "fuzzy_matches",
     "model_entries",
     "resources_server_entries",
 ]
@@ -105,8 +109,7 @@ class ResourcesServerEntry:
         return {**shown, "usage_example": f"gym env start --resources-server {self.name} --model-type vllm_model"}
 
     def start_with(self) -> str:
-        model = REPO_ROOT / "responses_api_models" / "vllm_model" / "configs" / "vllm_model.yaml"
-        return f"ng_run +config_paths=[{self.config_path.resolve()},{model}]"
+        return start_command(self.config_path)
 
 
 @dataclass(frozen=True)
@@ -176,21 +179,37 @@ class ModelEntry:
 Entry = ResourcesServerEntry | AgentEntry | ModelEntry
 
 
-def _servers(config_path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(group, server section) of every server of every instance of a config file (none when it is no YAML
-    mapping)."""
-    try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, yaml.YAMLError):
-        return []
+def start_command(config_path: Path) -> str:
+    """The `ng_run` command that starts a config with this repository's vLLM model server."""
+    model = REPO_ROOT / "responses_api_models" / "vllm_model" / "configs" / "vllm_model.yaml"
+    return f"ng_run +config_paths=[{config_path.resolve()},{model}]"
+
+
+def config_servers(config: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """(group, server name, server section) of every server of every instance of a parsed config, or of the config
+    file at a `Path` (none when it is no YAML mapping), as 0.7.0's `discovery.iter_server_configs` walks them."""
+    if isinstance(config, Path):
+        try:
+            config = yaml.safe_load(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeError, yaml.YAMLError):
+            return []
     found = []
     for instance in config.values() if isinstance(config, dict) else ():
         for group in SERVER_GROUPS if isinstance(instance, dict) else ():
             sections = instance.get(group)
             found += [
-                (group, s) for s in (sections.values() if isinstance(sections, dict) else ()) if isinstance(s, dict)
+                (group, str(name), s)
+                for name, s in (sections.items() if isinstance(sections, dict) else ())
+                if isinstance(s, dict)
             ]
     return found
+
+
+def first_metadata(servers: list[tuple[str, str, dict[str, Any]]]) -> tuple[str | None, str | None]:
+    """(domain, description): the first non-empty of each among `servers` (0.7.0's `_scan_servers_for_metadata`)."""
+    domain = next((str(s["domain"]) for _, _, s in servers if s.get("domain")), None)
+    description = next((str(s["description"]) for _, _, s in servers if s.get("description")), None)
+    return domain, description
 
 
 def _folders(subdir: str, roots: Sequence[Path] | None) -> list[Path]:
@@ -211,11 +230,10 @@ def _config_name(folder: Path, config_path: Path) -> str:
 
 def _resources_server(folder: Path, config_path: Path) -> ResourcesServerEntry | None:
     """The entry of one config file, or None when it declares no resources server."""
-    servers = _servers(config_path)
-    if not any(group == "resources_servers" for group, _ in servers):
+    servers = config_servers(config_path)
+    if not any(group == "resources_servers" for group, _, _ in servers):
         return None
-    domain = next((str(s["domain"]) for _, s in servers if s.get("domain")), None)
-    description = next((str(s["description"]) for _, s in servers if s.get("description")), None)
+    domain, description = first_metadata(servers)
     return ResourcesServerEntry(_config_name(folder, config_path), config_path, domain, description)
 
 
@@ -224,7 +242,7 @@ def _agent(folder: Path) -> AgentEntry | None:
     declaring `responses_api_agents` (as 0.7.0's `agent_registry` decides)."""
     blocks: dict[Path, list[dict[str, Any]]] = {}
     for config_path in sorted((folder / "configs").glob("*.yaml")):
-        if found := [s for group, s in _servers(config_path) if group == "responses_api_agents"]:
+        if found := [s for group, _, s in config_servers(config_path) if group == "responses_api_agents"]:
             blocks[config_path] = found
     if not (folder / "app.py").is_file() and not blocks:
         return None

@@ -1,0 +1,244 @@
+"""The catalog of environments and benchmarks (`ng_list_environments`, `ng_list_benchmarks`; NeMo Gym 0.7.0's `gym list
+environments`, `gym list benchmarks`, `gym search`): what it finds in each tree, its filters, one entry shown, its
+errors; and against 0.7.0's own `discover_environment_catalog` and `gym` (peer tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
+
+from nemo_gym.cli import gym_router as gym
+from nemo_gym.cli import legacy
+from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.datasets.catalog import catalog_entries
+from nemo_gym.datasets.manifest import ManifestError, load_manifest
+
+OURS = Path(sys.executable).parent  # our console scripts
+
+
+def manifest(name: str, kind: str = "environment", **fields) -> dict:
+    """A manifest that follows 0.7.0's schema."""
+    dataset = {"name": "d", "type": "example", "jsonl_fpath": "data/d.jsonl"}
+    if kind == "benchmark":
+        dataset |= {"type": "benchmark", "prepare_script": "prepare.py"}
+        fields = {"canonical_split": "test", "prompt_source": "prepared", **fields}
+    return {
+        "name": name, "version": "0.1.0", "kind": kind, "integration_profile": "external-agent-loop",
+        "domain": "math", "description": f"the {name} {kind}", "modality": "text", "authors": ["a"],
+        "reward": {"range": [0, 1], "higher_is_better": True}, "resources_server": None, "agent_server": "agent",
+        "datasets": [dataset], **fields,
+    }  # fmt: skip
+
+
+def write(path: Path, data: dict | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+
+
+def server(group: str, name: str, **fields) -> dict:
+    return {group: {name: {"entrypoint": "app.py", **fields}}}
+
+
+def agent_config(dataset_type: str, description: str = "graded by rules") -> dict:
+    return {
+        "rs": server("resources_servers", "rs", domain="knowledge", description=description, value="teaches x"),
+        "rs_agent": server(
+            "responses_api_agents", "simple_agent", datasets=[{"name": "train", "type": dataset_type}, {"name": "v"}]
+        ),
+    }
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    envs, benches = root / "environments", root / "benchmarks"
+    write(envs / "alpha" / "manifest.yaml", manifest("alpha", experimental=False, licensing="apache-2.0"))
+    write(envs / "alpha" / "config.yaml", {})
+    write(envs / "beta" / "config.yaml", {"b": server("resources_servers", "b", domain="games", description="B")})
+    write(envs / "gone" / "config.yaml", {})
+    write(envs / "gone" / ".nemo_gym_tombstone", "")
+    write(envs / "bad" / "manifest.yaml", {**manifest("bad"), "authors": []})  # breaks the schema
+    write(envs / "bad" / "config.yaml", {})  # so the bare config is the entry
+    write(envs / "misnamed" / "manifest.yaml", manifest("other"))
+    write(envs / "misnamed" / "config.yaml", {})
+    write(benches / "b1" / "manifest.yaml", manifest("b1", "benchmark"))
+    write(benches / "b1" / "config.yaml", {})
+    # a bare benchmark config inheriting its description from the one it names
+    base = {"m": server("resources_servers", "m", domain="math", description="inherited")}
+    write(benches / "b2" / "base.yaml", base)
+    write(benches / "b2" / "pi.yaml", {
+        "config_paths": ["benchmarks/b2/base.yaml"],
+        "a": server("responses_api_agents", "pi", datasets=[{"name": "b2", "type": "benchmark"}]),
+    })  # fmt: skip
+    rs = root / "resources_servers" / "rs" / "configs"
+    write(rs / "rs.yaml", agent_config("train"))
+    write(rs / "rs_bench.yaml", agent_config("benchmark"))
+    write(rs / "nodata.yaml", {"rs": server("resources_servers", "rs")})
+    return root
+
+
+def _listed(argv: list[str], capsys, command: str = "list_environments") -> list[dict]:
+    assert legacy.run(command, [*argv, "+json=true"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_each_tree_gives_its_entries_as_0_7_0_finds_them(tree, capsys):
+    entries = {(e.name, e.kind): e for e in catalog_entries([tree])}
+    assert list(entries) == [
+        ("alpha", "environment"), ("b1", "benchmark"), ("b2/pi", "benchmark"), ("bad", "environment"),
+        ("beta", "environment"), ("misnamed", "environment"), ("resources_servers/rs", "environment"),
+        ("resources_servers/rs/rs_bench", "benchmark"),
+    ]  # fmt: skip
+    alpha = entries["alpha", "environment"]
+    assert (alpha.status, alpha.licensing, alpha.domain, alpha.version) == (None, "Apache-2.0", "math", "0.1.0")
+    assert alpha.manifest_path == tree / "environments" / "alpha" / "manifest.yaml"
+    assert entries["b1", "benchmark"].status == "experimental"
+    assert (entries["beta", "environment"].status, entries["beta", "environment"].description) == ("no-manifest", "B")
+    assert entries["b2/pi", "benchmark"].description == "inherited"  # through config_paths
+    assert entries["bad", "environment"].status == "no-manifest"  # its manifest is left out
+    workload = entries["resources_servers/rs/rs_bench", "benchmark"]
+    assert (workload.resources_server_selector, workload.domain) == ("rs/rs_bench", "knowledge")
+    warned = capsys.readouterr().err
+    assert "environments/bad/manifest.yaml: invalid manifest:\n  - authors: List should have at least 1 item" in warned
+    assert "declares environment 'other'; its folder makes it environment 'misnamed'" in warned
+
+
+def test_an_earlier_root_shadows_a_name_and_its_resources_server_workload(tree, tmp_path):
+    project = tmp_path / "project"
+    write(project / "environments" / "beta" / "config.yaml", {"x": server("resources_servers", "x", description="P")})
+    write(project / "environments" / "rs" / "config.yaml", {})  # claims the workload's last name
+    entries = {e.name: e for e in catalog_entries([project, tree])}
+    assert entries["beta"].description == "P"
+    assert "resources_servers/rs" not in entries and "resources_servers/rs/rs_bench" in entries
+
+
+def test_filters_query_and_the_benchmark_view(tree, monkeypatch, capsys):
+    monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tree))
+    monkeypatch.chdir(tree)
+    repository = {e.name for e in catalog_entries([REPO_ROOT])}  # searched last: our resources servers
+
+    def names(rows: list[dict]) -> list[str]:
+        return [r["name"] for r in rows if r["name"] not in repository]
+
+    assert names(_listed(["+catalog_kind=benchmark"], capsys)) == ["b1", "b2/pi", "resources_servers/rs/rs_bench"]
+    assert names(_listed([], capsys, "list_benchmarks")) == ["b1", "b2/pi", "resources_servers/rs/rs_bench"]
+    assert names(_listed(["+status=no-manifest", "+domain=games"], capsys)) == ["beta"]
+    assert legacy.run("list_environments", ["+licensing=Apache-2.0", "+json=true"]) == 0
+    out, err = capsys.readouterr()
+    assert names(json.loads(out)) == ["alpha"]
+    assert "have no licensing and cannot match it" in err  # the entries without a manifest
+    assert names(_listed(["+query=inheritd"], capsys)) == ["b2/pi"]  # a close word, as 0.7.0 matches
+    row = _listed(["+query=alpha"], capsys)[0]
+    assert row == {
+        "name": "alpha",
+        "kind": "environment",
+        "domain": "math",
+        "description": "the alpha environment",
+        "version": "0.1.0",
+        "integration_profile": "external-agent-loop",
+        "modality": "text",
+        "licensing": "Apache-2.0",
+        "lifecycle": "active",
+    }  # fmt: skip  (no status: not experimental, as 0.7.0 prints it)
+    assert legacy.run("list_environments", ["+query=nothing-like-it"]) == 0
+    assert "No entries found matching 'nothing-like-it'" in capsys.readouterr().out
+
+
+def test_one_entry_is_shown_and_a_wrong_name_or_kind_is_refused(tree, monkeypatch, capsys):
+    monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tree))
+    assert legacy.run("list_environments", ["+name=resources_servers/rs", "+json=true"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == {
+        "name": "resources_servers/rs", "type": "environment", "domain": "knowledge",
+        "description": "graded by rules\nValue: teaches x",
+        "details": {"config": str(tree / "resources_servers/rs/configs/rs.yaml"), "status": "no-manifest",
+                    "resources servers": "rs", "agent": "simple_agent", "datasets": "train, v"},
+        "usage_example": "gym env start --resources-server rs --model-type vllm_model",
+    }  # fmt: skip
+    assert legacy.run("list_benchmarks", ["+name=b1"]) == 0
+    text = capsys.readouterr().out
+    assert "The b1 benchmark (domain: math)" in text and "manifest: " in text and "start it: ng_run" in text
+    assert legacy.run("list_benchmarks", ["+name=alpha"]) == 2
+    assert "'alpha' is an environment, not a benchmark" in capsys.readouterr().err
+    assert legacy.run("list_environments", ["+name=alhpa"]) == 2
+    assert "unknown environment 'alhpa' (did you mean alpha" in capsys.readouterr().err
+
+
+def test_gym_list_and_search_run_it(tree, monkeypatch, capsys):
+    monkeypatch.chdir(tree)
+    monkeypatch.delenv("NEMO_GYM_EXTRA_ROOTS", raising=False)
+    assert gym.gym_main(["search", "inherited", "--json"]) == 0  # no kind: the whole catalog
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["b2/pi"]
+    assert gym.gym_main(["search", "benchmarks", "rules", "--json", "--search-dir", str(tree)]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["resources_servers/rs/rs_bench"]
+    assert "NEMO_GYM_EXTRA_ROOTS" not in os.environ
+    assert gym.gym_main(["list", "environments", "--kind", "environment", "--status", "no-manifest", "--json"]) == 0
+    assert "b1" not in {r["name"] for r in json.loads(capsys.readouterr().out)}
+    assert gym.gym_main(["list", "benchmarks", "b2/pi"]) == 0
+    assert "The b2/pi benchmark (domain: math)" in capsys.readouterr().out
+    assert gym.gym_main(["list", "environments", "--lifecycle", "retired"]) == 2
+    assert "invalid choice: 'retired'" in capsys.readouterr().err
+
+
+def test_a_manifest_file_error_names_the_file_and_line(tmp_path):
+    write(tmp_path / "manifest.yaml", "name: x\n  kind: [\n")
+    with pytest.raises(ManifestError, match=r"manifest.yaml: malformed YAML at line 2"):
+        load_manifest(tmp_path / "manifest.yaml")
+
+
+# -- against NeMo Gym 0.7.0 ---------------------------------------------------------------------------------------
+
+CATALOG_07 = """
+import dataclasses, json
+from nemo_gym.registry import discover_environment_catalog
+print(json.dumps([{f.name: (str(v) if isinstance(v := getattr(e, f.name), __import__("pathlib").Path) else v)
+                   for f in dataclasses.fields(e)} for e in discover_environment_catalog()]))
+"""
+
+
+def _theirs(argv: list[str], cwd: Path, **env: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd, env={**peer07_env(), **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _ours(entries) -> list[dict]:
+    return [{k: str(v) if isinstance(v, Path) else v for k, v in vars(e).items() if k != "root"} for e in entries]
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(600)
+def test_the_catalog_is_0_7_0s(tmp_path):
+    """0.7.0's catalog of its install root (385 entries: manifests, bare configs, resources server workloads) and of
+    ours, field for field; then its `gym list environments NAME --json` and `gym search QUERY --json`."""
+    site, python = peer07_site_packages(), str(peer07_venv() / "bin" / "python")
+    theirs = json.loads(_theirs([python, "-c", CATALOG_07], tmp_path))
+    assert len(theirs) > 300
+    assert _ours(catalog_entries([site])) == theirs
+    with_ours = json.loads(_theirs([python, "-c", CATALOG_07], tmp_path, NEMO_GYM_EXTRA_ROOTS=str(REPO_ROOT)))
+    assert _ours(catalog_entries([REPO_ROOT])) == [e for e in with_ours if e["path"].startswith(f"{REPO_ROOT}/")]
+
+    def gym_both(*argv: str) -> tuple[object, object]:
+        mine = subprocess.run([str(OURS / "gym"), *argv, "--search-dir", str(site)], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, "NEMO_GYM_EXTRA_ROOTS": ""}, timeout=300)  # fmt: skip
+        assert mine.returncode == 0, mine.stderr
+        return json.loads(mine.stdout), json.loads(_theirs([str(peer07_venv() / "bin" / "gym"), *argv], tmp_path))
+
+    ours_only = {e.name for e in catalog_entries([REPO_ROOT])} - {e["name"] for e in theirs}
+    for argv in (["search", "math"], ["search", "benchmarks", "long context"], ["list", "environments"]):
+        mine, theirs_listed = gym_both(*argv, "--json")
+        assert [e for e in mine if e["name"] not in ours_only] == theirs_listed, argv
+    kinds = {("benchmark", "experimental"), ("benchmark", "no-manifest"), ("environment", "no-manifest")}
+    named = {(e["kind"], e["status"], e["resources_server_selector"] is None): e["name"] for e in theirs}
+    assert len(named) >= len(kinds) + 1  # a bare config, a manifest, a workload of each kind found
+    for name in named.values():
+        mine, theirs_shown = gym_both("list", "environments", name, "--json")
+        assert mine == theirs_shown, name
