@@ -1,4 +1,4 @@
-"""`ng_reverify` (nemo_gym.collect.reverify; NeMo Gym 0.7.0's `gym eval reverify`): collected rollouts scored again by
+"""`ng_reverify` (nemo_gym.eval.reverify; NeMo Gym 0.7.0's `gym eval reverify`): collected rollouts scored again by
 the running resources server, real HTTP on loopback: each in a seeded session with its tool calls replayed, so a
 stateful server (example_session_state_mgmt's counter) scores the trajectory in the state it built; the old reward
 kept; a rollout the server refuses is a failure record, never a reward of 0."""
@@ -15,9 +15,9 @@ from nemo_gym_peer07 import peer07_env, peer07_venv
 from ng_process import BIN
 from test_collect import Served
 
-from nemo_gym.collect.reverify import ReverifyOptions, reverify_main, task_rows, verify_body
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.eval.reverify import ReverifyOptions, reverify_main, task_rows, verify_body
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app
 
@@ -190,3 +190,145 @@ def test_the_verify_bodies_are_0_7_0s(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ours
+
+
+# -- ATIF trajectories as input (0.7.0's --input-format atif) ------------------------------------------------------
+def _exported(tmp_path: Path, rows: list[dict]) -> tuple[Path, Path]:
+    """`rows` exported by ng_export_atif, and their materialized inputs: (manifest, inputs)."""
+    from nemo_gym.eval.atif_export import export_rollouts
+
+    for row in rows:  # each call answered, as in a real rollout
+        answered = []
+        for item in row["response"]["output"]:
+            answered += [item] + ([{"type": "function_call_output", "call_id": item["call_id"], "output": '{"ok":1}'}]
+                                  if item["type"] == "function_call" else [])  # fmt: skip
+        row["response"] = {**row["response"], "output": answered}
+    export_rollouts(write(tmp_path / "r.jsonl", rows), tmp_path / "atif", session_id="s", agent_version="1")
+    inputs = write(
+        tmp_path / "inputs.jsonl", [{k: v for k, v in r.items() if k not in ("response", "reward")} for r in rows]
+    )
+    return tmp_path / "atif" / "manifest.jsonl", inputs
+
+
+def test_atif_trajectories_are_scored_as_their_rollouts(head, tmp_path, capsys):
+    """ng_export_atif's files back through ng_reverify: each trajectory is the rollout's response again."""
+    manifest, inputs = _exported(tmp_path, [rollout(0, [1, 2], 0.0), rollout(1, [5], 1.0)])
+    options = ReverifyOptions(
+        input_format="atif",
+        atif_manifest_jsonl_fpath=str(manifest),
+        materialized_inputs_jsonl_fpath=str(inputs),
+        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        head_server_url=head,
+    )
+    assert reverify_main(options) == 0
+    scored = read_jsonl(tmp_path / "out.jsonl")
+    assert [(r["_ng_task_index"], r["reward"]) for r in scored] == [(0, 1.0), (1, 0.0)]  # replayed: 3+1+2, 3+5
+    calls = [item for item in scored[0]["response"]["output"] if item["type"] == "function_call"]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("increment_counter", '{"count":1}')] + [
+        ("increment_counter", '{"count":2}')
+    ]
+    assert scored[0]["_ng_atif_provenance"]["trajectory_id"] == "s:0:0" and "Reverified: 2/2" in capsys.readouterr().out
+    argv = [str(BIN / "gym"), "eval", "reverify", "--input-format", "atif", "--atif-manifest", str(manifest)]
+    argv += ["--inputs", str(inputs), "-o", str(tmp_path / "cli.jsonl")]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**os.environ, "NEMO_GYM_HEAD_URL": head}
+    )
+    assert done.returncode == 0 and "Reverified: 2/2 rollouts" in done.stdout, done.stderr
+
+
+def test_a_bad_atif_input_is_refused_naming_the_manifest_line_before_any_call(head, tmp_path):
+    manifest, inputs = _exported(tmp_path, [rollout(0, [1, 2], 0.0), rollout(1, [5], 1.0)])
+    options = ReverifyOptions(
+        input_format="atif",
+        atif_manifest_jsonl_fpath=str(manifest),
+        materialized_inputs_jsonl_fpath=str(inputs),
+        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        head_server_url=head,
+    )
+    trajectory = tmp_path / "atif" / "1-0.json"
+    original = trajectory.read_text()
+    trajectory.write_text(original.replace('"count": 5', '"count": 6'))  # not the file the manifest pinned
+    with pytest.raises(DataError, match=r"manifest\.jsonl:2: .*1-0\.json: its sha256 is [0-9a-f]{64}, the manifest"):
+        reverify_main(options)
+    unanswered = json.loads(original)
+    unanswered["steps"][-2]["observation"] = None  # the tool call's step loses its output
+    trajectory.write_text(json.dumps(unanswered))
+    lines = manifest.read_text().splitlines()
+    manifest.write_text(lines[0] + "\n" + json.dumps({**json.loads(lines[1]), "expected_sha256": None}) + "\n")
+    with pytest.raises(DataError, match=r"manifest\.jsonl:2: .*step \d+ has no output for tool call\(s\) \['c0'\]"):
+        reverify_main(options)
+    manifest.write_text(lines[0] + "\n" + lines[0] + "\n")
+    with pytest.raises(DataError, match=r"manifest\.jsonl:2: rollout \(0, 0\) or file .* is in the manifest twice"):
+        reverify_main(options)
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(ValueError, match="input_format=atif reads"):
+        ReverifyOptions(input_format="atif", atif_manifest_jsonl_fpath=str(manifest), output_jsonl_fpath="o")
+
+
+PEER_ATIF = """
+import json, sys
+from pathlib import Path
+from nemo_gym.atif_reverification import index_materialized_inputs, load_atif_manifest, project_atif_manifest_entries
+manifest, inputs = Path(sys.argv[1]), [json.loads(line) for line in open(sys.argv[2])]
+projected = project_atif_manifest_entries(load_atif_manifest(manifest), index_materialized_inputs(inputs),
+                                          manifest_directory=manifest.parent)
+print(json.dumps([p.payload for p in projected]))
+"""
+
+
+def _without_nulls(value):
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return [_without_nulls(v) for v in value] if isinstance(value, list) else value
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_the_atif_verify_bodies_are_0_7_0s(tmp_path):
+    """0.7.0's own projection (`project_atif_manifest_entries`) on the same manifest and inputs gives the bodies we
+    send, item ids included (JSON nulls aside): trajectories ng_export_atif wrote, and one of another producer with no
+    trajectory id, text parts, Relay's extra.tool_result, a timestamp, reasoning and usage."""
+    from nemo_gym.eval.atif_reverify import ATIF_PROVENANCE_KEY, atif_rows
+    from nemo_gym.eval.reverify import task_rows
+
+    rows = [
+        rollout(0, [1, 2], 0.0),
+        {**rollout(1, [], 1.0), "responses_create_params": {"input": "q", "temperature": 0.3}},
+    ]
+    manifest, inputs = _exported(tmp_path, rows)
+    other = {
+        "schema_version": "ATIF-v1.7", "session_id": "relay-1",
+        "agent": {"name": "relay", "version": "2", "model_name": "m"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "add"},
+            {"step_id": 2, "source": "agent", "message": "", "reasoning_content": "plan",
+             "timestamp": "2026-11-29T10:00:00Z",
+             "tool_calls": [{"tool_call_id": "t1", "function_name": "increment_counter", "arguments": {"count": 3}},
+                            {"tool_call_id": "t2", "function_name": "get_counter_value", "arguments": {}}],
+             "observation": {"results": [{"source_call_id": "t1", "extra": {"tool_result": {"ok": True}}},
+                                         {"source_call_id": "t2", "content": [{"type": "text", "text": "6"}]}]}},
+            {"step_id": 3, "source": "agent", "message": [{"type": "text", "text": "six"}]},
+        ],
+        "final_metrics": {"total_prompt_tokens": 7, "total_completion_tokens": 3, "total_cached_tokens": 2},
+    }  # fmt: skip
+    (tmp_path / "atif" / "other.json").write_text(json.dumps(other))
+    with manifest.open("a") as fh:
+        fh.write(json.dumps({"trajectory_path": "other.json", "_ng_task_index": 2, "_ng_rollout_index": 0}) + "\n")
+    with inputs.open("a") as fh:
+        third = {k: v for k, v in rollout(2, [], 0.0).items() if k not in ("response", "reward")}
+        fh.write(json.dumps({**third, "responses_create_params": {"input": "add", "parallel_tool_calls": True}}) + "\n")
+    options = ReverifyOptions(
+        input_format="atif",
+        atif_manifest_jsonl_fpath=str(manifest),
+        materialized_inputs_jsonl_fpath=str(inputs),
+        output_jsonl_fpath="o",
+    )
+    ours = [
+        {k: v for k, v in row.items() if k != ATIF_PROVENANCE_KEY} for _, row in atif_rows(manifest, task_rows(options))
+    ]
+    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_ATIF, str(manifest), str(inputs)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(theirs) == 3 and _without_nulls(ours) == _without_nulls(theirs)

@@ -266,8 +266,12 @@ ROUTES: dict[str, Route] = {
             *(refused(flag, _REVERIFY_SERVERS) for flag in ("config", "benchmark", "environment", "model-type")),
             *(refused(flag, _REVERIFY_SERVERS) for flag in ("resources-server-config", "search-dir")),
             value_flag("inputs", "materialized_inputs_jsonl_fpath", "Materialized inputs JSONL."),
-            refused("input-format", "rollouts are read as ng_collect_rollouts writes them (gym), not from ATIF"),
-            refused("atif-manifest", "rollouts are read as ng_collect_rollouts writes them (gym), not from ATIF"),
+            value_flag("input-format", "input_format", "Reverification input format.", choices=("gym", "atif")),
+            value_flag(
+                "atif-manifest",
+                "atif_manifest_jsonl_fpath",
+                "Manifest joining ATIF trajectories to materialized inputs.",
+            ),
             refused(
                 "force",
                 "no reverify-mode guard to override: a stateful server scores the replayed session",

@@ -169,8 +169,8 @@ COMMANDS: dict[str, Command] = {
             "reverify",
             "score collected rollouts again with the running resources servers (each in a seeded session, its tool"
             " calls replayed), the old reward kept (NeMo Gym 0.7.0's gym eval reverify)",
-            "nemo_gym.collect.reverify:ReverifyOptions",
-            "nemo_gym.collect.reverify:reverify_main",
+            "nemo_gym.eval.reverify:ReverifyOptions",
+            "nemo_gym.eval.reverify:reverify_main",
         ),
         Command(
             "row_schema",

@@ -16,6 +16,10 @@ Each output row is the rollout row with the new `reward` and the verify answer's
 of `<out stem>_failures.jsonl` (`_ng_task_index`, `_ng_rollout_index`, `failure_class`, `message`), never scored 0.
 Exit status 0: every rollout scored; 1: some failed.
 
+`+input_format=atif` reads ATIF trajectories instead (another harness's, or `ng_export_atif`'s), through the
+manifest that joins them to the materialized inputs (`+atif_manifest_jsonl_fpath=`, with
+`+materialized_inputs_jsonl_fpath=`): each trajectory becomes the rollout's response (`nemo_gym.eval.atif_reverify`).
+
 Departure from 0.7.0, which posts `/verify` with no session and so refuses servers that do not declare themselves
 stateless (`REVERIFY_MODE`) unless forced: the replay in a seeded session lets a stateful server score again.
 A Gymnasium-style server (reset/step) replays the episode from the trajectory itself (`nemo_gym.env.gymnasium`).
@@ -28,15 +32,16 @@ import json
 import math
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.files import OutputPaths, write_rescored
 from nemo_gym.collect.routing import agent_resources_servers
 from nemo_gym.common.errors import ConfigError, DataError, ServerError, typed_failure
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.eval.atif_reverify import atif_rows
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.head import discover_head_url
 from nemo_gym.serving.retry_policy import ClientTimeouts
@@ -51,7 +56,15 @@ class ReverifyOptions(BaseModel):
     """Parameters of `ng_reverify`."""
 
     model_config = ConfigDict(extra="forbid")
-    rollouts_jsonl_fpath: str = Field(description="rollouts written by ng_collect_rollouts")
+    rollouts_jsonl_fpath: str | None = Field(None, description="rollouts written by ng_collect_rollouts (gym input)")
+    input_format: Literal["gym", "atif"] = Field(
+        "gym", description="gym: a rollouts file; atif: ATIF trajectories joined by +atif_manifest_jsonl_fpath"
+    )
+    atif_manifest_jsonl_fpath: str | None = Field(
+        None,
+        description="(atif) the manifest joining trajectories to tasks: {trajectory_path, _ng_task_index,"
+        " _ng_rollout_index, expected_sha256} per line, as ng_export_atif writes it",
+    )
     output_jsonl_fpath: str = Field(
         description="rows with the new reward (the old one as previous_reward); failures go to <stem>_failures.jsonl"
     )
@@ -74,6 +87,19 @@ class ReverifyOptions(BaseModel):
     head_server_url: str | None = Field(None, description="head server URL; default $NEMO_GYM_HEAD_URL or the only run")
     request_timeout_s: float = Field(600.0, gt=0, description="deadline of one call, seconds")
 
+    @model_validator(mode="after")
+    def _one_input(self) -> ReverifyOptions:
+        if self.input_format == "gym" and (self.rollouts_jsonl_fpath is None or self.atif_manifest_jsonl_fpath):
+            raise ValueError("input_format=gym reads +rollouts_jsonl_fpath (and no +atif_manifest_jsonl_fpath)")
+        if self.input_format == "atif" and not (
+            self.atif_manifest_jsonl_fpath and self.materialized_inputs_jsonl_fpath and not self.rollouts_jsonl_fpath
+        ):
+            raise ValueError(
+                "input_format=atif reads +atif_manifest_jsonl_fpath and +materialized_inputs_jsonl_fpath"
+                " (and no +rollouts_jsonl_fpath)"
+            )
+        return self
+
 
 def task_rows(options: ReverifyOptions) -> dict[tuple[Any, Any], dict[str, Any]] | None:
     """(task index, rollout index) -> the row the collector sent, from the materialized inputs (module docstring);
@@ -81,7 +107,7 @@ def task_rows(options: ReverifyOptions) -> dict[tuple[Any, Any], dict[str, Any]]
     row, as 0.7.0's `_build_verify_payload` does."""
     path = (
         options.materialized_inputs_jsonl_fpath
-        or OutputPaths.for_output(options.rollouts_jsonl_fpath).materialized_inputs
+        or OutputPaths.for_output(str(options.rollouts_jsonl_fpath)).materialized_inputs
     )
     if options.materialized_inputs_jsonl_fpath is None and not Path(path).is_file():
         return None
@@ -183,14 +209,19 @@ def reverify_main(options: ReverifyOptions) -> int:
     output = Path(options.output_jsonl_fpath)
     if output.exists() and not options.overwrite:
         raise ConfigError(f"+output_jsonl_fpath: {output} exists; +overwrite=true replaces it")
-    rows = list(iter_jsonl(options.rollouts_jsonl_fpath, limit=options.limit))
+    if options.atif_manifest_jsonl_fpath:
+        where = options.atif_manifest_jsonl_fpath
+        rows = atif_rows(Path(where), task_rows(options) or {}, options.limit)
+    else:
+        where = str(options.rollouts_jsonl_fpath)
+        rows = list(iter_jsonl(where, limit=options.limit))
     if not rows:
-        raise DataError(f"{options.rollouts_jsonl_fpath}: no rollouts")
+        raise DataError(f"{where}: no rollouts")
     head_url = discover_head_url(options.head_server_url)
 
     async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with ServerClient(head_url, timeouts=ClientTimeouts(read_s=options.request_timeout_s)) as client:
-            return await reverify(rows, client, options, options.rollouts_jsonl_fpath)
+            return await reverify(rows, client, options, where)
 
     scored, failures = asyncio.run(run())
     failures_file = write_rescored(output, scored, failures)
