@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 
 from nemo_gym.cli import gym_router as gym
 from nemo_gym.cli import legacy
+from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.datasets.catalog import catalog_entries
 from nemo_gym.datasets.manifest import ManifestError, load_manifest
@@ -242,3 +244,70 @@ def test_the_catalog_is_0_7_0s(tmp_path):
     for name in named.values():
         mine, theirs_shown = gym_both("list", "environments", name, "--json")
         assert mine == theirs_shown, name
+
+
+# -- ng_init_environment (0.7.0's gym env init --environment) ------------------------------------------------------
+def test_ng_init_environment_scaffolds_a_listed_runnable_environment(tmp_path, monkeypatch, capsys):
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    folder = init_environment(InitEnvironmentOptions(name="word_env", domain="games"), repo_root=tmp_path)
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == [
+        "README.md", "config.yaml", "data/example.jsonl", "manifest.yaml",
+    ]  # fmt: skip
+    assert (tmp_path / "resources_servers" / "word_env" / "app.py").is_file()  # its server
+    [entry] = [e for e in catalog_entries([tmp_path]) if e.name == "word_env"]
+    assert (entry.kind, entry.status, entry.domain, entry.integration_profile) == (
+        "environment", "experimental", "games", "custom-gym-verifier",
+    )  # fmt: skip
+    assert "resources_servers/word_env" not in {e.name for e in catalog_entries([tmp_path])}  # its server's workload
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    argv = ["env", "validate", "--environment", "word_env", "--model-type", "scripted_model"]
+    assert gym.gym_main(argv) == 0 and "Config is valid" in capsys.readouterr().out  # ng_validate of its config
+    with pytest.raises(ConfigError, match="environments/word_env exists already"):
+        init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    with pytest.raises(ConfigError, match="domain: Input should be 'math'"):
+        init_environment(InitEnvironmentOptions(name="other", domain="cooking"), repo_root=tmp_path)
+    assert (
+        not (tmp_path / "environments" / "other").exists() and not (tmp_path / "resources_servers" / "other").exists()
+    )
+    assert gym.gym_main(["env", "init", "--environment", "x", "--resources-server", "y"]) == 2
+    assert "give --environment or --resources-server" in capsys.readouterr().err
+
+
+@pytest.mark.long
+@pytest.mark.integration
+def test_the_scaffolded_environment_runs_and_collects(tmp_path):
+    """Its config under ng_run (with the scripted model answering 5), rollouts of its example rows collected."""
+    from nemo_gym.env.testing import NgRun
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    folder = init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    model = "responses_api_models/scripted_model/configs/scripted_model.yaml"
+    reply = "+policy_model.responses_api_models.scripted_model.default_reply='There are 5 words.'"
+    out = tmp_path / "rollouts.jsonl"
+    with NgRun(f"+config_paths=[{folder / 'config.yaml'},{model}]", reply) as run:
+        head = run.wait_ready()
+        collect = [str(OURS / "ng_collect_rollouts"), f"+head_server_url={head}", "+agent_name=word_env_simple_agent"]
+        collect += [f"+input_jsonl_fpath={folder / 'data' / 'example.jsonl'}", f"+output_jsonl_fpath={out}"]
+        done = subprocess.run([*collect, "+progress=false"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "Rollouts: 5/5" in done.stdout, done.stderr
+        assert re.search(rf"word_env +{re.escape(str(tmp_path))}/resources_servers/word_env ", run.output())
+    rewards = [json.loads(line)["reward"] for line in out.read_text().splitlines()]
+    assert sorted(rewards) == [0.0, 0.0, 0.0, 0.0, 1.0]  # the one 5-word text
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(600)
+def test_0_7_0_validates_and_lists_our_environment_scaffold(tmp_path):
+    """0.7.0's `gym env validate NAME` on our scaffold: its manifest, the composition it mirrors and its data pass; and
+    0.7.0's catalog entry of it is ours."""
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    validated = _theirs([str(peer07_venv() / "bin" / "gym"), "env", "validate", "word_env"], tmp_path)
+    assert "Manifest: word_env 0.1.0 kind=environment profile=custom-gym-verifier" in validated
+    assert "inferred=custom-gym-verifier" in validated and "word_env: 5 rows (example)" in validated
+    theirs = json.loads(_theirs([str(peer07_venv() / "bin" / "python"), "-c", CATALOG_07], tmp_path))
+    assert _ours(catalog_entries([tmp_path])) == [e for e in theirs if e["path"].startswith(f"{tmp_path}/")]

@@ -89,6 +89,14 @@ def _storage(hf: str, gitlab: str) -> Callable[[argparse.Namespace], str]:
     return lambda args: hf if args.storage == "hf" else gitlab
 
 
+def _env_init_command(args: argparse.Namespace) -> str:
+    if args.environment and args.resources_server:
+        raise GymUsageError(
+            "--environment scaffolds its own resources server: give --environment or --resources-server"
+        )
+    return "init_environment" if args.environment else "init_resources_server"
+
+
 def _env_test_command(args: argparse.Namespace) -> str:
     if args.onboarding_name:
         raise GymUsageError("a workload name runs 0.7.0's manifest verifier fixtures, which nemo_gym does not offer")
@@ -172,12 +180,13 @@ ROUTES: dict[str, Route] = {
         ),
     ),
     "env init": Route(
-        "Scaffold a resources server (ng_init_resources_server).",
-        "init_resources_server",
+        "Scaffold a resources server (ng_init_resources_server), or a manifest-backed environment and its server"
+        " (--environment: ng_init_environment).",
+        _env_init_command,
         (
             RESOURCES_SERVER,
-            refused("environment", "manifest-backed scaffolds (0.7.0's environments/) are not offered"),
-            refused("benchmark", "manifest-backed scaffolds (0.7.0's benchmarks/) are not offered"),
+            value_flag("environment", "name", "Scaffold environments/NAME/ (manifest, config, data) and its server."),
+            refused("benchmark", "benchmark scaffolds (a prepare script, a canonical split) are not offered"),
         ),
     ),
     "env resolve": Route("Print the resolved config (ng_dump_config).", "dump_config", (CONFIG, SEARCH_DIR)),

@@ -138,11 +138,16 @@ def _read_yaml(path: Path, cited_from: str) -> DictConfig:
 
 def _tree_root(yaml_path: Path) -> Path | None:
     """The root of the server tree a YAML file belongs to (`<root>/<server_type>/<name>/configs/<file>.yaml`, e.g.
-    a NeMo Gym checkout or wheel), else None."""
+    a NeMo Gym checkout or wheel, or a catalog config `<root>/environments/<name>/config.yaml`,
+    `<root>/benchmarks/<name>/.../<file>.yaml`, whose `config_paths` name files from that root), else None."""
     parts = yaml_path.resolve().parts
-    if len(parts) < 5 or parts[-2] != "configs" or parts[-4] not in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
-        return None
-    return Path(*parts[:-4])
+    if len(parts) >= 5 and parts[-2] == "configs" and parts[-4] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+        return Path(*parts[:-4])
+    catalog = next((i for i in range(len(parts) - 3, 0, -1) if parts[i] in CATALOG_TREES), None)
+    return Path(*parts[:catalog]) if catalog is not None else None
+
+
+CATALOG_TREES = ("environments", "benchmarks")  # NeMo Gym 0.7.0's catalog folders (nemo_gym.datasets.catalog)
 
 
 def _resolve_path(raw: str, relative_to: Path, tree_root: Path | None = None) -> Path:

@@ -135,6 +135,13 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.scaffold.resources_server:init_main",
         ),
         Command(
+            "init_environment",
+            "scaffold a manifest-backed environment: environments/<name>/ (manifest, config, data) and its resources"
+            " server (NeMo Gym 0.7.0's gym env init --environment)",
+            "nemo_gym.scaffold.environment:InitEnvironmentOptions",
+            "nemo_gym.scaffold.environment:init_environment_main",
+        ),
+        Command(
             "init",
             "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows"
             " them)",
