@@ -311,3 +311,14 @@ def test_0_7_0_validates_and_lists_our_environment_scaffold(tmp_path):
     assert "inferred=custom-gym-verifier" in validated and "word_env: 5 rows (example)" in validated
     theirs = json.loads(_theirs([str(peer07_venv() / "bin" / "python"), "-c", CATALOG_07], tmp_path))
     assert _ours(catalog_entries([tmp_path])) == [e for e in theirs if e["path"].startswith(f"{tmp_path}/")]
+
+
+def test_a_catalog_config_names_files_from_its_trees_root(tree, tmp_path):
+    """`benchmarks/b2/pi.yaml` names `benchmarks/b2/base.yaml` from the root of its tree (as 0.7.0's benchmark and
+    environment configs do), wherever the command runs."""
+    from nemo_gym.config import load_config
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    loaded = load_config([f"+config_paths=[{tree}/benchmarks/b2/pi.yaml]"], cwd=elsewhere, resolve=False)
+    assert loaded.values["m"]["resources_servers"]["m"]["description"] == "inherited"
