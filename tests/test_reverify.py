@@ -210,16 +210,20 @@ def _exported(tmp_path: Path, rows: list[dict]) -> tuple[Path, Path]:
     return tmp_path / "atif" / "manifest.jsonl", inputs
 
 
-def test_atif_trajectories_are_scored_as_their_rollouts(head, tmp_path, capsys):
-    """ng_export_atif's files back through ng_reverify: each trajectory is the rollout's response again."""
-    manifest, inputs = _exported(tmp_path, [rollout(0, [1, 2], 0.0), rollout(1, [5], 1.0)])
-    options = ReverifyOptions(
+def _atif_options(manifest: Path, inputs: Path, output: Path, head: str | None = None) -> ReverifyOptions:
+    return ReverifyOptions(
         input_format="atif",
         atif_manifest_jsonl_fpath=str(manifest),
         materialized_inputs_jsonl_fpath=str(inputs),
-        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
+        output_jsonl_fpath=str(output),
         head_server_url=head,
     )
+
+
+def test_atif_trajectories_are_scored_as_their_rollouts(head, tmp_path, capsys):
+    """ng_export_atif's files back through ng_reverify: each trajectory is the rollout's response again."""
+    manifest, inputs = _exported(tmp_path, [rollout(0, [1, 2], 0.0), rollout(1, [5], 1.0)])
+    options = _atif_options(manifest, inputs, tmp_path / "out.jsonl", head)
     assert reverify_main(options) == 0
     scored = read_jsonl(tmp_path / "out.jsonl")
     assert [(r["_ng_task_index"], r["reward"]) for r in scored] == [(0, 1.0), (1, 0.0)]  # replayed: 3+1+2, 3+5
@@ -238,13 +242,7 @@ def test_atif_trajectories_are_scored_as_their_rollouts(head, tmp_path, capsys):
 
 def test_a_bad_atif_input_is_refused_naming_the_manifest_line_before_any_call(head, tmp_path):
     manifest, inputs = _exported(tmp_path, [rollout(0, [1, 2], 0.0), rollout(1, [5], 1.0)])
-    options = ReverifyOptions(
-        input_format="atif",
-        atif_manifest_jsonl_fpath=str(manifest),
-        materialized_inputs_jsonl_fpath=str(inputs),
-        output_jsonl_fpath=str(tmp_path / "out.jsonl"),
-        head_server_url=head,
-    )
+    options = _atif_options(manifest, inputs, tmp_path / "out.jsonl", head)
     trajectory = tmp_path / "atif" / "1-0.json"
     original = trajectory.read_text()
     trajectory.write_text(original.replace('"count": 5', '"count": 6'))  # not the file the manifest pinned
@@ -318,12 +316,7 @@ def test_the_atif_verify_bodies_are_0_7_0s(tmp_path):
     with inputs.open("a") as fh:
         third = {k: v for k, v in rollout(2, [], 0.0).items() if k not in ("response", "reward")}
         fh.write(json.dumps({**third, "responses_create_params": {"input": "add", "parallel_tool_calls": True}}) + "\n")
-    options = ReverifyOptions(
-        input_format="atif",
-        atif_manifest_jsonl_fpath=str(manifest),
-        materialized_inputs_jsonl_fpath=str(inputs),
-        output_jsonl_fpath="o",
-    )
+    options = _atif_options(manifest, inputs, tmp_path / "o")
     ours = [
         {k: v for k, v in row.items() if k != ATIF_PROVENANCE_KEY} for _, row in atif_rows(manifest, task_rows(options))
     ]
