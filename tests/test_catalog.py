@@ -17,7 +17,7 @@ from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 
 from nemo_gym.cli import gym_router as gym
 from nemo_gym.cli import legacy
-from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.datasets.catalog import catalog_entries
 from nemo_gym.datasets.manifest import ManifestError, load_manifest
@@ -322,3 +322,93 @@ def test_a_catalog_config_names_files_from_its_trees_root(tree, tmp_path):
     elsewhere.mkdir()
     loaded = load_config([f"+config_paths=[{tree}/benchmarks/b2/pi.yaml]"], cwd=elsewhere, resolve=False)
     assert loaded.values["m"]["resources_servers"]["m"]["description"] == "inherited"
+
+
+# -- a manifest checked against its config and data (0.7.0's gym env validate NAME) -------------------------------
+def test_gym_env_validate_checks_a_manifest_against_its_config_and_data(tmp_path, monkeypatch, capsys):
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    folder = init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert gym.gym_main(["env", "validate", "word_env"]) == 0
+    out = capsys.readouterr().out
+    assert "✓ Manifest: word_env 0.1.0 kind=environment profile=custom-gym-verifier" in out
+    assert "agent_server: word_env_simple_agent -> simple_agent" in out and "word_env: 5 rows (example)" in out
+    manifest = folder / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("model_server: policy_model", "model_server: other_model"))
+    assert gym.gym_main(["env", "validate", "--manifest", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "the manifest's composition is stale" in err and 'model_server: manifest="other_model"' in err
+    assert gym.gym_main(["env", "validate", "word_env", "--sync", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["synchronized"] == ["model_server"]
+    assert "model_server: policy_model" in manifest.read_text()  # rewritten from the config
+    (folder / "data" / "example.jsonl").write_text('{"responses_create_params": {"input": []}}\n')
+    assert gym.gym_main(["env", "validate", "word_env"]) == 2
+    assert "example.jsonl:1: dataset 'word_env': no responses_create_params.input" in capsys.readouterr().err
+    assert gym.gym_main(["env", "validate", "resources_servers/mcqa"]) == 2  # a catalog entry without a manifest
+    assert "has no manifest; validate its config" in capsys.readouterr().err
+
+
+VALIDATE_07 = """
+import json, sys
+from nemo_gym.registry import discover_environment_catalog
+from nemo_gym.environment.validation import validate_environment
+out = {}
+for e in discover_environment_catalog():
+    if e.manifest_path is None:
+        continue
+    try:
+        r = validate_environment(e.manifest_path, e.config_path)
+        out[str(e.manifest_path)] = ["ok", [[c.role, c.name, c.implementation] for c in r.components],
+                                     [[d.name, d.type, d.rows] for d in r.datasets]]
+    except Exception as exc:
+        out[str(e.manifest_path)] = ["error", str(exc)]
+print(json.dumps(out))
+"""
+
+
+def _outcome(result: list) -> tuple:
+    """ok with what was checked, or the kind of error: a dataset missing, a stale mirror, another."""
+    if result[0] == "ok":
+        return tuple(map(str, result[1:]))
+    message = result[1]
+    return (
+        ("missing",)
+        if "not found" in message or "does not exist" in message
+        else ("stale",)
+        if "stale" in message
+        else ("error",)
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(600)
+def test_manifests_are_judged_as_0_7_0_judges_them(tmp_path):
+    """0.7.0's validate_environment and ours on its 174 manifests (its wheel ships no benchmark data: those stop at
+    a missing dataset, after the composition was found to match) and on our scaffold, fresh and made stale: the same
+    outcome each, and the same components and row counts where both pass."""
+    from nemo_gym.datasets.manifest_checks import validate_manifest
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    root = tmp_path / "root"
+    init_environment(InitEnvironmentOptions(name="fresh"), repo_root=root)
+    stale = init_environment(InitEnvironmentOptions(name="stale"), repo_root=root) / "manifest.yaml"
+    stale.write_text(stale.read_text().replace("agent_server: simple_agent", "agent_server: other_agent"))
+    site = peer07_site_packages()
+    theirs = json.loads(_theirs([str(peer07_venv() / "bin" / "python"), "-c", VALIDATE_07], site))
+    theirs |= json.loads(_theirs([str(peer07_venv() / "bin" / "python"), "-c", VALIDATE_07], root))
+    assert len(theirs) > 170
+    for path, result in theirs.items():
+        if path.startswith(str(site)) or path.startswith(str(root)):
+            try:
+                report = validate_manifest(Path(path))
+                ours = ["ok", [list(c) for c in report.components], [list(d) for d in report.datasets]]
+            except (ConfigError, DataError) as exc:
+                ours = ["error", str(exc)]
+            assert _outcome(ours) == _outcome(result), (path, ours, result)
+    assert (
+        _outcome(theirs[str(stale)]) == ("stale",)
+        and _outcome(theirs[str(stale).replace("stale", "fresh")])[0] != "missing"
+    )

@@ -41,6 +41,14 @@ def test_inherit_from_moves_and_merges(tmp_path):
     assert values["by_string"] == {"a": 1, "b": 2}  # from the config before any directive ran
 
 
+def test_directives_leave_a_lists_values_unresolved(tmp_path):
+    """A list item naming a value the config does not define yet (a run-time `${policy_model_name}`, as 0.7.0's
+    lmarena configs do) is left as written by an unresolved load (the directives walk the list's nodes)."""
+    config = write(tmp_path / "c.yaml", "judges:\n  - ${policy_model_name}\n  - {y: {_copy: base}}\nbase: {x: 1}\n")
+    values = load_config([f"+config_paths=[{config}]"], resolve=False).values
+    assert values["judges"] == ["${policy_model_name}", {"y": {"x": 1}}]
+
+
 def test_a_key_may_inherit_from_one_that_comes_after_it(tmp_path):
     config = write(tmp_path / "c.yaml", "mine:\n  _inherit_from: template\n  y: 2\ntemplate:\n  x: 1\n  y: 1\n")
     values = load(config)

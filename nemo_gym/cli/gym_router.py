@@ -108,7 +108,9 @@ def _env_test_command(args: argparse.Namespace) -> str:
 
 
 _VALIDATE_NAME = Flag(
-    lambda p: p.add_argument("onboarding_name", nargs="?", metavar="NAME", help="(manifest workloads: not supported)"),
+    lambda p: p.add_argument(
+        "onboarding_name", nargs="?", metavar="NAME", help="Catalog entry whose manifest to check."
+    ),
     lambda a: (
         []
         if not a.onboarding_name
@@ -195,6 +197,13 @@ ROUTES: dict[str, Route] = {
         "validate",
         (
             _VALIDATE_NAME,
+            value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark")),
+            value_flag("manifest", "manifest_path", "Manifest to check (instead of a catalog name)."),
+            bool_flag("sync", "sync", "Rewrite a stale manifest's mirrored fields from its config."),
+            Flag(
+                lambda p: p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Output JSON."),
+                lambda a: ["+json=true"] if getattr(a, "json", False) else [],
+            ),
             bool_flag("strict", "strict", "Fail instead of warning on values left undefined."),
             CONFIG,
             *SELECTORS,

@@ -4,19 +4,26 @@ instances, ng_run's own keys), without starting a server.
 
 As 0.7.0: a config that only lacks values supplied at run time (`???`, an unresolved `${...}`, typically the policy
 model's) is reported with a warning and passes, unless `+strict=true`; prints `✓ Config is valid.` and exits 0.
-Departure: 0.7.0's manifest-backed workloads (`gym env validate NAME`, `--manifest`, `--kind`, `--sync`, `--json`)
-need its environment catalog and manifest schema, which we do not have: those options are refused by name.
+A catalog entry's manifest (`gym env validate NAME` / `--manifest PATH`: `+onboarding_name=NAME` with
+`+catalog_kind`, or `+manifest_path=PATH`; `+sync=true`, `+json=true`) is checked against its config and data instead
+(`nemo_gym.datasets.manifest_checks`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config, parse_overrides, validation_problems
 from nemo_gym.config.server_instances import server_instances
+from nemo_gym.datasets.catalog import catalog_entries
+from nemo_gym.datasets.manifest_checks import validate_manifest
 from nemo_gym.orchestration.run import RunOptions
 
 __all__ = ["MANIFEST_KEYS", "validate_main"]
@@ -51,6 +58,36 @@ def _stand_ins(argv: list[str]) -> list[str]:
     return [override for key, override in stand_ins.items() if key not in values]
 
 
+def _validate_manifest(given: dict[str, Any]) -> int:
+    """A manifest checked against its config and data (`nemo_gym.datasets.manifest_checks`), named by its catalog
+    name (`+onboarding_name`, `+catalog_kind` when both kinds have it) or its path (`+manifest_path`)."""
+    extra = sorted(set(given) - {"onboarding_name", "catalog_kind", "manifest_path", "sync", "json", "strict"})
+    if extra:
+        raise ConfigError(f"a manifest's validation takes no config overrides: {', '.join('+' + k for k in extra)}")
+    if "onboarding_name" in given and "manifest_path" in given:
+        raise ConfigError("name a catalog entry or +manifest_path, not both")
+    path = given.get("manifest_path")
+    if path is None:
+        name, kind = str(given["onboarding_name"]), given.get("catalog_kind")
+        matches = [e for e in catalog_entries() if e.name == name and kind in (None, e.kind)]
+        if len(matches) != 1:
+            found = "several kinds: add +catalog_kind" if matches else "none: ng_list_environments lists them"
+            raise ConfigError(f"+onboarding_name: {name!r} names {found}")
+        if matches[0].manifest_path is None:
+            raise ConfigError(f"{name!r} has no manifest; validate its config: ng_validate +config_paths=[...]")
+        path = matches[0].manifest_path
+    report = validate_manifest(Path(str(path)), sync=str(given.get("sync", "")).lower() == "true")
+    if str(given.get("json", "")).lower() == "true":
+        print(json.dumps(asdict(report)))
+        return 0
+    print(f"✓ Manifest: {report.name} {report.version} kind={report.kind} profile={report.profile} (declared)")
+    print("✓ Components:", *(f"    {role}: {name} -> {impl}" for role, name, impl in report.components), sep="\n")
+    print("✓ Datasets:", *(f"    {name}: {rows} rows ({kind})" for name, kind, rows in report.datasets), sep="\n")
+    if report.synchronized:
+        print(f"✓ Synchronized: {', '.join(report.synchronized)}")
+    return 0
+
+
 def validate_main(argv: list[str]) -> int:
     """`ng_validate`. Returns 0 when the config is valid.
 
@@ -58,14 +95,12 @@ def validate_main(argv: list[str]) -> int:
         ConfigError: the config is invalid (the message names the file and key), or a manifest option was given.
     """
     argv, strict = _strict(argv)
-    manifest = sorted({key.lstrip("+") for key, _ in parse_overrides(argv)} & set(MANIFEST_KEYS))
+    given = dict(parse_overrides(argv))
+    if "onboarding_name" in given or "manifest_path" in given:
+        return _validate_manifest(given)
+    manifest = sorted(set(given) & set(MANIFEST_KEYS))
     if manifest:
-        raise ConfigError(
-            f"not supported: {', '.join('+' + k for k in manifest)} select NeMo Gym 0.7.0's manifest validation (the"
-            " manifest checked against its resolved composition, datasets and profile), which nemo_gym does not"
-            " offer; ng_list_environments +name=NAME shows a catalog entry's config: validate it with"
-            " +config_paths=[...]"
-        )
+        raise ConfigError(f"{', '.join('+' + k for k in manifest)} apply to a catalog name or +manifest_path only")
     try:
         server_instances(loaded := load_config(argv))
     except ConfigError as exc:

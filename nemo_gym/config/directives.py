@@ -79,7 +79,8 @@ def _apply(node: DictConfig, root: DictConfig, frozen: DictConfig, prefix: str) 
         if isinstance(value, DictConfig):
             _apply(value, root, frozen, f"{where}.")
         elif isinstance(value, ListConfig):
-            for index, item in enumerate(value):
+            for index in range(len(value)):  # its nodes, unresolved (iterating would resolve `${...}` items)
+                item = value._get_node(index)
                 if isinstance(item, DictConfig):
                     _apply(item, root, frozen, f"{where}.{index}.")
         directive = _directive(value)
