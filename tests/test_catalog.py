@@ -412,3 +412,33 @@ def test_manifests_are_judged_as_0_7_0_judges_them(tmp_path):
         _outcome(theirs[str(stale)]) == ("stale",)
         and _outcome(theirs[str(stale).replace("stale", "fresh")])[0] != "missing"
     )
+
+
+def test_gym_env_test_name_tests_the_resources_server_of_the_manifest(tmp_path, monkeypatch, capsys):
+    """`gym env test NAME` (0.7.0's verifier checks of a catalog entry): its manifest checked, then ng_test of the
+    resources server its composition names."""
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr(gym, "run_named", lambda name, argv: calls.append((name, argv)) or 0)
+    assert gym.gym_main(["env", "test", "word_env", "--kind", "environment"]) == 0
+    assert calls == [("test", [f"+entrypoint={tmp_path}/resources_servers/word_env"])]
+    assert gym.gym_main(["env", "test", "resources_servers/mcqa"]) == 2  # no manifest
+    assert "has no manifest" in capsys.readouterr().err
+    assert gym.gym_main(["env", "test", "word_env", "--all"]) == 2
+    assert "no --all or --resources-server with it" in capsys.readouterr().err
+
+
+@pytest.mark.long
+@pytest.mark.integration
+def test_gym_env_test_name_runs_the_servers_tests_and_verifier_cases(tmp_path):
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    done = subprocess.run([str(OURS / "gym"), "env", "test", "word_env"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "verifier cases: 3 passed, 0 failed" in done.stdout
+    assert f"ng_test {tmp_path}/resources_servers/word_env: passed" in done.stdout

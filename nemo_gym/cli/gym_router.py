@@ -30,8 +30,11 @@ from nemo_gym.cli.gym_flags import (
 from nemo_gym.cli.gym_listing import CATALOG_SEARCH, LISTING_ROUTES
 from nemo_gym.cli.legacy import LEGACY_COMMANDS
 from nemo_gym.cli.legacy import run as run_legacy_command
+from nemo_gym.cli.validate import catalog_manifest
+from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.config.commands import dispatch
 from nemo_gym.config.commands import main as run_command
+from nemo_gym.datasets.manifest_checks import validate_manifest
 
 __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
 
@@ -98,13 +101,29 @@ def _env_init_command(args: argparse.Namespace) -> str:
 
 
 def _env_test_command(args: argparse.Namespace) -> str:
+    if args.onboarding_name and (args.all or args.resources_server):
+        raise GymUsageError("a workload name tests its own resources server: no --all or --resources-server with it")
     if args.onboarding_name:
-        raise GymUsageError("a workload name runs 0.7.0's manifest verifier fixtures, which nemo_gym does not offer")
+        return "test"
     if args.all and args.resources_server:
         raise GymUsageError("--all tests every resources server, so it cannot be combined with a named target")
     if not (args.all or args.resources_server):
         raise GymUsageError("requires a target: --resources-server NAME, or --all to test every resources server")
     return "test_all" if args.all else "test"
+
+
+def _workload_server(args: argparse.Namespace) -> list[str]:
+    """`gym env test NAME`: the manifest of catalog entry NAME checked (as `gym env validate NAME`), then the tests,
+    verifier cases and conformance checks of its resources server (ng_test of that folder)."""
+    if not args.onboarding_name:
+        return []
+    try:
+        report = validate_manifest(catalog_manifest(args.onboarding_name, args.kind))
+    except (ConfigError, DataError) as exc:
+        raise GymUsageError(str(exc)) from None
+    if report.resources_server_dir is None:
+        raise GymUsageError(f"{args.onboarding_name!r}: its composition has no resources server to test")
+    return [f"+entrypoint={report.resources_server_dir}"]
 
 
 _VALIDATE_NAME = Flag(
@@ -229,7 +248,18 @@ ROUTES: dict[str, Route] = {
         "Test a resources server, or all of them (ng_test / ng_test_all).",
         _env_test_command,
         (
-            Flag(lambda p: p.add_argument("onboarding_name", nargs="?", metavar="NAME", help="(not supported)")),
+            Flag(
+                lambda p: p.add_argument(
+                    "onboarding_name", nargs="?", metavar="NAME", help="Catalog entry (manifest) whose server to test."
+                ),
+                _workload_server,
+            ),
+            Flag(lambda p: p.add_argument("--kind", choices=("environment", "benchmark"), help="Workload kind.")),
+            refused(
+                "update-expected",
+                "verifier cases' expected rewards are their author's: edit tests/verifier_cases.jsonl",
+                takes_value=False,
+            ),
             RESOURCES_SERVER,
             Flag(lambda p: p.add_argument("--all", action="store_true", help="Test every resources server.")),
         ),

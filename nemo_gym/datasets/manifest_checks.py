@@ -29,7 +29,8 @@ from pydantic import ValidationError
 from nemo_gym.collect.prompt_templates import apply_prompt, load_prompt_config
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import iter_jsonl
-from nemo_gym.config import instance_sections, load_config
+from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.config import IMPLEMENTATION_DIR_KEY, instance_sections, load_config
 from nemo_gym.datasets.manifest import EnvironmentManifest, ManifestDataset, load_manifest, manifest_config_path
 
 __all__ = ["ManifestReport", "validate_manifest"]
@@ -54,6 +55,7 @@ class ManifestReport:
     components: list[tuple[str, str, str]] = field(default_factory=list)
     datasets: list[tuple[str, str, int]] = field(default_factory=list)
     synchronized: list[str] = field(default_factory=list)
+    resources_server_dir: str | None = None  # the folder of the resources server's code
 
 
 def _location(path: Path, manifest: EnvironmentManifest) -> None:
@@ -135,9 +137,19 @@ def _composition(config_path: Path, root: Path, owner_name: str | None) -> tuple
     components = [("agent_server", agent, instances[agent][1])]
     if resources in instances:
         components.insert(0, ("resources_server", resources, instances[resources][1]))
+        mirrored["_folder"] = _folder(resources_fields, instances[resources][1], root)
     if model:
         components.append(("model_server", model, instances[model][1] if model in instances else "runtime-selected"))
     return mirrored, components
+
+
+def _folder(fields: dict[str, Any], implementation: str, root: Path) -> str:
+    """A resources server's folder: its `implementation_dir`, else `resources_servers/<implementation>` of the
+    manifest's tree, else of this repository."""
+    if fields.get(IMPLEMENTATION_DIR_KEY):
+        return str(Path(fields[IMPLEMENTATION_DIR_KEY]).expanduser().resolve())
+    own = root / "resources_servers" / implementation
+    return str(own if own.is_dir() else REPO_ROOT / "resources_servers" / implementation)
 
 
 def _file(raw: str, root: Path) -> Path:
@@ -191,6 +203,7 @@ def validate_manifest(manifest_path: Path, *, sync: bool = False) -> ManifestRep
     tree = next((p for p in path.parents if p.name in ("environments", "benchmarks")), None)
     root = tree.parent if tree is not None else path.parent
     mirrored, components = _composition(config_path, root, manifest.dataset_owner)
+    folder = mirrored.pop("_folder", None)
     stale = {key: value for key, value in mirrored.items() if getattr(manifest, key) != value}
     if stale and not sync:
         lines = [
@@ -211,7 +224,7 @@ def validate_manifest(manifest_path: Path, *, sync: bool = False) -> ManifestRep
     datasets = [(d.name, d.type.value, _dataset_rows(d, manifest, root)) for d in manifest.datasets]
     return ManifestReport(
         manifest.name, manifest.version, manifest.kind.value, manifest.integration_profile.value, str(path),
-        str(config_path), components, datasets, sorted(stale),
+        str(config_path), components, datasets, sorted(stale), folder,
     )  # fmt: skip
 
 
