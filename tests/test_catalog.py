@@ -442,3 +442,49 @@ def test_gym_env_test_name_runs_the_servers_tests_and_verifier_cases(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "verifier cases: 3 passed, 0 failed" in done.stdout
     assert f"ng_test {tmp_path}/resources_servers/word_env: passed" in done.stdout
+
+
+# -- gym env publish NAME ------------------------------------------------------------------------------------------
+@pytest.mark.long
+@pytest.mark.integration
+def test_gym_env_publish_passes_a_scaffold_once_its_placeholders_are_replaced(tmp_path):
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    manifest = init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path) / "manifest.yaml"
+
+    def publish() -> subprocess.CompletedProcess:
+        argv = [str(OURS / "gym"), "env", "publish", "word_env", "--json"]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+
+    done = publish()
+    assert done.returncode == 2 and "replace the scaffold's placeholders first: authors" in done.stderr
+    manifest.write_text(manifest.read_text().replace("- TODO", "- Ada Lovelace"))
+    done = publish()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {
+        "name": "word_env", "version": "0.1.0", "kind": "environment", "status": "experimental",
+        "manifest_path": str(manifest), "verifier_cases": 3,
+    }  # fmt: skip
+
+
+PLACEHOLDERS_07 = """
+import json
+from nemo_gym.registry import discover_environment_catalog
+from nemo_gym.environment.publication import _publication_placeholders
+print(json.dumps({str(e.manifest_path): list(_publication_placeholders(e))
+                  for e in discover_environment_catalog() if e.manifest_path is not None}))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(300)
+def test_the_placeholders_are_0_7_0s(tmp_path):
+    """The scaffold placeholders publication refuses, ours and 0.7.0's, on its 174 manifests and our scaffold."""
+    from nemo_gym.cli.publish import _placeholders
+    from nemo_gym.scaffold.environment import InitEnvironmentOptions, init_environment
+
+    init_environment(InitEnvironmentOptions(name="word_env"), repo_root=tmp_path)
+    theirs = json.loads(_theirs([str(peer07_venv() / "bin" / "python"), "-c", PLACEHOLDERS_07], tmp_path))
+    assert len(theirs) > 170 and theirs[str(tmp_path / "environments/word_env/manifest.yaml")] == ["authors"]
+    assert {path: _placeholders(Path(path)) for path in theirs} == theirs

@@ -21,7 +21,7 @@ from nemo_gym.common.errors import ConfigError
 REPO = Path(__file__).resolve().parent.parent
 # the seven `ng_*` commands 0.7.0 added, and the command behind its `gym list environments` / `gym search`
 LEGACY = ("aggregate_rollouts", "e2e_collect_rollouts", "list_benchmarks", "materialize_prompts", "prepare_benchmark")
-LEGACY += ("reinstall", "validate", "list_environments")
+LEGACY += ("reinstall", "validate", "list_environments", "publish_environment")
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["env", "publish", "x"]])
+@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["env", "prefetch", "x"]])
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err

@@ -210,6 +210,22 @@ ROUTES: dict[str, Route] = {
             refused("benchmark", "benchmark scaffolds (a prepare script, a canonical split) are not offered"),
         ),
     ),
+    "env publish": Route(
+        "The local checks before publishing a catalog entry: manifest, server tests and verifier cases, placeholders,"
+        " catalog (ng_publish_environment).",
+        "publish_environment",
+        (
+            Flag(
+                lambda p: p.add_argument("onboarding_name", metavar="NAME", help="Catalog entry to check."),
+                lambda a: [f"+onboarding_name={a.onboarding_name}"],
+            ),
+            value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark")),
+            Flag(
+                lambda p: p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Output JSON."),
+                lambda a: ["+json=true"] if getattr(a, "json", False) else [],
+            ),
+        ),
+    ),
     "env resolve": Route("Print the resolved config (ng_dump_config).", "dump_config", (CONFIG, SEARCH_DIR)),
     "env validate": Route(
         "Check a config without starting servers (ng_validate).",
@@ -344,7 +360,6 @@ ROUTES: dict[str, Route] = {
 }
 
 UNSUPPORTED: dict[str, str] = {
-    "env publish": "0.7.0's publication checks (its verifier fixtures, catalog certification) are not offered",
     "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",

@@ -7,6 +7,7 @@
 | ng_e2e_collect_rollouts | eval run | `nemo_gym.cli.e2e` |
 | ng_list_benchmarks | list benchmarks | `nemo_gym.datasets.catalog` (its benchmarks) |
 | ng_list_environments | list environments, search | `nemo_gym.datasets.catalog` |
+| ng_publish_environment | env publish | `nemo_gym.cli.publish` |
 | ng_materialize_prompts | dataset render | `nemo_gym.datasets.prompts` |
 | ng_prepare_benchmark | eval prepare | refused with the reason (`nemo_gym.datasets.benchmarks`) |
 | ng_reinstall | (none) | `uv sync --extra dev`, as 0.7.0 runs it |
@@ -62,6 +63,13 @@ LEGACY_COMMANDS: dict[str, Command] = {
             " +name=<name> shows one (0.7.0's gym list environments)",
             "nemo_gym.datasets.catalog:ListEnvironmentsOptions",
             "nemo_gym.datasets.catalog:list_environments_main",
+        ),
+        Command(
+            "publish_environment",
+            "the local checks before a catalog entry is published: its manifest, its server's tests and verifier"
+            " cases, no scaffold placeholder left, the catalog finds it (0.7.0's gym env publish)",
+            "nemo_gym.cli.publish:PublishOptions",
+            "nemo_gym.cli.publish:publish_main",
         ),
         Command(
             "materialize_prompts",
