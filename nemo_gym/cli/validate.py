@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.config import load_config, parse_overrides, validation_problems
+from nemo_gym.config import did_you_mean, load_config, parse_overrides, validation_problems
 from nemo_gym.config.server_instances import server_instances
 from nemo_gym.datasets.catalog import catalog_entries
 from nemo_gym.datasets.manifest_checks import validate_manifest
@@ -64,9 +64,11 @@ def catalog_manifest(name: str, kind: str | None = None) -> Path:
     Raises:
         ConfigError: no such entry, several, or one without a manifest.
     """
-    matches = [e for e in catalog_entries() if e.name == name and kind in (None, e.kind)]
+    entries = catalog_entries()
+    matches = [e for e in entries if e.name == name and kind in (None, e.kind)]
     if len(matches) != 1:
-        found = "several kinds: add +catalog_kind" if matches else "none: ng_list_environments lists them"
+        close = did_you_mean(name, [e.name for e in entries if e.manifest_path is not None])
+        found = "several kinds: add +catalog_kind" if matches else f"none{close}; ng_list_environments lists them"
         raise ConfigError(f"+onboarding_name: {name!r} names {found}")
     if matches[0].manifest_path is None:
         raise ConfigError(f"{name!r} has no manifest; validate its config: ng_validate +config_paths=[...]")

@@ -119,6 +119,8 @@ def init_environment_main(options: InitEnvironmentOptions) -> int:
     print(f"    and resources_servers/{name}/ (ng_init_resources_server's scaffold)")
     print("Next steps:")
     print(f"  ng_list_environments +name={name}")
-    print(f"  ng_test +entrypoint=resources_servers/{name} +should_validate_data=true")
+    print(f"  gym env validate {name}      # the manifest against its config and data")
+    print(f"  gym env test {name}          # its server's tests and verifier cases")
     print(f"  gym env start --environment {name} --model-type vllm_model")
+    print(f"  gym env publish {name}       # once manifest.yaml names its authors")
     return 0
