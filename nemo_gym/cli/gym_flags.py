@@ -17,6 +17,7 @@ from nemo_gym.common.layout import REPO_ROOT
 
 __all__ = [
     "Route",
+    "CATALOG_KIND",
     "CONFIG",
     "JSON",
     "MODEL_FLAGS",
@@ -104,6 +105,8 @@ JSON = Flag(
     ),
     lambda a: ["+json=true"] if getattr(a, "json", False) else [],
 )
+# `--kind environment|benchmark` of a catalog entry (0.7.0's CATALOG_KIND): `+catalog_kind=`
+CATALOG_KIND = value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark"))
 SEARCH_DIR = Flag(
     lambda p: p.add_argument(
         "--search-dir", action="append", metavar="DIR", help="Extra root to search for components; repeatable."

@@ -4,7 +4,7 @@ benchmarks (ng_list_environments, ng_list_benchmarks), the resources servers, ag
 
 from __future__ import annotations
 
-from nemo_gym.cli.gym_flags import JSON, SEARCH_DIR, Flag, Route, value_flag
+from nemo_gym.cli.gym_flags import CATALOG_KIND, JSON, SEARCH_DIR, Flag, Route, value_flag
 
 __all__ = ["CATALOG_SEARCH", "LISTING_ROUTES"]
 
@@ -43,7 +43,7 @@ LISTING_ROUTES: dict[str, Route] = {
         (
             _INSPECT,
             value_flag("domain", "domain", "Filter by domain."),
-            value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark")),
+            CATALOG_KIND,
             value_flag("modality", "modality", "Filter by modality.", quote=True),
             value_flag("licensing", "licensing", "Filter by licensing.", quote=True),
             value_flag("status", "status", "Filter by manifest status.", choices=("experimental", "no-manifest")),

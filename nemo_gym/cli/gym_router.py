@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from nemo_gym.cli.gym_flags import (
+    CATALOG_KIND,
     CONFIG,
     JSON,
     MODEL_FLAGS,
@@ -30,11 +31,8 @@ from nemo_gym.cli.gym_flags import (
 from nemo_gym.cli.gym_listing import CATALOG_SEARCH, LISTING_ROUTES
 from nemo_gym.cli.legacy import LEGACY_COMMANDS
 from nemo_gym.cli.legacy import run as run_legacy_command
-from nemo_gym.cli.validate import catalog_manifest
-from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.config.commands import dispatch
 from nemo_gym.config.commands import main as run_command
-from nemo_gym.datasets.manifest_checks import validate_manifest
 
 __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
 
@@ -117,6 +115,10 @@ def _workload_server(args: argparse.Namespace) -> list[str]:
     verifier cases and conformance checks of its resources server (ng_test of that folder)."""
     if not args.onboarding_name:
         return []
+    from nemo_gym.cli.validate import catalog_manifest  # the catalog and the config loader: not at gym's start-up
+    from nemo_gym.common.errors import ConfigError, DataError
+    from nemo_gym.datasets.manifest_checks import validate_manifest
+
     try:
         report = validate_manifest(catalog_manifest(args.onboarding_name, args.kind))
     except (ConfigError, DataError) as exc:
@@ -219,11 +221,8 @@ ROUTES: dict[str, Route] = {
                 lambda p: p.add_argument("onboarding_name", metavar="NAME", help="Catalog entry to check."),
                 lambda a: [f"+onboarding_name={a.onboarding_name}"],
             ),
-            value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark")),
-            Flag(
-                lambda p: p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Output JSON."),
-                lambda a: ["+json=true"] if getattr(a, "json", False) else [],
-            ),
+            CATALOG_KIND,
+            JSON,
         ),
     ),
     "env resolve": Route("Print the resolved config (ng_dump_config).", "dump_config", (CONFIG, SEARCH_DIR)),
@@ -232,13 +231,10 @@ ROUTES: dict[str, Route] = {
         "validate",
         (
             _VALIDATE_NAME,
-            value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark")),
+            CATALOG_KIND,
             value_flag("manifest", "manifest_path", "Manifest to check (instead of a catalog name)."),
             bool_flag("sync", "sync", "Rewrite a stale manifest's mirrored fields from its config."),
-            Flag(
-                lambda p: p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="Output JSON."),
-                lambda a: ["+json=true"] if getattr(a, "json", False) else [],
-            ),
+            JSON,
             bool_flag("strict", "strict", "Fail instead of warning on values left undefined."),
             CONFIG,
             *SELECTORS,
