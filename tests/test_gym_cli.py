@@ -42,7 +42,7 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["env", "prefetch", "x"]])
+@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["eval", "compare", "x"]])
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err

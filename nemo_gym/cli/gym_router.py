@@ -282,6 +282,11 @@ ROUTES: dict[str, Route] = {
         (RESOURCES_SERVER,),
     ),
     "env start": Route("Start the servers (ng_run).", "run", (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS)),
+    "env prefetch": Route(
+        "Build every server's environment (and vllm_model's engine and model) without starting any (ng_prefetch).",
+        "prefetch",
+        (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS),
+    ),
     "env status": Route("Print the server status (ng_status).", "status", (JSON,)),
     "eval prepare": Route(
         "Prepare benchmark data: not supported, says why (ng_prepare_benchmark).",
@@ -356,7 +361,6 @@ ROUTES: dict[str, Route] = {
 }
 
 UNSUPPORTED: dict[str, str] = {
-    "env prefetch": "ng_run builds each environment when it starts (one venv per requirements hash, reused)",
     "eval health-check": _NO_HEALTH,
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
     "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",

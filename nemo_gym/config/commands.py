@@ -78,6 +78,15 @@ COMMANDS: dict[str, Command] = {
             takes_argv=True,
         ),
         Command(
+            "prefetch",
+            "build what ng_run of a config would build (each server's environment, vllm_model's engine and converted"
+            " model), starting nothing, so that ng_run then starts without building (0.7.0's gym env prefetch)",
+            "nemo_gym.orchestration.run:RunOptions",
+            "nemo_gym.cli.run:prefetch",
+            strict=False,
+            takes_argv=True,
+        ),
+        Command(
             "collect_rollouts",
             "send dataset rows through an agent concurrently and write rollouts as JSONL (resumable)",
             "nemo_gym.collect.command:CollectConfig",

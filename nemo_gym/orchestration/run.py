@@ -63,7 +63,7 @@ from nemo_gym.serving.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.serving.limits import UVICORN_LIMITS
 from nemo_gym.upstream.detect import FRAMEWORK, framework_of
 
-__all__ = ["RunOptions", "HeadServerOptions", "run_main"]
+__all__ = ["RunOptions", "HeadServerOptions", "run_instances", "run_main", "run_options", "split_instances"]
 
 
 class HeadServerOptions(BaseModel):
@@ -120,6 +120,41 @@ class RunOptions(BaseModel):
     )
 
 
+def run_instances(loaded: LoadedConfig) -> list[ServerInstance]:
+    """The server instances of a config.
+
+    Raises:
+        ConfigError: it has none, or a bad one (named by its YAML key).
+    """
+    instances = server_instances(loaded)
+    if not instances:
+        raise ConfigError(
+            "no server instances in the config: pass +config_paths=[<server yaml>,...] (see configs/quickstart.yaml)"
+        )
+    return instances
+
+
+def split_instances(
+    instances: list[ServerInstance],
+) -> tuple[list[ServerInstance], list[ServerInstance], list[ServerInstance]]:
+    """The instances by the launcher that runs them: external (`url:`), NeMo Gym server folders, our own."""
+    external = [i for i in instances if i.external_urls is not None]
+    nemo_gym = [i for i in instances if i not in external and framework_of(i) == FRAMEWORK]
+    return external, nemo_gym, [i for i in instances if i not in external and i not in nemo_gym]
+
+
+def run_options(loaded: LoadedConfig) -> RunOptions:
+    """ng_run's own options of a loaded config.
+
+    Raises:
+        ConfigError: a bad value of ng_run's own keys (an unknown key of `head_server` with a suggestion).
+    """
+    try:
+        return RunOptions.model_validate(loaded.values)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(validation_problems(RunOptions, exc, "+{key}"))) from exc
+
+
 class Run:
     """One `ng_run`: the head server, the run token and state file, and one launcher per kind of server
     (`nemo_gym.orchestration.launch`) chosen from the config; waits until every server answers, watches them, stops
@@ -129,15 +164,8 @@ class Run:
 
     def __init__(self, loaded: LoadedConfig, options: RunOptions):
         self.options = options
-        self.instances = server_instances(loaded)
-        if not self.instances:
-            raise ConfigError(
-                "no server instances in the config: pass +config_paths=[<server yaml>,...] (see"
-                " configs/quickstart.yaml)"
-            )
-        external = [i for i in self.instances if i.external_urls is not None]
-        nemo_gym = [i for i in self.instances if i not in external and framework_of(i) == FRAMEWORK]
-        own = [i for i in self.instances if i not in external and i not in nemo_gym]
+        self.instances = run_instances(loaded)
+        external, nemo_gym, own = split_instances(self.instances)
         self.upstream = (
             NemoGymLauncher(
                 nemo_gym, everyone=self.instances, values=loaded.values, default_version=options.nemo_gym_version
@@ -439,9 +467,4 @@ def run_main(loaded: LoadedConfig) -> int:
     Raises:
         ConfigError: a bad value of ng_run's own keys (an unknown key of `head_server` with a suggestion).
     """
-    try:
-        options = RunOptions.model_validate(loaded.values)
-    except ValidationError as exc:
-        raise ConfigError("; ".join(validation_problems(RunOptions, exc, "+{key}"))) from exc
-    run = Run(loaded, options)
-    return asyncio.run(run.main())
+    return asyncio.run(Run(loaded, run_options(loaded)).main())

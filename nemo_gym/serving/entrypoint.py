@@ -9,6 +9,9 @@ server starts do not inherit it): every route but `/health` then requires it, an
 Exit codes: 2 config error, 3 bind error. Logging: `$NEMO_GYM_LOG_LEVEL` (default warning); `$NEMO_GYM_ACCESS_LOG=1`
 adds a line per request (method, path, status; the default level is then info), e.g. to see how calls spread
 over replicas.
+
+`python -m nemo_gym.serving.entrypoint --prefetch` (`ng_prefetch`) serves nothing: it reads one instance's spec (JSON)
+from stdin, builds the server and runs its `prefetch` hook, printing what it prepared.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from nemo_gym.serving.module_loading import import_file
 from nemo_gym.serving.nemo_gym_discovery import registration_links
 from nemo_gym.serving.server import BaseServer
 
-__all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main"]
+__all__ = ["REPLICA_ENV", "load_server_class", "build_server", "bind_socket", "main", "prefetch_main"]
 
 REPLICA_ENV = "NEMO_GYM_REPLICA"  # this process's replica index among the instance's `num_replicas`
 ACCESS_LOG_ENV = "NEMO_GYM_ACCESS_LOG"  # "1": log every request (no headers, so no token or session id)
@@ -165,7 +168,21 @@ async def _serve(
     await serving
 
 
+def prefetch_main() -> None:
+    """`--prefetch`: the `prefetch` hook of the server whose instance spec is on stdin (exit 2: a config error)."""
+    instance = ServerInstance(**json.loads(sys.stdin.read()))
+    try:
+        for line in build_server(instance).prefetch():
+            print(line, flush=True)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--prefetch"]:
+        prefetch_main()
+        return
     run_token = take_run_token_from_env()
     run_dir = Path(os.environ["NEMO_GYM_RUN_DIR"])
     name = os.environ["NEMO_GYM_INSTANCE"]

@@ -154,6 +154,16 @@ class BaseServer:
     async def shutdown(self) -> None:
         """Awaited once when the server stops."""
 
+    def prefetch(self) -> list[str]:
+        """Build or fetch what `startup` would, without serving (`ng_prefetch`), so a later start needs neither time
+        nor a network for it; blocking. Runs in the server's own environment, outside any run (no head server, no
+        run token). Returns one line per thing prepared (none by default).
+
+        Raises:
+            ConfigError: the config names something that cannot be prepared.
+        """
+        return []
+
     def add_routes(self, app: FastAPI) -> None:
         """Register the server type's routes."""
 

@@ -159,6 +159,14 @@ class VLLMModel(ModelServer):
             },  # dev routes: /collective_rpc, /reset_prefix_cache
         )
 
+    def prefetch(self) -> list[str]:
+        """The engine (its venv, built once) and the embedded model converted for vLLM, as `startup` would prepare
+        them; nothing for an attached vLLM (`base_url`). Raises ConfigError as `startup` does."""
+        if self.base_url is not None:
+            return []
+        engine = self._prepare_engine()
+        return [f"engine: {engine.python} (vLLM {self.vllm.version or '?'})", f"model: {engine.model}"]
+
     def _extension_args(self) -> list[str]:
         """The weight-sync worker extension (`/weight_sync/*` routes), unless vllm_args name another extension."""
         if any(arg.startswith("--worker-extension-cls") for arg in self.config.vllm_args):
