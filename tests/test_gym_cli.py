@@ -42,7 +42,7 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["eval", "compare", "x"]])
+@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["eval", "health-check", "x"]])
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err
@@ -480,3 +480,34 @@ def test_gym_eval_run_prepares_serves_collects_and_stops_for_real(tmp_path):
     assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(isinstance(r["reward"], float) for r in rows)
     assert "ng_run: stopping servers" in (tmp_path / "rollouts.ng_run.log").read_text()
+
+
+def test_eval_compare_compares_the_candidates_rollouts_with_the_baselines(tmp_path, capsys):
+    """`gym eval compare --baseline B --candidates C -o DIR` runs ng_eval's comparison of the two rollouts files:
+    task 0 went from [0, 1] to [1, 1], task 1 from [0, 0] to [1, 0]; the report is DIR/compare_report.json."""
+
+    def rows(rewards: dict[int, list[float]]) -> str:
+        return "".join(
+            json.dumps({"responses_create_params": {"input": f"q{task}"}, "_ng_task_index": task, "reward": reward})
+            + "\n"
+            for task, values in rewards.items()
+            for reward in values
+        )
+
+    (base := tmp_path / "base.jsonl").write_text(rows({0: [0.0, 1.0], 1: [0.0, 0.0]}))
+    (cand := tmp_path / "cand.jsonl").write_text(rows({0: [1.0, 1.0], 1: [1.0, 0.0]}))
+    out = tmp_path / "report"
+    assert gym.gym_main(["eval", "compare", "--baseline", str(base), "--candidates", str(cand), "-o", str(out)]) == 0
+    report = json.loads((out / "compare_report.json").read_text())
+    paired = report["comparison"]["paired"]
+    assert paired["num_tasks"] == 2 and paired["mean_reward_difference"]["mean"] == 0.5
+    assert [(t["task"], t["difference"]) for t in paired["tasks"]] == [(0, 0.5), (1, 0.5)]
+    assert "compare_report.json" in capsys.readouterr().out
+
+    for argv, why in (
+        (["--candidates", f"{cand},{base}"], "--candidates names 2 runs; give a single candidate run"),
+        (["--candidates", str(cand), "--agent", "a"], "--agent is not supported: the rollouts of every agent"),
+        (["--candidates", str(cand), "--report-format", "md"], "--report-format is not supported"),
+    ):
+        assert gym.gym_main(["eval", "compare", "--baseline", str(base), *argv]) == 2
+        assert why in capsys.readouterr().err

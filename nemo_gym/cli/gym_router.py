@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 
 from nemo_gym.cli.gym_flags import (
     CATALOG_KIND,
@@ -39,6 +40,30 @@ __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
 _NO_HEALTH = "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file)"
+_FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
+_ALL_AGENTS = "the rollouts of every agent are compared, paired by task"
+
+
+def _candidate(args: argparse.Namespace) -> list[str]:
+    """`--candidates PATH`: the one candidate run (0.7.0 compares one too) -> `+from_rollouts=PATH`."""
+    if args.candidates is None:
+        return []
+    paths = [path for path in args.candidates.split(",") if path]
+    if len(paths) != 1:
+        raise GymUsageError(f"--candidates names {len(paths)} runs; give a single candidate run (as 0.7.0)")
+    return [f"+from_rollouts={paths[0]}"]
+
+
+CANDIDATES = Flag(
+    lambda p: p.add_argument("--candidates", metavar="PATH", help="Candidate run's rollouts JSONL (one)."), _candidate
+)
+# `-o DIR`: the report as DIR/compare_report.json (0.7.0's name); without it, ng_eval's <candidate stem>_eval.json
+COMPARE_OUTPUT_DIR = Flag(
+    lambda p: p.add_argument(
+        "--output-dir", "-o", dest="output_dir", metavar="DIR", help="Where to write compare_report.json."
+    ),
+    lambda a: [f"+output_json_fpath={Path(a.output_dir) / 'compare_report.json'}"] if a.output_dir else [],
+)
 RESOURCES_SERVER = Flag(
     lambda p: p.add_argument("--resources-server", metavar="NAME", help="Name of the resources server."),
     lambda a: [f"+entrypoint=resources_servers/{a.resources_server}"] if a.resources_server else [],
@@ -357,13 +382,29 @@ ROUTES: dict[str, Route] = {
             ),
         ),
     ),
+    "eval compare": Route(
+        "Compare a candidate run's rollouts with a baseline run's, task by task: pass@k and mean reward side by side,"
+        " the paired difference with its bootstrap interval, per-task changes (ng_eval +from_rollouts"
+        " +baseline_rollouts).",
+        "eval",
+        (
+            value_flag("baseline", "baseline_rollouts", "Baseline run's rollouts JSONL."),
+            CANDIDATES,
+            COMPARE_OUTPUT_DIR,
+            refused("baseline-agg-metrics", _FROM_ROLLOUTS),
+            refused("candidates-agg-metrics", _FROM_ROLLOUTS),
+            refused("agent", _ALL_AGENTS),
+            refused("baseline-agent", _ALL_AGENTS),
+            refused("candidate-agents", _ALL_AGENTS),
+            refused("report-format", "the report is ng_eval's JSON, and its table on the console"),
+        ),
+    ),
     "dev test": Route("Run the core tests with coverage (ng_dev_test).", "dev_test"),
 }
 
 UNSUPPORTED: dict[str, str] = {
     "eval health-check": _NO_HEALTH,
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
-    "eval compare": "use ng_eval, which compares runs with bootstrap confidence intervals",
 }
 GROUPS = {
     "list": "List available components (benchmarks, environments, agents, models, resources-servers).",
