@@ -275,6 +275,30 @@ def test_ng_init_environment_scaffolds_a_listed_runnable_environment(tmp_path, m
     assert "give --environment or --resources-server" in capsys.readouterr().err
 
 
+def test_env_init_takes_0_7_0s_reward_options_and_its_profile(tmp_path, monkeypatch, capsys):
+    """`gym env init --environment NAME --reward-range LOW HIGH --lower-is-better --profile custom-gym-verifier`: the
+    manifest declares that range and direction; another profile, or those options without --environment, exit 2."""
+    from nemo_gym.scaffold import environment
+
+    scaffold = environment.init_environment  # into tmp_path, not this checkout
+    monkeypatch.setattr(environment, "init_environment", lambda options: scaffold(options, repo_root=tmp_path))
+    argv = ["env", "init", "--environment", "scored", "--reward-range", "-1", "2.5", "--lower-is-better"]
+    assert gym.gym_main([*argv, "--profile", "custom-gym-verifier"]) == 0
+    manifest = yaml.safe_load((tmp_path / "environments" / "scored" / "manifest.yaml").read_text())
+    assert manifest["reward"] == {"range": [-1.0, 2.5], "higher_is_better": False}
+    capsys.readouterr()
+    for extra, why in (
+        (["--profile", "external-agent-loop"], "--profile external-agent-loop is not supported: the scaffold is"),
+        (["--reuse-verifier", "mcqa"], "--reuse-verifier is not supported"),
+    ):
+        assert gym.gym_main(["env", "init", "--environment", "other", *extra]) == 2
+        assert why in capsys.readouterr().err
+    assert gym.gym_main(["env", "init", "--resources-server", "x", "--reward-range", "0", "1"]) == 2
+    assert "--profile and the reward options require --environment" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"reward_range \[1.0, 0.0\]: low must be below high"):
+        environment.InitEnvironmentOptions(name="x", reward_range=(1, 0))
+
+
 @pytest.mark.long
 @pytest.mark.integration
 def test_the_scaffolded_environment_runs_and_collects(tmp_path):

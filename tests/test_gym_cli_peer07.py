@@ -106,3 +106,57 @@ def test_eval_aggregate_merges_shards_as_0_7_0_does(tmp_path):
         "Loaded 4 rollout record(s) from 2 shard(s)",
     ):
         assert line in ours.stdout and line in theirs.stdout
+
+
+# every subcommand of an argparse parser with its option strings: {"env start": ["--config", ...]}
+WALK_PARSER = """
+import argparse
+
+
+def walk(parser, path=()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {" ".join(path): sorted(o for a in parser._actions for o in a.option_strings)}
+    found = {}
+    for sub in subs:
+        for name, child in sub.choices.items():
+            found.update(walk(child, (*path, name)))
+    return found
+"""
+
+
+def test_every_subcommand_and_flag_of_0_7_0s_gym_is_ours_or_refused():
+    """0.7.0's `gym` parser, walked: each of its subcommands is one of ours or refused by name (exit 2, with why),
+    and each flag of a subcommand we run is registered on ours (taken, or refused naming why), so none is ever
+    silently dropped or unknown. `-v` (its log level) is refused for every subcommand."""
+    from nemo_gym.cli import gym_router
+    from nemo_gym.cli.gym_listing import CATALOG_SEARCH
+
+    script = (
+        WALK_PARSER + "import json\nfrom nemo_gym.cli.main import build_parser\nprint(json.dumps(walk(build_parser())))"
+    )
+    done = subprocess.run(
+        [str(peer07_venv() / "bin" / "python"), "-c", script],
+        cwd="/tmp",
+        env=peer07_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    theirs = json.loads(done.stdout.splitlines()[-1])
+    scope: dict = {}
+    exec(WALK_PARSER, scope)
+    ours = scope["walk"](gym_router.build_parser("gym"))
+    # 0.7.0's `gym search [KIND] QUERY` is one subcommand with positionals; ours routes a kind to its listing's search
+    # and the bare query to the catalog's (`gym search QUERY`: CATALOG_SEARCH)
+    ours["search"] = ours.pop(CATALOG_SEARCH)
+    assert len(theirs) > 30
+    missing = sorted(set(theirs) - set(ours) - set(gym_router.UNSUPPORTED))
+    assert missing == [], f"0.7.0 subcommands neither ours nor refused: {missing}"
+    unknown = {
+        command: sorted(set(flags) - set(ours[command]) - {"-h", "--help", "-v", "--verbose"})
+        for command, flags in theirs.items()
+        if command in ours
+    }
+    assert {command: flags for command, flags in unknown.items() if flags} == {}

@@ -40,6 +40,10 @@ __all__ = ["GROUPS", "ROUTES", "UNSUPPORTED", "gym_main", "ng_main"]
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
 _NO_HEALTH = "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file)"
+ALLOW_UNSUPPORTED_PAIRING = refused(
+    "allow-unsupported-pairing", "nemo_gym has no agent/model pairing guards", takes_value=False
+)
+_NO_JUDGE_RECOVERY = "no judge-failure recovery: a failed re-verification is in the failures file; rerun it whole"
 _FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
 _ALL_AGENTS = "the rollouts of every agent are compared, paired by task"
 
@@ -96,7 +100,7 @@ EVAL_RUN_FLAGS = (
     value_flag("prompt-config", "prompt_config", "Prompt template YAML to apply."),
     bool_flag("interleave-repeats", "interleave_repeats", "Start the repeats round by round (abcabc)."),
     refused("disable-aggregation", "our collector always writes the aggregate metrics", takes_value=False),
-    refused("allow-unsupported-pairing", "nemo_gym has no agent/model pairing guards", takes_value=False),
+    ALLOW_UNSUPPORTED_PAIRING,
     refused("no-health-check", _NO_HEALTH, takes_value=False),
     refused("health-check-workers", _NO_HEALTH),
     refused("health-check-ignore", _NO_HEALTH),
@@ -120,7 +124,47 @@ def _env_init_command(args: argparse.Namespace) -> str:
         raise GymUsageError(
             "--environment scaffolds its own resources server: give --environment or --resources-server"
         )
+    if not args.environment and (args.profile or args.reward_range or args.higher_is_better is not None):
+        raise GymUsageError("--profile and the reward options require --environment")  # 0.7.0's rule
     return "init_environment" if args.environment else "init_resources_server"
+
+
+def _profile(args: argparse.Namespace) -> list[str]:
+    """`--profile`: the one integration profile our scaffold writes, `custom-gym-verifier` (nothing to translate)."""
+    if args.profile not in (None, "custom-gym-verifier"):
+        raise GymUsageError(
+            f"--profile {args.profile} is not supported: the scaffold is a resources server whose /verify scores"
+            " simple_agent's rollouts (custom-gym-verifier)"
+        )
+    return []
+
+
+PROFILE = Flag(
+    lambda p: p.add_argument(
+        "--profile",
+        choices=("custom-gym-verifier", "custom-gym-agent-loop", "external-agent-loop", "external-rollout-driver"),
+        help="Integration profile of the manifest-backed scaffold (custom-gym-verifier only).",
+    ),
+    _profile,
+)
+REWARD_RANGE = Flag(
+    lambda p: p.add_argument(
+        "--reward-range", nargs=2, type=float, metavar=("LOW", "HIGH"), help="Declared inclusive reward range."
+    ),
+    lambda a: [f"+reward_range=[{a.reward_range[0]},{a.reward_range[1]}]"] if a.reward_range else [],
+)
+
+
+def _register_reward_direction(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--higher-is-better", dest="higher_is_better", action="store_true", default=None)
+    group.add_argument("--lower-is-better", dest="higher_is_better", action="store_false")
+
+
+REWARD_DIRECTION = Flag(
+    _register_reward_direction,
+    lambda a: [f"+higher_is_better={str(a.higher_is_better).lower()}"] if a.higher_is_better is not None else [],
+)
 
 
 def _env_test_command(args: argparse.Namespace) -> str:
@@ -235,6 +279,13 @@ ROUTES: dict[str, Route] = {
             RESOURCES_SERVER,
             value_flag("environment", "name", "Scaffold environments/NAME/ (manifest, config, data) and its server."),
             refused("benchmark", "benchmark scaffolds (a prepare script, a canonical split) are not offered"),
+            PROFILE,
+            refused(
+                "reuse-verifier",
+                "the scaffold writes its own resources server; to reuse one, name it in the config's resources_server",
+            ),
+            REWARD_RANGE,
+            REWARD_DIRECTION,
         ),
     ),
     "env publish": Route(
@@ -248,6 +299,7 @@ ROUTES: dict[str, Route] = {
             ),
             CATALOG_KIND,
             JSON,
+            SEARCH_DIR,
         ),
     ),
     "env resolve": Route("Print the resolved config (ng_dump_config).", "dump_config", (CONFIG, SEARCH_DIR)),
@@ -265,6 +317,7 @@ ROUTES: dict[str, Route] = {
             *SELECTORS,
             SEARCH_DIR,
             *MODEL_FLAGS,
+            ALLOW_UNSUPPORTED_PAIRING,
         ),
     ),
     "env packages": Route(
@@ -272,6 +325,7 @@ ROUTES: dict[str, Route] = {
         "pip_list",
         (
             RESOURCES_SERVER,
+            SEARCH_DIR,
             bool_flag("outdated", "outdated", "List only outdated packages."),
             Flag(
                 lambda p: p.add_argument(
@@ -299,18 +353,22 @@ ROUTES: dict[str, Route] = {
             ),
             RESOURCES_SERVER,
             Flag(lambda p: p.add_argument("--all", action="store_true", help="Test every resources server.")),
+            SEARCH_DIR,
+            refused("json", "the tests' own pytest output is the report", takes_value=False),
         ),
     ),
     "env schema": Route(
         "Print a resources server's dataset-row schema as JSON Schema (ng_row_schema).",
         "row_schema",
-        (RESOURCES_SERVER,),
+        (RESOURCES_SERVER, SEARCH_DIR),
     ),
-    "env start": Route("Start the servers (ng_run).", "run", (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS)),
+    "env start": Route(
+        "Start the servers (ng_run).", "run", (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS, ALLOW_UNSUPPORTED_PAIRING)
+    ),
     "env prefetch": Route(
         "Build every server's environment (and vllm_model's engine and model) without starting any (ng_prefetch).",
         "prefetch",
-        (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS),
+        (CONFIG, *SELECTORS, SEARCH_DIR, *MODEL_FLAGS, ALLOW_UNSUPPORTED_PAIRING),
     ),
     "env status": Route("Print the server status (ng_status).", "status", (JSON,)),
     "eval prepare": Route(
@@ -354,7 +412,7 @@ ROUTES: dict[str, Route] = {
             value_flag("limit", "limit", "Maximum number of rollouts to re-verify."),
             bool_flag("overwrite", "overwrite", "Replace an existing output file."),
             *(refused(flag, _REVERIFY_SERVERS) for flag in ("config", "benchmark", "environment", "model-type")),
-            *(refused(flag, _REVERIFY_SERVERS) for flag in ("resources-server-config", "search-dir")),
+            *(refused(flag, _REVERIFY_SERVERS) for flag in ("resources-server", "search-dir")),
             value_flag("inputs", "materialized_inputs_jsonl_fpath", "Materialized inputs JSONL."),
             value_flag("input-format", "input_format", "Reverification input format.", choices=("gym", "atif")),
             value_flag(
@@ -367,6 +425,9 @@ ROUTES: dict[str, Route] = {
                 "no reverify-mode guard to override: a stateful server scores the replayed session",
                 takes_value=False,
             ),
+            refused("resume", "a re-verification is rerun whole (--overwrite replaces its output)", takes_value=False),
+            refused("disable-aggregation", "ng_reverify writes no aggregate metrics", takes_value=False),
+            *(refused(flag, _NO_JUDGE_RECOVERY, takes_value=False) for flag in ("judge-failed-only", "append")),
         ),
     ),
     "eval export": Route(

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.layout import REPO_ROOT
@@ -38,6 +38,16 @@ class InitEnvironmentOptions(BaseModel):
     description: str = Field("Word counting with a tool", description="one line on what the environment does")
     domain: str = Field("agent", description="its domain (math, coding, agent, knowledge, games, ...: manifest.yaml)")
     authors: list[str] = Field(default_factory=lambda: ["TODO"], description="who maintains it (manifest.yaml)")
+    reward_range: tuple[float, float] = Field(
+        (0.0, 1.0), description="the declared inclusive reward range [low, high] (manifest.yaml's reward.range)"
+    )
+    higher_is_better: bool = Field(True, description="whether a higher reward is better (reward.higher_is_better)")
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> InitEnvironmentOptions:
+        if self.reward_range[0] >= self.reward_range[1]:
+            raise ValueError(f"reward_range {list(self.reward_range)}: low must be below high")
+        return self
 
 
 def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict) -> dict:
@@ -52,7 +62,7 @@ def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict) -> dict
         "modality": "text",
         "licensing": "Apache-2.0",
         "authors": options.authors,
-        "reward": {"range": [0.0, 1.0], "higher_is_better": True},
+        "reward": {"range": list(options.reward_range), "higher_is_better": options.higher_is_better},
         "determinism": "seeded",
         "resources_server": name,
         "agent_server": "simple_agent",
