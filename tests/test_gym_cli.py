@@ -6,6 +6,7 @@ Fast, offline; the same inputs against NeMo Gym 0.7.0 itself are in tests/test_g
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -511,3 +512,14 @@ def test_eval_compare_compares_the_candidates_rollouts_with_the_baselines(tmp_pa
     ):
         assert gym.gym_main(["eval", "compare", "--baseline", str(base), *argv]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_verbose_sets_debug_logging_for_the_command_and_its_servers(monkeypatch):
+    """`gym -v ...` / `gym ... -v` (0.7.0's DEBUG logging): `$NEMO_GYM_LOG_LEVEL=debug` while the command runs, which
+    the servers ng_run starts inherit; restored after."""
+    monkeypatch.delenv("NEMO_GYM_LOG_LEVEL", raising=False)
+    seen: list[str | None] = []
+    monkeypatch.setattr(gym, "run_named", lambda name, argv: seen.append(os.environ.get("NEMO_GYM_LOG_LEVEL")) or 0)
+    for argv in (["-v", "env", "status"], ["env", "start", "--config", "a.yaml", "-v"], ["env", "status"]):
+        assert gym.gym_main(argv) == 0
+    assert seen == ["debug", "debug", None] and "NEMO_GYM_LOG_LEVEL" not in os.environ

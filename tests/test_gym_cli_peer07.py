@@ -128,7 +128,7 @@ def walk(parser, path=()):
 def test_every_subcommand_and_flag_of_0_7_0s_gym_is_ours_or_refused():
     """0.7.0's `gym` parser, walked: each of its subcommands is one of ours or refused by name (exit 2, with why),
     and each flag of a subcommand we run is registered on ours (taken, or refused naming why), so none is ever
-    silently dropped or unknown. `-v` (its log level) is refused for every subcommand."""
+    silently dropped or unknown."""
     from nemo_gym.cli import gym_router
     from nemo_gym.cli.gym_listing import CATALOG_SEARCH
 
@@ -154,9 +154,5 @@ def test_every_subcommand_and_flag_of_0_7_0s_gym_is_ours_or_refused():
     assert len(theirs) > 30
     missing = sorted(set(theirs) - set(ours) - set(gym_router.UNSUPPORTED))
     assert missing == [], f"0.7.0 subcommands neither ours nor refused: {missing}"
-    unknown = {
-        command: sorted(set(flags) - set(ours[command]) - {"-h", "--help", "-v", "--verbose"})
-        for command, flags in theirs.items()
-        if command in ours
-    }
+    unknown = {command: sorted(set(flags) - set(ours[command])) for command, flags in theirs.items() if command in ours}
     assert {command: flags for command, flags in unknown.items() if flags} == {}

@@ -8,6 +8,7 @@ one of them exits 2 with that reason. `ng <command> ...` (one of our own command
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -44,6 +45,8 @@ ALLOW_UNSUPPORTED_PAIRING = refused(
     "allow-unsupported-pairing", "nemo_gym has no agent/model pairing guards", takes_value=False
 )
 _NO_JUDGE_RECOVERY = "no judge-failure recovery: a failed re-verification is in the failures file; rerun it whole"
+VERBOSE_HELP = "Set logging level to DEBUG (and $NEMO_GYM_LOG_LEVEL=debug for the servers it starts)."
+LOG_LEVEL_ENV = "NEMO_GYM_LOG_LEVEL"  # the servers' log level (nemo_gym.serving.entrypoint)
 _FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
 _ALL_AGENTS = "the rollouts of every agent are compared, paired by task"
 
@@ -487,6 +490,7 @@ def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true", help="Show the nemo_gym version and exit (ng_version).")
     parser.add_argument("--json", action="store_true", help="With --version: output JSON.")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.set_defaults(_parser=parser, _route=None)
     top = parser.add_subparsers(metavar="{" + ",".join(GROUPS) + "}")
     groups: dict[str, argparse._SubParsersAction] = {}
@@ -498,6 +502,8 @@ def build_parser(prog: str = "gym") -> argparse.ArgumentParser:
             groups[group] = group_parser.add_subparsers(metavar="ACTION")
         leaf = groups[group].add_parser(action, help=route.summary, description=route.summary)
         leaf.set_defaults(_route=route, _parser=leaf)
+        # SUPPRESS: a `-v` given before the subcommand is kept (0.7.0's rule)
+        leaf.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
         for flag in route.flags:
             flag.register(leaf)
     return parser
@@ -521,6 +527,26 @@ def _unsupported(argv: list[str], prog: str) -> str | None:
         if key in UNSUPPORTED:
             return f"{prog}: `{prog} {key}` is not supported: {UNSUPPORTED[key]}"
     return None
+
+
+@contextmanager
+def _log_level(verbose: bool):
+    """`-v`: DEBUG logging in this process and `$NEMO_GYM_LOG_LEVEL=debug` for the servers and engines it starts, while
+    the command runs."""
+    before, root = os.environ.get(LOG_LEVEL_ENV), logging.getLogger()
+    level = root.level
+    if verbose:
+        logging.basicConfig()  # a stderr handler, unless the root logger has one
+        root.setLevel(logging.DEBUG)
+        os.environ[LOG_LEVEL_ENV] = "debug"
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        if verbose and before is None:
+            del os.environ[LOG_LEVEL_ENV]
+        elif verbose:
+            os.environ[LOG_LEVEL_ENV] = before
 
 
 @contextmanager
@@ -573,7 +599,7 @@ def gym_main(argv: list[str], prog: str = "gym") -> int:
         return 2
     except SystemExit as exc:  # argparse's own exit (--help: 0, a usage error: 2)
         return int(exc.code or 0)
-    with _extra_roots(getattr(args, "search_dir", None)):
+    with _extra_roots(getattr(args, "search_dir", None)), _log_level(args.verbose):
         return run_named(name, merge_config_paths(translated + overrides))
 
 
