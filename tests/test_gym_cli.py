@@ -373,7 +373,7 @@ def test_validate_passes_a_config_that_only_lacks_the_model_unless_strict(tmp_pa
     ("argv", "message"),
     [
         (["+config_paths=[/nonexistent/c.yaml]"], "does not exist"),
-        (["+onboarding_name=aime24"], "'aime24' names none; ng_list_environments lists them"),
+        (["+onboarding_name=aime24"], "+onboarding_name: unknown environment 'aime24'"),
         (["+sync=true"], "+sync apply to a catalog name or +manifest_path only"),
         (["+head_server.portt=1"], "portt"),
     ],

@@ -16,6 +16,7 @@ from pathlib import Path
 from nemo_gym.common.layout import REPO_ROOT
 
 __all__ = [
+    "ALLOW_UNSUPPORTED_PAIRING",
     "Route",
     "CATALOG_KIND",
     "CONFIG",
@@ -104,6 +105,9 @@ JSON = Flag(
         "--json", action="store_true", default=argparse.SUPPRESS, help="Output as machine-readable JSON."
     ),
     lambda a: ["+json=true"] if getattr(a, "json", False) else [],
+)
+ALLOW_UNSUPPORTED_PAIRING = refused(
+    "allow-unsupported-pairing", "nemo_gym has no agent/model pairing guards", takes_value=False
 )
 # `--kind environment|benchmark` of a catalog entry (0.7.0's CATALOG_KIND): `+catalog_kind=`
 CATALOG_KIND = value_flag("kind", "catalog_kind", "Workload kind.", choices=("environment", "benchmark"))

@@ -21,9 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.cli.validate import catalog_manifest
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.datasets.catalog import catalog_entries
+from nemo_gym.datasets.catalog import manifest_entry
 from nemo_gym.datasets.manifest import load_manifest
 from nemo_gym.datasets.manifest_checks import validate_manifest
 from nemo_gym.orchestration.folder_tests import run_server_tests
@@ -62,7 +61,8 @@ def publish_main(options: PublishOptions) -> int:
     Raises:
         ConfigError: the first check that fails, naming it. DataError: a dataset's (see manifest_checks).
     """
-    manifest_path = catalog_manifest(options.onboarding_name, options.catalog_kind).resolve()
+    entry = manifest_entry(options.onboarding_name, options.catalog_kind)
+    manifest_path = entry.manifest_path.resolve()
     report = validate_manifest(manifest_path)
     if report.resources_server_dir is None:
         raise ConfigError(f"{options.onboarding_name!r}: its composition has no resources server to check")
@@ -74,21 +74,14 @@ def publish_main(options: PublishOptions) -> int:
         raise ConfigError(f"{tests.server}: no verifier case passed (tests/verifier_cases.jsonl)")
     if placeholders := _placeholders(manifest_path):
         raise ConfigError(f"{manifest_path}: replace the scaffold's placeholders first: {', '.join(placeholders)}")
-    found = [
-        e
-        for e in catalog_entries()
-        if (e.name, e.kind) == (report.name, report.kind)
-        and e.manifest_path is not None
-        and e.manifest_path.resolve() == manifest_path
-    ]
-    if len(found) != 1 or found[0].status not in ("experimental", None):
+    if (entry.name, entry.kind) != (report.name, report.kind) or entry.status not in ("experimental", None):
         raise ConfigError(f"the catalog does not resolve {report.kind} {report.name!r} to {manifest_path}")
-    published = {"name": report.name, "version": report.version, "kind": report.kind, "status": found[0].status}
+    published = {"name": report.name, "version": report.version, "kind": report.kind, "status": entry.status}
     published |= {"manifest_path": str(manifest_path), "verifier_cases": int(cases.group(1))}
     if options.json_output:
         print(json.dumps({k: v for k, v in published.items() if k != "status" or v is not None}))
         return 0
-    status = f"catalog status={found[0].status} " if found[0].status else ""
+    status = f"catalog status={entry.status} " if entry.status else ""
     print(
         f"✓ Publication checks passed for {report.kind} {report.name} {report.version}; {status}"
         f"({published['verifier_cases']} verifier cases)."

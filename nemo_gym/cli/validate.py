@@ -20,13 +20,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.config import did_you_mean, load_config, parse_overrides, validation_problems
+from nemo_gym.config import load_config, parse_overrides, validation_problems
 from nemo_gym.config.server_instances import server_instances
-from nemo_gym.datasets.catalog import catalog_entries
+from nemo_gym.datasets.catalog import manifest_entry
 from nemo_gym.datasets.manifest_checks import validate_manifest
 from nemo_gym.orchestration.run import RunOptions
 
-__all__ = ["MANIFEST_KEYS", "catalog_manifest", "validate_main"]
+__all__ = ["MANIFEST_KEYS", "validate_main"]
 
 # 0.7.0's options of a manifest-backed validation (its `ManifestCommandConfig`), with what each selects
 MANIFEST_KEYS = ("onboarding_name", "manifest_path", "catalog_kind", "sync", "json", "update_expected")
@@ -58,23 +58,6 @@ def _stand_ins(argv: list[str]) -> list[str]:
     return [override for key, override in stand_ins.items() if key not in values]
 
 
-def catalog_manifest(name: str, kind: str | None = None) -> Path:
-    """The manifest of the catalog entry `name` (of `kind`, when both kinds have the name).
-
-    Raises:
-        ConfigError: no such entry, several, or one without a manifest.
-    """
-    entries = catalog_entries()
-    matches = [e for e in entries if e.name == name and kind in (None, e.kind)]
-    if len(matches) != 1:
-        close = did_you_mean(name, [e.name for e in entries if e.manifest_path is not None])
-        found = "several kinds: add +catalog_kind" if matches else f"none{close}; ng_list_environments lists them"
-        raise ConfigError(f"+onboarding_name: {name!r} names {found}")
-    if matches[0].manifest_path is None:
-        raise ConfigError(f"{name!r} has no manifest; validate its config: ng_validate +config_paths=[...]")
-    return matches[0].manifest_path
-
-
 def _validate_manifest(given: dict[str, Any]) -> int:
     """A manifest checked against its config and data (`nemo_gym.datasets.manifest_checks`), named by its catalog
     name (`+onboarding_name`, `+catalog_kind` when both kinds have it) or its path (`+manifest_path`)."""
@@ -83,7 +66,10 @@ def _validate_manifest(given: dict[str, Any]) -> int:
         raise ConfigError(f"a manifest's validation takes no config overrides: {', '.join('+' + k for k in extra)}")
     if "onboarding_name" in given and "manifest_path" in given:
         raise ConfigError("name a catalog entry or +manifest_path, not both")
-    path = given.get("manifest_path") or catalog_manifest(str(given["onboarding_name"]), given.get("catalog_kind"))
+    path = (
+        given.get("manifest_path")
+        or manifest_entry(str(given["onboarding_name"]), given.get("catalog_kind")).manifest_path
+    )
     report = validate_manifest(Path(str(path)), sync=str(given.get("sync", "")).lower() == "true")
     if str(given.get("json", "")).lower() == "true":
         print(json.dumps(asdict(report)))

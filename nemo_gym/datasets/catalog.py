@@ -45,6 +45,8 @@ __all__ = [
     "ListEnvironmentsOptions",
     "catalog_entries",
     "list_environments_main",
+    "manifest_entry",
+    "select_entry",
 ]
 
 CatalogKind = Literal["environment", "benchmark"]
@@ -295,33 +297,55 @@ def _show(entry: CatalogEntry, as_json: bool) -> None:
     print(f"start it: {start_command(entry.config_path)}", f"      or: {usage}", sep="\n")
 
 
-def _select(name: str, entries: tuple[CatalogEntry, ...], kind: str | None) -> CatalogEntry:
-    """Raises: ConfigError: no entry of that name and kind (naming the other kind's, or the closest names), or the
-    name is both an environment and a benchmark and no kind was given."""
+def select_entry(name: str, entries: tuple[CatalogEntry, ...], kind: str | None, *, key: str = "+name") -> CatalogEntry:
+    """The entry of `entries` named `name` (of `kind`, when given); errors name the parameter `key`.
+
+    Raises:
+        ConfigError: no entry of that name and kind (naming the other kind's, or the closest names), or the name is
+            both an environment and a benchmark and no kind was given.
+    """
     matches = [e for e in entries if e.name == name and kind in (None, e.kind)]
     if len(matches) > 1:
-        raise ConfigError(f"+name: {name!r} is an environment and a benchmark; add +catalog_kind=environment|benchmark")
+        raise ConfigError(f"{key}: {name!r} is an environment and a benchmark; add +catalog_kind=environment|benchmark")
     if matches:
         return matches[0]
     if other := next((e for e in entries if e.name == name), None):
         shown = f"ng_list_environments +name={name} shows it"
         article = "an" if other.kind == "environment" else "a"
-        raise ConfigError(f"+name: {name!r} is {article} {other.kind}, not a {kind}; {shown}")
+        raise ConfigError(f"{key}: {name!r} is {article} {other.kind}, not a {kind}; {shown}")
     names = [e.name for e in entries if kind in (None, e.kind)]
     close = difflib.get_close_matches(name, names, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    raise ConfigError(f"+name: unknown {kind or 'environment'} {name!r}{hint}; ng_list_environments lists them")
+    raise ConfigError(f"{key}: unknown {kind or 'environment'} {name!r}{hint}; ng_list_environments lists them")
+
+
+def manifest_entry(name: str, kind: str | None = None) -> CatalogEntry:
+    """The catalog entry `name` (of `kind`, when both kinds have the name) that has a manifest; a misspelt name gets
+    the closest names of entries with one.
+
+    Raises:
+        ConfigError: no such entry (as `select_entry`), or one without a manifest.
+    """
+    entries = catalog_entries()
+    try:
+        return select_entry(name, tuple(e for e in entries if e.manifest_path), kind, key="+onboarding_name")
+    except ConfigError:
+        if any(e.name == name and kind in (None, e.kind) for e in entries):
+            raise ConfigError(
+                f"{name!r} has no manifest; validate its config: ng_validate +config_paths=[...]"
+            ) from None
+        raise
 
 
 def list_environments_main(options: ListEnvironmentsOptions) -> int:
     """`ng_list_environments`: the catalog filtered by the options, as a table or JSON, or one entry. Returns 0.
 
     Raises:
-        ConfigError: `+name` names no entry (see `_select`).
+        ConfigError: `+name` names no entry (see `select_entry`).
     """
     catalog = catalog_entries()
     if options.name is not None:
-        _show(_select(options.name, catalog, options.catalog_kind), options.json_output)
+        _show(select_entry(options.name, catalog, options.catalog_kind), options.json_output)
         return 0
     entries = list(catalog)
     if options.query:
