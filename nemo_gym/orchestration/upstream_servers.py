@@ -249,6 +249,9 @@ def config_dict_yaml(
     return yaml.safe_dump(config, sort_keys=False)
 
 
+WORKER_REGISTER_TIMEOUT_S = 600  # Ray's worker_register_timeout_seconds on the NeMo Gym servers' node (RayHead.env)
+
+
 class RayHead:
     """A one-node Ray cluster for the NeMo Gym servers of one run: `ray start --head --block` from the release's
     environment (the servers' Ray must be the same version), its own process group, every port chosen free (Ray's
@@ -291,6 +294,10 @@ class RayHead:
             "RAY_AUTH_TOKEN_PATH": str(token_file),
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # Ray's 60 s for a worker process to register with the raylet: a run of 20 NeMo Gym servers on 2 AVX2
+            # cores started its environment servers' workers in more, and the raylet's timeout left one server's
+            # start-up waiting on its Ray task for good (CI of 2026-11-30). Seconds.
+            "RAY_worker_register_timeout_seconds": str(WORKER_REGISTER_TIMEOUT_S),
         }
 
     def start_command(self, ports: dict[str, int]) -> list[str]:
