@@ -378,38 +378,41 @@ def _unsupported(argv: list[str], prog: str) -> str | None:
 
 
 @contextmanager
+def _environ(name: str, value: str | None):
+    """`$name` set to `value` while the block runs, then as it was (nothing is changed for a `value` of None)."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None and before is None:
+            del os.environ[name]
+        elif value is not None:
+            os.environ[name] = before
+
+
+@contextmanager
 def _log_level(verbose: bool):
     """`-v`: DEBUG logging in this process and `$NEMO_GYM_LOG_LEVEL=debug` for the servers and engines it starts, while
     the command runs."""
-    before, root = os.environ.get(LOG_LEVEL_ENV), logging.getLogger()
+    root = logging.getLogger()
     level = root.level
     if verbose:
         logging.basicConfig()  # a stderr handler, unless the root logger has one
         root.setLevel(logging.DEBUG)
-        os.environ[LOG_LEVEL_ENV] = "debug"
     try:
-        yield
+        with _environ(LOG_LEVEL_ENV, "debug" if verbose else None):
+            yield
     finally:
         root.setLevel(level)
-        if verbose and before is None:
-            del os.environ[LOG_LEVEL_ENV]
-        elif verbose:
-            os.environ[LOG_LEVEL_ENV] = before
 
 
-@contextmanager
 def _extra_roots(search_dirs: list[str] | None):
     """`--search-dir`s first in `$NEMO_GYM_EXTRA_ROOTS` while the command runs (as 0.7.0 passes them on)."""
     before = os.environ.get("NEMO_GYM_EXTRA_ROOTS")
-    if search_dirs:
-        os.environ["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join([*search_dirs, *([before] if before else [])])
-    try:
-        yield
-    finally:
-        if search_dirs and before is None:
-            del os.environ["NEMO_GYM_EXTRA_ROOTS"]
-        elif search_dirs:
-            os.environ["NEMO_GYM_EXTRA_ROOTS"] = before
+    roots = os.pathsep.join([*search_dirs, *([before] if before else [])]) if search_dirs else None
+    return _environ("NEMO_GYM_EXTRA_ROOTS", roots)
 
 
 def run_named(name: str, argv: list[str]) -> int:

@@ -21,7 +21,13 @@ from nemo_gym.serving.auth import RUN_TOKEN_ENV, SAME_USER_ENV
 from nemo_gym.serving.client import HEAD_URL_ENV
 from nemo_gym.serving.entrypoint import REPLICA_ENV
 
-__all__ = ["LocalLauncher"]
+__all__ = ["LocalLauncher", "server_environment"]
+
+
+def server_environment() -> dict[str, str]:
+    """This process's environment for a server process of ours (or its `prefetch` hook): without ng_run's virtual
+    environment and Python home, the run token and the same-user switch (each server gets its own)."""
+    return {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV, SAME_USER_ENV}}
 
 
 class LocalLauncher:
@@ -49,9 +55,7 @@ class LocalLauncher:
 
     async def start(self, run: RunContext) -> None:
         """Start each replica with the Python of its environment (`run.pythons`, built from `environments`)."""
-        base_env = {
-            k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV, SAME_USER_ENV}
-        }
+        base_env = server_environment()
         if self.allow_same_user:
             base_env[SAME_USER_ENV] = "1"
         for instance in self.instances:

@@ -30,11 +30,10 @@ from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.config import LoadedConfig, load_config
 from nemo_gym.config.server_instances import ServerInstance
 from nemo_gym.orchestration.launch import build_environments
-from nemo_gym.orchestration.launch_local import LocalLauncher
+from nemo_gym.orchestration.launch_local import LocalLauncher, server_environment
 from nemo_gym.orchestration.launch_upstream import NemoGymLauncher
 from nemo_gym.orchestration.run import RunOptions, run_instances, run_options, split_instances
 from nemo_gym.orchestration.server_processes import tail
-from nemo_gym.serving.auth import RUN_TOKEN_ENV, SAME_USER_ENV
 
 __all__ = ["prefetch", "prefetch_main"]
 
@@ -47,7 +46,6 @@ async def _run_hook(instance: ServerInstance, python: Path, log: Path) -> list[s
     Raises:
         ServerStartError: the hook failed, named, with the last lines of its log.
     """
-    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", RUN_TOKEN_ENV, SAME_USER_ENV}}
     with log.open("ab") as out:
         process = await asyncio.create_subprocess_exec(
             str(python),
@@ -55,7 +53,7 @@ async def _run_hook(instance: ServerInstance, python: Path, log: Path) -> list[s
             "nemo_gym.serving.entrypoint",
             "--prefetch",
             cwd=instance.implementation_dir,
-            env={**env, "PYTHONUNBUFFERED": "1"},
+            env={**server_environment(), "PYTHONUNBUFFERED": "1"},
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=out,
