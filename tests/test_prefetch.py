@@ -104,8 +104,8 @@ def test_gym_env_prefetch_runs_ng_prefetch_with_the_config(monkeypatch):
 
 @pytest.mark.long
 def test_prefetch_builds_the_environments_ng_run_then_reuses(tmp_path):
-    """In an empty NEMO_GYM_HOME, `gym env prefetch` builds the environment of each server of a config (and runs their
-    hooks there); ng_run of the same config then starts without building any."""
+    """In an empty NEMO_GYM_HOME, `gym env prefetch` builds the environment of each server of a config, its modules
+    compiled to bytecode (and runs their hooks there); ng_run of the same config then starts without building any."""
     home, tasks = tmp_path / "home", tmp_path / "tasks.txt"
     config = _project(tmp_path, fetch={"tasks_file": str(tasks)})
     done = _prefetch("env", "prefetch", "--config", str(config), home=home, command="gym")
@@ -113,6 +113,9 @@ def test_prefetch_builds_the_environments_ng_run_then_reuses(tmp_path):
     assert "Preparing 1 environment(s) for 1 server(s)" in done.stdout and tasks.read_text() == "1"
     [venv] = [p for p in (home / "venvs").iterdir() if p.is_dir()]
     ready = (venv / ".ready").stat().st_mtime_ns
+    # compiled at the build (venvs.COMPILE_BYTECODE), not by each server start: e.g. fastapi, which every server imports
+    [fastapi] = venv.glob("lib/python3.*/site-packages/fastapi/__init__.py")
+    assert list((fastapi.parent / "__pycache__").glob("__init__.cpython-*.pyc"))
     with NgRun(f"+config_paths=[{config}]", env={"NEMO_GYM_HOME": str(home)}) as run:
         run.wait_ready()
         [run_dir] = (home / "runs").iterdir()

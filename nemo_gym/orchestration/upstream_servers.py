@@ -51,7 +51,14 @@ from nemo_gym.common.errors import ConfigError, ServerStartError
 from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.common.processes import die_with_parent, free_ports, signal_group
 from nemo_gym.config.server_instances import ServerInstance
-from nemo_gym.orchestration.venvs import VenvBuildError, ensure_built, find_links_args, run_logged, uv_executable
+from nemo_gym.orchestration.venvs import (
+    COMPILE_BYTECODE,
+    VenvBuildError,
+    ensure_built,
+    find_links_args,
+    run_logged,
+    uv_executable,
+)
 from nemo_gym.upstream.detect import detect_release
 
 __all__ = [
@@ -175,7 +182,7 @@ async def _install(
 ) -> None:
     try:
         await run_logged(
-            [uv, "pip", "install", "--python", str(python), *links, "-r", str(requirements_file)],
+            [uv, "pip", "install", COMPILE_BYTECODE, "--python", str(python), *links, "-r", str(requirements_file)],
             log_file,
             timeout_s,
             cwd,
