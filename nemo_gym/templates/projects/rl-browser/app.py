@@ -62,7 +62,13 @@ class BrowserConfig(ServerConfig):
         "/usr/bin/chromium",
         description="the system Chromium (apt-get install chromium); never a browser Playwright downloads",
     )
-    action_timeout_s: float = Field(3.0, gt=0, description="longest a page load, click or typing may take, seconds")
+    action_timeout_s: float = Field(3.0, gt=0, description="longest a click or typing may take, seconds")
+    navigation_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="longest a page load (navigate) may take, seconds: a rollout's first page opens in a new browser"
+        " context, which took more than 3 s on a busy 2-core machine",
+    )
     max_text_chars: int = Field(3000, ge=100, description="read_page cuts the page text to this many characters")
     max_open_rollouts: int = Field(
         32, ge=1, description="browser contexts open at once; beyond, the least recently used one is closed"
@@ -173,6 +179,7 @@ class BrowserServer(ResourcesServer):
         try:
             context = await self.browser.new_context(extra_http_headers={ROLLOUT_HEADER: key})
             context.set_default_timeout(self.config.action_timeout_s * 1000)
+            context.set_default_navigation_timeout(self.config.navigation_timeout_s * 1000)
             await context.route("**/*", self._only_the_shop)
             page = await context.new_page()
         except PlaywrightError as exc:
