@@ -46,14 +46,10 @@ from nemo_gym.common.jsonl import read_jsonl, write_jsonl
 from nemo_gym.common.processes import free_port
 from nemo_gym.env.testing import NgRun
 
-# the module's row-by-row runs take 11-13 minutes on 2 cores (780 s in the CI of 87182dc, its NEMO_GYM_HOME cold), all
-# in its first test's setup: above pytest's default
-# 900 s per test once NeMo Gym 0.7.0 is installed in the same test (a minute or two) on a loaded machine
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.peer,
-    pytest.mark.timeout(3600),
-]  # the collected fixture counts into its first test: 1786 s on 2 AVX2 cores
+# a batch of the row-by-row runs takes about 10 minutes on 2 AVX2 cores (the two: 1195 s), in the setup of the first
+# test that reads one of its folders, with NeMo Gym 0.7.0's install (a minute or two) when it is the module's first:
+# above pytest's default 900 s per test on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(3600)]
 
 # a config file of ours in the wheel's example_single_tool_call folder (written by the `peer07` fixture): its tools
 # over MCP (`expose_tools_over_mcp`, 0.7.0's /mcp route) to 0.7.0's haystack_agent with its MCP pipeline
@@ -128,27 +124,34 @@ judge_model:
 # model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack (an unseeded deck: two
 # runs differ), wordle (the wheel does not ship its word lists, data/guesses.txt: every rollout fails, under 0.7.0's
 # own ng_run too)
-ENVIRONMENTS = (
+# in CI's peer stage (one pair of runs): each kind of server above once, and the folders the other tests of the
+# module read (PROFILED, mcqa); 10, a run's BATCH
+ENVIRONMENTS_CI = (
     "example_single_tool_call",
     "example_tool_call_multireward",
     "example_session_state_mgmt",
     "example_multi_turn_gymnasium",
     "example_multi_step",
     "mcqa",
-    "gpqa_diamond",
     "lc_niah",
+    "frontierscience_judge",
+    "example_single_tool_call:example_single_tool_call_single_agent_turn",
+    f"example_single_tool_call:{MCP_CONFIG}",
+)
+# beyond CI's budget on 2 cores (a second pair of runs: 10 minutes on 2 AVX2 cores), run with `pytest -m slow`
+# (docs/tests.md): more offline servers, tool calling, a second judge and session-state server
+ENVIRONMENTS_SLOW = (
+    "gpqa_diamond",
     "ragtruth",
     "citation_if",
     "string_match",
     "xlam_fc",
     "workplace_assistant",
-    "frontierscience_judge",
     "equivalence_rule:lc",
     "arc_agi",
-    "example_single_tool_call:example_single_tool_call_single_agent_turn",
-    f"example_single_tool_call:{MCP_CONFIG}",
     "ruler2",
 )
+ENVIRONMENTS = ENVIRONMENTS_CI + ENVIRONMENTS_SLOW
 REPEATS = 2
 BATCH = 10  # environments per pair of runs
 # keys of a rollout row that are the collector's own, not the environment's
@@ -336,21 +339,40 @@ def assert_same_rollouts(
 
 
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory, peer07, fake_policy) -> dict[str, dict[str, Path]]:
+def collected(tmp_path_factory, peer07, fake_policy) -> Collections:
     """Per environment: NeMo Gym's collector on its run (`theirs`), ours on its run through the agent
     (`ours_on_theirs`) and through the environment server (`ours_env_on_theirs`), ours on ours through the agent
-    (`ours`) and through the environment server (`ours_env`), NeMo Gym's on ours (`theirs_on_ours`). BATCH
-    environments at a time, one run up at a time (a 0.7.0 server process holds 150-300 MB)."""
-    files: dict[str, dict[str, Path]] = {folder: {} for folder in ENVIRONMENTS}
-    for start in range(0, len(ENVIRONMENTS), BATCH):
-        folders = ENVIRONMENTS[start : start + BATCH]
-        work = tmp_path_factory.mktemp(f"collected07_{start}")
-        with TheirRun(work, folders, fake_policy) as theirs:
-            _collect_each(files, folders, ON_THEIR_RUN, work, theirs.head_url)
-        with our_run(work, folders, fake_policy) as ours:
+    (`ours`) and through the environment server (`ours_env`), NeMo Gym's on ours (`theirs_on_ours`); each batch of
+    environments when a test first asks for one of its folders."""
+    return Collections(tmp_path_factory, fake_policy)
+
+
+class Collections:
+    """`collected[folder][label]`: the collection files of an environment. ENVIRONMENTS_CI and ENVIRONMENTS_SLOW are
+    collected a batch at a time (BATCH environments, one run up at a time: a 0.7.0 server process holds 150-300 MB),
+    the first time a folder of the batch is asked for: CI's selection (`not slow`) starts only the first pair of
+    runs."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, fake_policy: str):
+        self.tmp_path_factory, self.fake_policy = tmp_path_factory, fake_policy
+        self.files: dict[str, dict[str, Path]] = {}
+
+    def __getitem__(self, folder: str) -> dict[str, Path]:
+        if folder not in self.files:
+            group = ENVIRONMENTS_CI if folder in ENVIRONMENTS_CI else ENVIRONMENTS_SLOW
+            start = group.index(folder) // BATCH * BATCH
+            self._collect(group[start : start + BATCH])
+        return self.files[folder]
+
+    def _collect(self, folders: tuple[str, ...]) -> None:
+        for folder in folders:
+            self.files[folder] = {}
+        work = self.tmp_path_factory.mktemp("collected07")
+        with TheirRun(work, folders, self.fake_policy) as theirs:
+            _collect_each(self.files, folders, ON_THEIR_RUN, work, theirs.head_url)
+        with our_run(work, folders, self.fake_policy) as ours:
             ours.wait_ready()
-            _collect_each(files, folders, ON_OUR_RUN, work, ours.head_url)
-    return files
+            _collect_each(self.files, folders, ON_OUR_RUN, work, ours.head_url)
 
 
 # the collections of the `collected` fixture on each run: label -> (collector, the server type it goes through)
@@ -386,7 +408,9 @@ def _collect_each(
         files[folder][label] = job.result()
 
 
-@pytest.mark.parametrize("folder", ENVIRONMENTS)
+@pytest.mark.parametrize(
+    "folder", [*ENVIRONMENTS_CI, *(pytest.param(folder, marks=pytest.mark.slow) for folder in ENVIRONMENTS_SLOW)]
+)
 def test_row_by_row_against_nemo_gym_07(collected, folder):
     """Our ng_run and collector give NeMo Gym 0.7.0's own rollouts, row by row, for each environment; our collector
     on NeMo Gym 0.7.0's ng_run gives them too (through its agent and its environment server); and NeMo Gym 0.7.0's
@@ -603,6 +627,7 @@ def nemo_gym04_collect(work: Path, folder: str, fake_policy: str) -> Path:
         process.stop()
 
 
+@pytest.mark.slow  # 202 s on 2 AVX2 cores (a 0.4.0 run and one of ours): beyond CI's budget, `pytest -m slow`
 def test_nemo_gym_04_and_07_folders_in_one_run(collected, tmp_path, fake_policy):
     """A folder of NeMo Gym 0.4.0's wheel (example_single_tool_call) and one of 0.7.0's (mcqa, behind its environment
     server) in one of our ng_runs, each in an environment with its own release, both releases' servers on the run's
@@ -628,6 +653,7 @@ def failure_classes(output: Path, class_key: str) -> dict[tuple[int, int], str]:
     return {(row["_ng_task_index"], row["_ng_rollout_index"]): row[class_key] for row in failures}
 
 
+@pytest.mark.slow  # 188 s on 2 AVX2 cores (a run of 0.7.0's and one of ours): beyond CI's budget, `pytest -m slow`
 def test_a_failing_judge_routes_the_rollout_to_the_failures_file_as_0_7_0_does(tmp_path, peer07, fake_policy):
     """gdp_pdf's judge fails on every row (JUDGE_CONFIG): 0.7.0's judge_failsafe answers reward 0.0 with
     `mask_sample` and `_ng_failure_class: judge_failed`, and 0.7.0's collector writes each such rollout to its

@@ -341,6 +341,9 @@ def nemo_gyms(tmp_path_factory, fake_policy, rows, ours) -> dict[int, dict[str, 
         stop_session(process)
 
 
+# the runs of the wheel's servers (both ng_runs and their collections: 325 s on 2 AVX2 cores, the module fixtures) are
+# beyond CI's budget on 2 cores: `pytest -m slow` (docs/tests.md); the bad inputs below run in CI
+@pytest.mark.slow
 @pytest.mark.parametrize("server", [s.folder for s in SERVERS])
 def test_example_rows_score_as_under_nemo_gyms_ng_run(server, rows, ours, nemo_gyms):
     """Same reward for every row; and every field NeMo Gym's rollout has (the verifier's fields, the whole `response`
@@ -362,6 +365,7 @@ def test_example_rows_score_as_under_nemo_gyms_ng_run(server, rows, ours, nemo_g
         )
 
 
+@pytest.mark.slow
 def test_session_state_holds_from_seed_to_verify(rows, ours, nemo_gyms):
     """The extra row's expected count is the seeded one: reward 1 only when /verify sees the counter /seed_session
     stored for the same session (the fake's tool call has the wrong arguments, so the count never changes)."""
@@ -371,6 +375,7 @@ def test_session_state_holds_from_seed_to_verify(rows, ours, nemo_gyms):
     assert ours[extra[0]]["reward"] == nemo_gyms[extra[0]]["reward"] == 1.0
 
 
+@pytest.mark.slow
 def test_judges_called_our_model_server(rows, ours):
     """The judges asked our policy_model (the fake behind it) and kept its answer: simpleqa through /v1/responses,
     ugphysics_judge through /v1/chat/completions (the fake's chat ids start with chatcmpl-)."""
@@ -439,6 +444,7 @@ def test_an_unknown_nemo_gym_release_stops_ng_run_listing_the_releases(tmp_path)
     assert "Traceback" not in output, output
 
 
+@pytest.mark.slow
 def test_nemo_gym_servers_reach_ray_on_loopback(our_run):
     """The Ray head ng_run starts for the NeMo Gym servers is on 127.0.0.1, and they connect to it there (Ray would
     otherwise replace 127.0.0.1 by the machine's network address)."""
