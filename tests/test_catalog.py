@@ -217,6 +217,7 @@ def _ours(entries) -> list[dict]:
 
 @pytest.mark.integration
 @pytest.mark.peer
+@pytest.mark.slow  # 161 s on 2 AVX2 cores (0.7.0's own processes): beyond CI's budget, `pytest -m slow`
 @pytest.mark.timeout(600)
 def test_the_catalog_is_0_7_0s(tmp_path):
     """0.7.0's catalog of its install root (385 entries: manifests, bare configs, resources server workloads) and of
@@ -408,6 +409,7 @@ def _outcome(result: list) -> tuple:
 
 @pytest.mark.integration
 @pytest.mark.peer
+@pytest.mark.slow  # 63 s on 2 AVX2 cores (0.7.0's own processes): beyond CI's budget, `pytest -m slow`
 @pytest.mark.timeout(600)
 def test_manifests_are_judged_as_0_7_0_judges_them(tmp_path):
     """0.7.0's validate_environment and ours on its 174 manifests (its wheel ships no benchmark data: those stop at

@@ -143,6 +143,7 @@ def test_agents_and_models_are_0_7_0s(tmp_path, kind):
 
 @pytest.mark.integration
 @pytest.mark.peer
+@pytest.mark.slow  # 54 s on 2 AVX2 cores (0.7.0's own processes): beyond CI's budget, `pytest -m slow`
 @pytest.mark.timeout(300)
 def test_the_list_is_0_7_0s(tmp_path):
     """0.7.0's own `gym list resources-servers --json`: on its install root (`--search-dir` its site-packages), all
