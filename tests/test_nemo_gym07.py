@@ -124,23 +124,26 @@ judge_model:
 # model server they do not define (abstention, simpleqa, inverse_if, omniscience), blackjack (an unseeded deck: two
 # runs differ), wordle (the wheel does not ship its word lists, data/guesses.txt: every rollout fails, under 0.7.0's
 # own ng_run too)
-# in CI's peer stage (one pair of runs): each kind of server above once, and the folders the other tests of the
-# module read (PROFILED, mcqa); 10, a run's BATCH
+# in CI's peer stage (one pair of runs): tools, multi-reward, session state, a judge, a new offline server (the
+# folders PROFILED reads) and a single_agent_turn_legacy environment server; 6 (of a run's BATCH of 10: a batch's
+# time goes with its folders, six collector runs each and their servers on both runs; 530 s for 10 on 2 AVX2 cores)
 ENVIRONMENTS_CI = (
     "example_single_tool_call",
     "example_tool_call_multireward",
     "example_session_state_mgmt",
-    "example_multi_turn_gymnasium",
-    "example_multi_step",
-    "mcqa",
     "lc_niah",
     "frontierscience_judge",
     "example_single_tool_call:example_single_tool_call_single_agent_turn",
-    f"example_single_tool_call:{MCP_CONFIG}",
 )
-# beyond CI's budget on 2 cores (a second pair of runs: 10 minutes on 2 AVX2 cores), run with `pytest -m slow`
-# (docs/tests.md): more offline servers, tool calling, a second judge and session-state server
+# beyond CI's budget on 2 cores (two more pairs of runs), run with `pytest -m slow`
+# (docs/tests.md): gymnasium and multi-step agents, tools over MCP (CI runs 0.7.0's MCP agent on our /mcp:
+# test_nemo_gym_07s_environment_server_on_our_resources_server), mcqa, more offline servers, tool calling, a second
+# judge and session-state server
 ENVIRONMENTS_SLOW = (
+    "example_multi_turn_gymnasium",
+    "example_multi_step",
+    f"example_single_tool_call:{MCP_CONFIG}",
+    "mcqa",
     "gpqa_diamond",
     "ragtruth",
     "citation_if",
@@ -433,14 +436,12 @@ PROFILED = ("example_tool_call_multireward", "example_session_state_mgmt", "fron
 
 
 def both_reward_profiles(work: Path, rollouts: Path, rows: list[dict[str, Any]] | None = None) -> dict[str, Path]:
-    """NeMo Gym 0.7.0's ng_reward_profile and ours, each on its own copy of a collection (its rollouts, `rows` instead
-    when given, and its materialized inputs); name → folder of the outputs `r_*`."""
+    """NeMo Gym 0.7.0's ng_reward_profile and ours, side by side (each process spends most of its life importing),
+    each on its own copy of a collection (its rollouts, `rows` instead when given, and its materialized inputs);
+    name → folder of the outputs `r_*`."""
     materialized = rollouts.with_name(f"{rollouts.stem}_materialized_inputs.jsonl")
-    folders = {}
-    for name, command, env in [
-        ("nemo_gym", peer07_venv() / "bin" / "ng_reward_profile", peer07_env()),
-        ("ours", Path(sys.executable).parent / "ng_reward_profile", None),
-    ]:
+
+    def profile(name: str, command: Path, env: dict[str, str] | None) -> Path:
         folder = work / name
         folder.mkdir()
         shutil.copy(materialized, folder / "r_materialized_inputs.jsonl")
@@ -455,8 +456,15 @@ def both_reward_profiles(work: Path, rollouts: Path, rows: list[dict[str, Any]] 
         ]
         done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{name}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        folders[name] = folder
-    return folders
+        return folder
+
+    profilers = {
+        "nemo_gym": (peer07_venv() / "bin" / "ng_reward_profile", peer07_env()),
+        "ours": (Path(sys.executable).parent / "ng_reward_profile", None),
+    }
+    with ThreadPoolExecutor(2) as pool:
+        jobs = {name: pool.submit(profile, name, *how) for name, how in profilers.items()}
+    return {name: job.result() for name, job in jobs.items()}
 
 
 def assert_same_reward_profiles(folders: dict[str, Path]) -> None:
@@ -579,16 +587,26 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
     cookies for /verify: nemo_gym.env.agent_sessions), with the same rollouts, collected by both collectors; and
     with the tools granted over MCP instead (`resources_tool_transports: [mcp]`), the same rollouts again."""
     folder = "example_single_tool_call"
-    files = {}
+    plan = {}  # label -> (collector, the server it goes through)
+    for side in ("07", "ours"):
+        plan |= {
+            side: (nemo_gym07_collect, f"agent_{side}"),
+            f"{side}_by_ours": (our_collect, f"env_{side}"),
+            f"mcp_{side}": (our_collect, f"haystack_{side}"),
+        }
+    plan |= {
+        "native": (nemo_gym07_collect, "agent_native"),
+        "native_by_ours": (our_collect, "env_native"),
+        "native_mcp": (our_collect, "env_native_mcp"),
+    }
     with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
         run.wait_ready()
-        for side in ("07", "ours"):
-            files[side] = nemo_gym07_collect(tmp_path, run.head_url, f"agent_{side}", folder, side)
-            files[f"{side}_by_ours"] = our_collect(tmp_path, run.head_url, f"env_{side}", folder, f"{side}_by_ours")
-            files[f"mcp_{side}"] = our_collect(tmp_path, run.head_url, f"haystack_{side}", folder, f"mcp_{side}")
-        files["native"] = nemo_gym07_collect(tmp_path, run.head_url, "agent_native", folder, "native")
-        files["native_by_ours"] = our_collect(tmp_path, run.head_url, "env_native", folder, "native_by_ours")
-        files["native_mcp"] = our_collect(tmp_path, run.head_url, "env_native_mcp", folder, "native_mcp")
+        with ThreadPoolExecutor(2) as pool:  # two collector processes side by side, as `_collect_each`
+            jobs = {
+                label: pool.submit(collect, tmp_path, run.head_url, server, folder, label)
+                for label, (collect, server) in plan.items()
+            }
+        files = {label: job.result() for label, job in jobs.items()}
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
     for label in ("ours", "07_by_ours", "ours_by_ours", "native", "native_by_ours", "native_mcp"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
@@ -720,13 +738,19 @@ def their_weather_run(tmp_path_factory, peer07, fake_policy) -> Iterator[TheirRu
 def collect_both(
     work: Path, head_url: str, rows: Path, label: str, repeats: int, extra: list[str], agent: str | None = None
 ) -> tuple[Path, Path]:
-    """NeMo Gym 0.7.0's ng_collect_rollouts and ours of `rows` against the run at `head_url`, each with the same `extra`
-    parameters (and `+agent_name=<agent>` when given); their outputs `theirs_<label>.jsonl`, `ours_<label>.jsonl`."""
+    """NeMo Gym 0.7.0's ng_collect_rollouts and ours of `rows` against the run at `head_url`, side by side, each with
+    the same `extra` parameters (and `+agent_name=<agent>` when given); their outputs `theirs_<label>.jsonl`,
+    `ours_<label>.jsonl`."""
     outputs = work / f"theirs_{label}.jsonl", work / f"ours_{label}.jsonl"
     theirs = nemo_gym_collect_argv(peer07_venv(), head_url, agent, rows, outputs[0], repeats) + extra
     ours = our_collect_argv(rows, outputs[1], repeats, agent, head_url) + extra
-    for command, env in ((theirs, peer07_env()), (ours, None)):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [
+            pool.submit(subprocess.run, command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
+            for command, env in ((theirs, peer07_env()), (ours, None))
+        ]
+    for job in jobs:
+        done = job.result()
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return outputs
 
