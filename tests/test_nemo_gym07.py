@@ -126,7 +126,8 @@ judge_model:
 # own ng_run too)
 # in CI's peer stage (one pair of runs): tools, multi-reward, session state, a judge, a new offline server (the
 # folders PROFILED reads) and a single_agent_turn_legacy environment server; 6 (of a run's BATCH of 10: a batch's
-# time goes with its folders, six collector runs each and their servers on both runs; 530 s for 10 on 2 AVX2 cores)
+# time goes with its folders, six collector runs each and their servers on both runs; on 2 AVX2 cores 530-727 s for
+# 10, 350 s for 6)
 ENVIRONMENTS_CI = (
     "example_single_tool_call",
     "example_tool_call_multireward",
