@@ -56,6 +56,8 @@ def test_missing_config_file_and_cycle(tmp_path):
     write(tmp_path / "b.yaml", "config_paths: [a.yaml]\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(["+config_paths=[a.yaml]"], cwd=tmp_path)
+    with pytest.raises(ConfigError, match=r"config file '.*/b\.yml' does not exist \(did you mean 'b\.yaml'\?\)"):
+        load_config(["+config_paths=[b.yml]"], cwd=tmp_path)  # a typo: the close name in its folder is named
 
 
 def test_bad_override_syntax():
@@ -96,6 +98,40 @@ def test_unknown_server_type_and_folder(tmp_path):
         server_instances(load_config(["+config_paths=[t.yaml]"], cwd=tmp_path))
     write(tmp_path / "f.yaml", "x:\n  resources_servers:\n    example_single_tool_cal: {entrypoint: app.py}\n")
     with pytest.raises(ConfigError, match="did you mean 'example_single_tool_call'"):
+        server_instances(load_config(["+config_paths=[f.yaml]"], cwd=tmp_path))
+
+
+def test_a_key_with_two_servers_names_the_key_and_the_servers(tmp_path):
+    """Two files of config_paths that each define `policy_model`, with another implementation: one error naming the
+    key, its file and both servers (they merged into one key that is no server instance; the error was about a
+    reference to a missing `policy_model`); also for fields given to another implementation than the defined one."""
+    write(tmp_path / "a.yaml", "policy_model:\n  responses_api_models:\n    openai_model: {entrypoint: app.py}\n")
+    write(tmp_path / "b.yaml", "policy_model:\n  responses_api_models:\n    vllm_model: {entrypoint: app.py}\n")
+    with pytest.raises(ConfigError) as raised:
+        server_instances(load_config(["+config_paths=[a.yaml,b.yaml]"], cwd=tmp_path))
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'b.yaml'}: key 'policy_model' holds 2 servers (responses_api_models.openai_model,"
+        " responses_api_models.vllm_model); a server instance has one server type and one implementation."
+    )
+    # fields for another implementation than the one defined: the same error
+    write(tmp_path / "c.yaml", "policy_model:\n  responses_api_models:\n    vllm_model: {temperature: 0.5}\n")
+    with pytest.raises(ConfigError, match="key 'policy_model' holds 2 servers"):
+        server_instances(load_config(["+config_paths=[a.yaml,c.yaml]"], cwd=tmp_path))
+    # templates without code to start are no server instance, as before
+    write(tmp_path / "d.yaml", "t:\n  responses_api_models:\n    x: {a: 1}\n    y: {b: 2}\n")
+    assert server_instances(load_config(["+config_paths=[d.yaml]"], cwd=tmp_path)) == []
+
+
+def test_framework_is_ours_only_with_our_value(tmp_path):
+    """`framework: nemo_gym` is ours; a value close to it is a typo, named; another is the server's own field
+    (NeMo Gym 0.7.0's tales server: `framework: textworld`), left to the server."""
+    section = "x:\n  resources_servers:\n    mcqa: {entrypoint: app.py, framework: %s}\n"
+    for value, framework in (("nemo_gym", "nemo_gym"), ("textworld", None)):
+        write(tmp_path / "f.yaml", section % value)
+        [instance] = server_instances(load_config(["+config_paths=[f.yaml]"], cwd=tmp_path))
+        assert instance.framework == framework
+    write(tmp_path / "f.yaml", section % "nemo-gym")
+    with pytest.raises(ConfigError, match=r"key 'x\.resources_servers\.mcqa\.framework': unknown framework 'nemo-gym'"):
         server_instances(load_config(["+config_paths=[f.yaml]"], cwd=tmp_path))
 
 

@@ -1,14 +1,18 @@
 """NeMo Gym 0.7.0's config directives (`nemo_gym.config.directives`) through `load_config`: `_inherit_from` (a move,
 with the target's keys merged over the source), `_copy`, their `${inherit_from:...}` / `${copy:...}` string forms,
 `_delete_key`, an agent moved to a new name retargeting the environment servers that named it, config files that
-include others by a path from their tree's root (0.7.0's example_single_tool_call_single_agent_turn.yaml, below), and
-errors that name the file and the key."""
+include others by a path from their tree's root (0.7.0's example_single_tool_call_single_agent_turn.yaml, below), a
+nested server folder's config, and errors that name the file and the key."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config
@@ -124,6 +128,40 @@ def test_nemo_gym_07s_single_agent_turn_config_loads(tmp_path):
     assert env.fields["resources_tool_transports"] == ["direct_http"]
 
 
+def test_a_nested_server_folders_config_names_its_trees_folders(tmp_path):
+    """A config inside a nested server folder (0.7.0's `responses_api_agents/conversational_tool_use/
+    domain_generation/configs/`, its text as in the wheel) loads: each instance runs from the folder of the tree
+    it names, the nested agent and the environment server alike (it failed with 'no folder
+    responses_api_agents/conversational_tool_use/domain_generation'), as does a config one folder below
+    `configs/`."""
+    root = tmp_path / "ng07"
+    nested = root / "responses_api_agents/conversational_tool_use/domain_generation"
+    write(nested / "app.py", "from nemo_gym.base_responses_api_agent import x\n")
+    write(root / "environment_servers/legacy_agent/app.py", "from nemo_gym.base_environment_server import x\n")
+    config = write(
+        nested / "configs/conversational_tool_use_domain_generation.yaml",
+        "conversational_tool_use_domain_generation:\n  responses_api_agents:\n"
+        "    conversational_tool_use/domain_generation:\n      entrypoint: app.py\n"
+        "      model_server: {type: responses_api_models, name: domain_generation_model}\n"
+        "domain_generation_model:\n  _copy: policy_model\n"
+        "conversational_tool_use_domain_generation_environment_server:\n  environment_servers:\n"
+        "    legacy_agent:\n      entrypoint: app.py\n"
+        "      agent_server: {type: responses_api_agents, name: conversational_tool_use_domain_generation}\n",
+    )
+    policy = "+policy_model.responses_api_models.openai_model.entrypoint=app.py"
+    instances = {i.name: i for i in server_instances(load_config([f"+config_paths=[{config}]", policy]))}
+    assert instances["conversational_tool_use_domain_generation"].implementation_dir == nested
+    env = instances["conversational_tool_use_domain_generation_environment_server"]
+    assert env.implementation_dir == root / "environment_servers" / "legacy_agent"
+    # a config one folder below configs/ (0.7.0's responses_api_models/local_vllm_model/configs/Qwen/<file>.yaml)
+    model = root / "responses_api_models/local_vllm_model"
+    write(model / "app.py", "from nemo_gym.base_responses_api_model import x\n")
+    deeper = write(
+        model / "configs/Qwen/q.yaml", "qwen:\n  responses_api_models:\n    local_vllm_model: {entrypoint: app.py}\n"
+    )
+    assert [i.implementation_dir for i in server_instances(load_config([f"+config_paths=[{deeper}]"]))] == [model]
+
+
 def test_an_agent_moved_to_a_new_name_is_renamed_in_its_environment_server(tmp_path):
     config = write(
         tmp_path / "c.yaml",
@@ -142,3 +180,107 @@ def test_an_agent_moved_to_a_new_name_is_renamed_in_its_environment_server(tmp_p
     )
     with pytest.raises(ConfigError, match=r"key 'env': it names agent 'agent', which was inherited into several names"):
         load(twice)
+
+
+# NeMo Gym 0.7.0's own config parser (`GlobalConfigDictParser.parse`, offline, no env.yaml) over the server config
+# files of its wheel: file -> the server instances, or "error: <its exception's class>"
+PARSE_07 = """
+import contextlib, io, json, sys
+from omegaconf import OmegaConf
+from nemo_gym.global_config import GlobalConfigDictParser, GlobalConfigDictParserConfig
+root, initial, files = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+server_types = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+out = {}
+for name in files:
+    parse = GlobalConfigDictParserConfig(initial_global_config_dict=OmegaConf.create({**initial, "config_paths":
+        [f"{root}/{name}"]}), skip_load_from_cli=True, skip_load_from_dotenv=True, offline=True)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            config = GlobalConfigDictParser().parse(parse)
+        out[name] = sorted(k for k, v in config.items() if OmegaConf.is_dict(v) and any(t in v for t in server_types))
+    except Exception as exc:
+        out[name] = "error: " + type(exc).__name__
+print(json.dumps(out))
+"""
+# the policy model every file's agents name, as 0.7.0's env.yaml gives it
+POLICY = {
+    "policy_base_url": "http://127.0.0.1:9/v1",
+    "policy_api_key": "unused",
+    "policy_model_name": "m",
+    "policy_model": {"responses_api_models": {"openai_model": {"entrypoint": "app.py", "openai_base_url":
+        "${policy_base_url}", "openai_api_key": "${policy_api_key}", "openai_model": "${policy_model_name}"}}},
+}  # fmt: skip
+# the files whose verdicts differ, and why (0.7.0.whl's files; any other difference fails the test)
+EARLIER_ERROR = "ours refuses it before any server starts; 0.7.0's parser takes it and the run fails later"
+DIFFERENT = {
+    **{
+        f"resources_servers/ns_tools/configs/ns_tools_{tool}.yaml": f"{EARLIER_ERROR}: no folder ns_tools_{tool}"
+        for tool in ("arxiv", "coolprop", "particle", "periodictable", "radioactivedecay", "wikipedia")
+    },
+    "resources_servers/ns_tools/configs/ns_tools.yaml": f"{EARLIER_ERROR}: a reference to a missing instance",
+    "responses_api_agents/image_tools_agent/configs/image_tools_agent.yaml": f"{EARLIER_ERROR}: the same",
+    "responses_api_agents/harbor_agent/configs/harbor_agent_opensandbox.yaml": f"{EARLIER_ERROR}: an unset ${{oc.env}}",
+    "responses_api_agents/vcqa_agent/configs/vcqa_agent.yaml": f"{EARLIER_ERROR}: the same (HF_TOKEN)",
+    "resources_servers/legal_agent_bench/configs/legal_agent_bench.yaml": "an entrypoint outside its folder: refused",
+    **{
+        path: "an overlay (fields without an entrypoint) for a server another file defines: 0.7.0 counts it"
+        for path in (
+            "resources_servers/gdpval/configs/gdpval_kimi_local_judge.yaml",
+            "resources_servers/gdpval/configs/gdpval_minimax_multistage_judge.yaml",
+            "resources_servers/gdpval/configs/gdpval_minimax_selfhosted_judge.yaml",
+            "resources_servers/math_with_autograder/configs/math_with_autograder_nemotron3ultra.yaml",
+            "resources_servers/math_with_judge/configs/math_with_local_judge.yaml",
+        )
+    },
+    "resources_servers/asr_with_pc/configs/asr_with_pc.yaml": "0.7.0 checks model pairings (ours: not)",
+    "resources_servers/spartqa/configs/spartqa.yaml": "0.7.0 checks its manifest fields (`domain: other`)",
+}
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(600)
+def test_every_server_config_of_0_7_0_loads_as_0_7_0_loads_it(tmp_path):
+    """Each server config file of NeMo Gym 0.7.0's wheel (`<server type>/**/configs/**/*.yaml`, 383), alone with
+    the policy model: our loader and 0.7.0's own parser agree whether it loads, and on its server instances when it
+    does, but for the files of DIFFERENT, each with why. Among those that agree: the nested servers' configs
+    (`responses_api_agents/conversational_tool_use/domain_generation/configs/`, `local_vllm_model/configs/Qwen/`)
+    and the ones that define `policy_model` again with another implementation (both refuse them)."""
+    site = peer07_site_packages()
+    files = sorted(
+        str(path.relative_to(site))
+        for server_type in ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+        for path in (site / server_type).glob("**/configs/**/*.yaml")
+    )
+    assert len(files) > 350
+    done = subprocess.run(
+        [str(peer07_venv() / "bin" / "python"), "-c", PARSE_07, str(site), json.dumps(POLICY), *files],
+        capture_output=True, text=True, timeout=500, cwd=tmp_path, env=peer07_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout)
+    policy = write(tmp_path / "policy.yaml", yaml.safe_dump(POLICY))
+    ours = {}
+    for name in files:
+        try:
+            ours[name] = sorted(
+                i.name for i in server_instances(load_config([f"+config_paths=[{policy},{site / name}]"]))
+            )
+        except ConfigError:
+            ours[name] = "error"
+    differ = {
+        name
+        for name in files
+        if isinstance(theirs[name], list) != isinstance(ours[name], list)
+        or (isinstance(ours[name], list) and ours[name] != theirs[name])
+    }
+    assert differ == set(DIFFERENT), {name: (theirs[name], ours[name]) for name in differ ^ set(DIFFERENT)}
+    assert sum(isinstance(theirs[name], list) and isinstance(ours[name], list) for name in files) > 220
+    for name in (
+        "responses_api_agents/conversational_tool_use/domain_generation/configs/"
+        "conversational_tool_use_domain_generation.yaml",
+        "responses_api_models/local_vllm_model/configs/Qwen/Qwen3-30B-A3B-Instruct-2507.yaml",
+    ):
+        assert isinstance(ours[name], list) and ours[name] == theirs[name], name
+    assert ours["responses_api_models/vllm_model/configs/vllm_model.yaml"] == "error"
+    assert theirs["responses_api_models/vllm_model/configs/vllm_model.yaml"].startswith("error: ")

@@ -22,6 +22,7 @@ from nemo_gym.orchestration import launch_upstream
 from nemo_gym.orchestration.launch import Environment, RunContext, build_environments
 from nemo_gym.orchestration.launch_local import LocalLauncher
 from nemo_gym.orchestration.launch_upstream import NemoGymLauncher
+from nemo_gym.orchestration.upstream_servers import config_dict_yaml
 from nemo_gym.orchestration.venvs import VenvBuildError
 from nemo_gym.serving.auth import ALLOWED_PEERS_FILE
 from nemo_gym.serving.head import ServerRegistry
@@ -195,6 +196,17 @@ def test_nemo_gym_servers_start_registered_allowed_and_stop(tmp_path, monkeypatc
         and config["policy_model_name"] == "m"
     )
     assert "framework" not in config["theirs"]["resources_servers"]["nemo_gym_server"]  # our own fields stay ours
+
+
+def test_a_servers_own_framework_field_is_given_to_it():
+    """`framework` with a value of ours stays ours; another (0.7.0's tales: `framework: textworld`) is the server's."""
+    sections = {
+        "tales": ("resources_servers", "tales", {"entrypoint": "app.py", "framework": "textworld", "num_replicas": 1}),
+        "theirs": ("resources_servers", "mcqa", {"entrypoint": "app.py", "framework": "nemo_gym"}),
+    }
+    config = yaml.safe_load(config_dict_yaml({}, sections, head=("127.0.0.1", 1234), ray_address=None))
+    assert config["tales"]["resources_servers"]["tales"] == {"entrypoint": "app.py", "framework": "textworld"}
+    assert config["theirs"]["resources_servers"]["mcqa"] == {"entrypoint": "app.py"}
 
 
 def test_ray_head_is_started_again_after_rays_startup_timeout(tmp_path):

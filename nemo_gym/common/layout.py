@@ -25,7 +25,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LAYERS", "NEMO_GYM_ONLY_SERVER_TYPES", "REPO_ROOT", "SERVER_TYPES", "layer_of", "nemo_gym_home"]
+__all__ = [
+    "LAYERS",
+    "NEMO_GYM_ONLY_SERVER_TYPES",
+    "REPO_ROOT",
+    "SERVER_TYPES",
+    "layer_of",
+    "nemo_gym_home",
+    "server_tree_root",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
@@ -68,6 +76,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
 def nemo_gym_home() -> Path:
     """The cache and state folder: `$NEMO_GYM_HOME`, default `~/.cache/nemo_gym`."""
     return Path(os.environ.get("NEMO_GYM_HOME") or Path.home() / ".cache" / "nemo_gym").expanduser()
+
+
+def server_tree_root(path: Path) -> Path | None:
+    """The root of the server tree `path` is in (`<root>/<server type>/<name>/...`: this repository, a NeMo Gym
+    checkout or the folders of its wheel), `<name>` maybe nested (NeMo Gym 0.7.0's
+    `responses_api_agents/conversational_tool_use/simulation/`): the parent of the nearest ancestor of `path` named
+    by a server type (SERVER_TYPES or NEMO_GYM_ONLY_SERVER_TYPES), else None."""
+    for ancestor in path.parents:
+        if ancestor.name in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+            return ancestor.parent
+    return None
 
 
 def layer_of(module: str) -> str:

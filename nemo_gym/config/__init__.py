@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.layout import REPO_ROOT, server_tree_root
 from nemo_gym.config.directives import apply_config_directives
 
 __all__ = [
@@ -120,7 +120,8 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, Any]]:
 
 def _read_yaml(path: Path, cited_from: str) -> DictConfig:
     if not path.is_file():
-        raise ConfigError(f"{cited_from}: config file {str(path)!r} does not exist")
+        siblings = [p.name for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
+        raise ConfigError(f"{cited_from}: config file {str(path)!r} does not exist{did_you_mean(path.name, siblings)}")
     try:
         with path.open() as fh:
             data = yaml.safe_load(fh)
@@ -137,12 +138,15 @@ def _read_yaml(path: Path, cited_from: str) -> DictConfig:
 
 
 def _tree_root(yaml_path: Path) -> Path | None:
-    """The root of the server tree a YAML file belongs to (`<root>/<server_type>/<name>/configs/<file>.yaml`, e.g.
-    a NeMo Gym checkout or wheel, or a catalog config `<root>/environments/<name>/config.yaml`,
-    `<root>/benchmarks/<name>/.../<file>.yaml`, whose `config_paths` name files from that root), else None."""
-    parts = yaml_path.resolve().parts
-    if len(parts) >= 5 and parts[-2] == "configs" and parts[-4] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
-        return Path(*parts[:-4])
+    """The root of the server tree a YAML file belongs to: of a server folder's config (`<root>/<server_type>/<name>/
+    configs/<file>.yaml`, `<name>` maybe nested; `nemo_gym.common.layout.server_tree_root`), e.g. in a NeMo Gym
+    checkout or wheel, or of a catalog config (`<root>/environments/<name>/config.yaml`,
+    `<root>/benchmarks/<name>/.../<file>.yaml`), whose `config_paths` name files from that root; else None."""
+    resolved = yaml_path.resolve()
+    root = server_tree_root(resolved)
+    if root is not None:
+        return root
+    parts = resolved.parts
     catalog = next((i for i in range(len(parts) - 3, 0, -1) if parts[i] in CATALOG_TREES), None)
     return Path(*parts[:catalog]) if catalog is not None else None
 
@@ -208,8 +212,9 @@ def _anchor_implementation_dirs(cfg: DictConfig, base_dir: Path) -> None:
 
 
 def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
-    """A YAML file inside a server folder of another tree (`<root>/<server_type>/<name>/configs/<file>.yaml`, e.g. a
-    NeMo Gym checkout or the folders of NeMo Gym's wheel) names that tree's servers: each instance of it whose
+    """A YAML file inside a server folder of another tree (`<root>/<server_type>/<name>/configs/<file>.yaml`, or
+    deeper: 0.7.0's `responses_api_models/local_vllm_model/configs/Qwen/<file>.yaml`; e.g. a NeMo Gym checkout or
+    the folders of NeMo Gym's wheel) names that tree's servers: each instance of it whose
     folder `<root>/<server_type>/<implementation>` exists runs from there (its `implementation_dir`, unless set),
     as NeMo Gym resolves a server folder next to its config. YAML files of this repository are left as they are."""
     root = _tree_root(yaml_path)

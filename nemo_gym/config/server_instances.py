@@ -113,13 +113,17 @@ class ServerInstance:
     @property
     def framework(self) -> str | None:
         """Field `framework`: `'nemo_gym'` for a server folder written for NVIDIA NeMo Gym, None when not set (what
-        an unset field means is read from the folder's entrypoint: `nemo_gym.upstream.detect.framework_of`).
+        an unset field means is read from the folder's entrypoint: `nemo_gym.upstream.detect.framework_of`). Another
+        value is the server's own field, not ours (NeMo Gym 0.7.0's tales server: `framework: textworld`), so also
+        None, unless it is close to one of FRAMEWORKS (a typo).
 
         Raises:
-            ConfigError: an unknown `framework` value.
+            ConfigError: a `framework` value close to one of FRAMEWORKS but not it (`nemo-gym`).
         """
         value = self.fields.get("framework")
         if value is not None and value not in FRAMEWORKS:
+            if not did_you_mean(str(value), FRAMEWORKS):
+                return None
             raise ConfigError(
                 f"{self.source}: key '{self.key}.framework': unknown framework"
                 f" {value!r}{did_you_mean(str(value), FRAMEWORKS)}; use one of {', '.join(FRAMEWORKS)} (nemo_gym: a"
@@ -157,6 +161,7 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
         ConfigError: an unknown server type, a missing implementation folder or entrypoint, or a
             `{type, name}` reference to an instance that does not exist.
     """
+    _check_one_implementation_each(loaded)
     instances = []
     for name, server_type, implementation, fields in instance_sections(loaded.values):
         where = f"{loaded.origin(name)}: key '{name}.{server_type}'"
@@ -193,6 +198,30 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
             if target.server_type != ref["type"]:
                 raise ConfigError(f"{where}: {ref['name']!r} is a {target.server_type} server, not {ref['type']}")
     return instances
+
+
+def _check_one_implementation_each(loaded: LoadedConfig) -> None:
+    """Raises ConfigError, naming the key and its file, for a top-level key with code to start (an `entrypoint` or a
+    `url`) that holds several server types, or several implementations of one (`policy_model: responses_api_models:
+    {openai_model: ..., vllm_model: ...}`, as when two files of config_paths each define `policy_model`, or one
+    overrides fields of another implementation): not one server instance, it was skipped, leaving only an error about
+    a reference to a missing instance (NeMo Gym 0.7.0 reports it as an "almost-server")."""
+    for name, value in loaded.values.items():
+        if not isinstance(value, dict):
+            continue
+        sections = {
+            f"{server_type}.{implementation}": fields
+            for server_type, implementations in value.items()
+            if server_type in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES) and isinstance(implementations, dict)
+            for implementation, fields in implementations.items()
+            if isinstance(fields, dict)
+        }
+        if len(sections) > 1 and any("entrypoint" in fields or "url" in fields for fields in sections.values()):
+            raise ConfigError(
+                f"{loaded.origin(name)}: key '{name}' holds {len(sections)} servers ({', '.join(sections)}); a server"
+                " instance has one server type and one implementation. Did two files of config_paths each define"
+                f" '{name}'? Keep one, or give the other server another name."
+            )
 
 
 def _check_implementation_dir(instance: ServerInstance) -> None:

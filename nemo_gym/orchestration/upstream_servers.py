@@ -50,7 +50,7 @@ from packaging.specifiers import SpecifierSet
 from nemo_gym.common.errors import ConfigError, ServerStartError
 from nemo_gym.common.layout import nemo_gym_home
 from nemo_gym.common.processes import die_with_parent, free_ports, signal_group
-from nemo_gym.config.server_instances import ServerInstance
+from nemo_gym.config.server_instances import FRAMEWORKS, ServerInstance
 from nemo_gym.orchestration.venvs import (
     COMPILE_BYTECODE,
     VenvBuildError,
@@ -74,7 +74,8 @@ DEFAULT_VERSION = "0.4.0"  # the newest release this project is tested against (
 LIVENESS_PATH = "/"  # NeMo Gym 0.4.0's liveness route: GET / answers {"status": "ok"}
 CONFIG_DICT_ENV = "NEMO_GYM_CONFIG_DICT"
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
-# instance fields of ours that a NeMo Gym server is not given (placement, our framework switches)
+# instance fields of ours that a NeMo Gym server is not given (placement, our framework switches; `framework` only
+# with a value of ours: another is the server's own field, e.g. 0.7.0's tales server's `framework: textworld`)
 OWN_FIELDS = frozenset(
     {
         "framework",
@@ -248,7 +249,8 @@ def config_dict_yaml(
     `ray_head_node_address` and `dry_run: false`. Our own fields (placement, framework switches) are left out."""
     config = {key: value for key, value in values.items() if key not in sections and key != "head_server"}
     for name, (server_type, implementation, fields) in sections.items():
-        config[name] = {server_type: {implementation: {k: v for k, v in fields.items() if k not in OWN_FIELDS}}}
+        given = {k: v for k, v in fields.items() if k not in OWN_FIELDS or (k == "framework" and v not in FRAMEWORKS)}
+        config[name] = {server_type: {implementation: given}}
     config["head_server"] = {"host": head[0], "port": head[1]}
     config["dry_run"] = False
     if ray_address:

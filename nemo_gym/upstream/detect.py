@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from nemo_gym import MOVED
-from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES, server_tree_root
 from nemo_gym.config.server_instances import ServerInstance
 
 __all__ = ["FRAMEWORK", "NEWEST_RELEASE", "detect_framework", "detect_release", "framework_of"]
@@ -52,13 +52,9 @@ def detect_framework(folder: Path, entrypoint: str) -> str | None:
 
 
 def server_tree(folder: Path) -> Path:
-    """The root of the server tree a server folder is in: the parent of its nearest ancestor named by a server type
-    (`<tree>/<server type>/<name>/`, or nested, as NeMo Gym 0.7.0's
-    `responses_api_agents/conversational_tool_use/simulation/`); the folder's grandparent when none is."""
-    for ancestor in folder.parents:
-        if ancestor.name in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
-            return ancestor.parent
-    return folder.parent.parent
+    """The root of the server tree a server folder is in (`nemo_gym.common.layout.server_tree_root`); the folder's
+    grandparent when no ancestor is named by a server type."""
+    return server_tree_root(folder) or folder.parent.parent
 
 
 def detect_release(instance: ServerInstance) -> str | None:
