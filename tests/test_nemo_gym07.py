@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from nemo_gym_peer import (
     peer_env,
     peer_site_packages,
     peer_venv,
+    two_at_a_time,
 )
 from nemo_gym_peer07 import nemo_gym07_run_argv, peer07_env, peer07_site_packages, peer07_venv
 from test_nemo_gym_interop import Process, _wait_http, wait_for
@@ -400,16 +401,14 @@ def _collect_each(
     head_url: str,
 ) -> None:
     """Run each collection of `plan` for each folder (through the folder's instance of that server type) on the run
-    at `head_url`, two at a time (a collector process spends most of its life importing: on 2 cores two of them take
-    about half the time), each into `files[folder][label]`."""
-    jobs = {}
-    with ThreadPoolExecutor(2) as pool:
-        for folder in folders:
-            names = instances(folder)
-            for label, (collect, server_type) in plan.items():
-                jobs[(folder, label)] = pool.submit(collect, work, head_url, names[server_type], folder, label)
-    for (folder, label), job in jobs.items():
-        files[folder][label] = job.result()
+    at `head_url`, two at a time (`two_at_a_time`), each into `files[folder][label]`."""
+    calls = {}
+    for folder in folders:
+        names = instances(folder)
+        for label, (collect, server_type) in plan.items():
+            calls[(folder, label)] = partial(collect, work, head_url, names[server_type], folder, label)
+    for (folder, label), path in two_at_a_time(calls).items():
+        files[folder][label] = path
 
 
 @pytest.mark.parametrize(
@@ -463,9 +462,7 @@ def both_reward_profiles(work: Path, rollouts: Path, rows: list[dict[str, Any]] 
         "nemo_gym": (peer07_venv() / "bin" / "ng_reward_profile", peer07_env()),
         "ours": (Path(sys.executable).parent / "ng_reward_profile", None),
     }
-    with ThreadPoolExecutor(2) as pool:
-        jobs = {name: pool.submit(profile, name, *how) for name, how in profilers.items()}
-    return {name: job.result() for name, job in jobs.items()}
+    return two_at_a_time({name: partial(profile, name, *how) for name, how in profilers.items()})
 
 
 def assert_same_reward_profiles(folders: dict[str, Path]) -> None:
@@ -602,12 +599,12 @@ def test_nemo_gym_07s_environment_server_on_our_resources_server(tmp_path, peer0
     }
     with our_run(tmp_path, (), fake_policy, extra_paths=[mixed_config(tmp_path)]) as run:
         run.wait_ready()
-        with ThreadPoolExecutor(2) as pool:  # two collector processes side by side, as `_collect_each`
-            jobs = {
-                label: pool.submit(collect, tmp_path, run.head_url, server, folder, label)
+        files = two_at_a_time(
+            {
+                label: partial(collect, tmp_path, run.head_url, server, folder, label)
                 for label, (collect, server) in plan.items()
             }
-        files = {label: job.result() for label, job in jobs.items()}
+        )
     assert len(read_jsonl(files["07"])) == REPEATS * len(read_jsonl(example_rows(folder)))
     for label in ("ours", "07_by_ours", "ours_by_ours", "native", "native_by_ours", "native_mcp"):
         assert_same_rollouts(files["07"], files[label], same_agent=False)
@@ -745,13 +742,13 @@ def collect_both(
     outputs = work / f"theirs_{label}.jsonl", work / f"ours_{label}.jsonl"
     theirs = nemo_gym_collect_argv(peer07_venv(), head_url, agent, rows, outputs[0], repeats) + extra
     ours = our_collect_argv(rows, outputs[1], repeats, agent, head_url) + extra
-    with ThreadPoolExecutor(2) as pool:
-        jobs = [
-            pool.submit(subprocess.run, command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
-            for command, env in ((theirs, peer07_env()), (ours, None))
-        ]
-    for job in jobs:
-        done = job.result()
+    runs = two_at_a_time(
+        {
+            side: partial(subprocess.run, command, capture_output=True, text=True, timeout=600, cwd=work, env=env)
+            for side, command, env in (("theirs", theirs, peer07_env()), ("ours", ours, None))
+        }
+    )
+    for done in runs.values():
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return outputs
 

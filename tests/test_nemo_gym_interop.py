@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from nemo_gym_peer import (
     peer_env,
     peer_server_dir,
     peer_venv,
+    two_at_a_time,
 )
 
 from nemo_gym.common.jsonl import read_jsonl
@@ -273,16 +274,15 @@ def native(tmp_path_factory, our_run, nemo_gym_run) -> dict[str, dict[int, list[
     Gym's)."""
     tmp_path = tmp_path_factory.mktemp("native")
     rewards = {}
-    with ThreadPoolExecutor(2) as pool:  # a collector process spends most of its life importing: two side by side
-        jobs = {
-            env: (
-                pool.submit(our_collect, tmp_path, f"our_{env}_agent", env, f"+head_server_url={our_run.head_url}"),
-                pool.submit(nemo_gym_collect, tmp_path, nemo_gym_run["head_url"], nemo_agent, env),
-            )
-            for env, (_, _, nemo_agent) in ENVIRONMENTS.items()
-        }
-    for env, (our_job, their_job) in jobs.items():
-        ours, (theirs, _) = our_job.result(), their_job.result()
+    calls = {}
+    for env, (_, _, nemo_agent) in ENVIRONMENTS.items():
+        calls[(env, "ours")] = partial(
+            our_collect, tmp_path, f"our_{env}_agent", env, f"+head_server_url={our_run.head_url}"
+        )
+        calls[(env, "theirs")] = partial(nemo_gym_collect, tmp_path, nemo_gym_run["head_url"], nemo_agent, env)
+    results = two_at_a_time(calls)
+    for env in ENVIRONMENTS:
+        ours, (theirs, _) = results[(env, "ours")], results[(env, "theirs")]
         assert ours == theirs, f"{env}: our native pairing {ours} != NeMo Gym's {theirs}"
         assert len(ours) == 5 and all(len(r) == REPEATS for r in ours.values())
         rewards[env] = ours
@@ -319,14 +319,14 @@ def test_our_collector_on_nemo_gym_head(tmp_path, nemo_gym_run, native):
 def test_nemo_gym_agent_and_collector_on_our_servers(tmp_path, our_run, native):
     """NeMo Gym's own collector on our ng_run, with NeMo Gym's simple_agent (started by our ng_run) on our
     resources servers and with our simple_agent: same rewards; our /aggregate_metrics fills its AggregateMetrics."""
-    with ThreadPoolExecutor(2) as pool:  # two collector processes side by side, as `native`
-        jobs = {
-            (env, agent): pool.submit(nemo_gym_collect, tmp_path, our_run.head_url, agent, env)
+    collected = two_at_a_time(
+        {
+            (env, agent): partial(nemo_gym_collect, tmp_path, our_run.head_url, agent, env)
             for env in ENVIRONMENTS
             for agent in (f"nemo_agent_{env}", f"our_{env}_agent")
         }
-    for (env, agent), job in jobs.items():
-        rewards, metrics = job.result()
+    )
+    for (env, agent), (rewards, metrics) in collected.items():
         assert rewards == native[env], (env, agent)
         (entry,) = metrics
         assert entry["agent_metrics"]["mean/reward"] == pytest.approx(sum(map(sum, rewards.values())) / (5 * REPEATS))
