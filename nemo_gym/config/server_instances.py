@@ -158,8 +158,8 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
     """The server instances of a resolved config, checked.
 
     Raises:
-        ConfigError: an unknown server type, a missing implementation folder or entrypoint, or a
-            `{type, name}` reference to an instance that does not exist.
+        ConfigError: an unknown server type, a missing implementation folder or entrypoint, a `{type, name}`
+            reference to an instance that does not exist, or a key with code to start that holds several servers.
     """
     _check_one_implementation_each(loaded)
     instances = []
