@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "ALL_SERVER_TYPES",
     "LAYERS",
     "NEMO_GYM_ONLY_SERVER_TYPES",
     "REPO_ROOT",
@@ -40,6 +41,8 @@ SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_mode
 # NeMo Gym 0.7.0's server type that only NeMo Gym folders have (`environment_servers/legacy_agent`, ...): run with the
 # release (nemo_gym.orchestration.launch_upstream), never a folder of ours
 NEMO_GYM_ONLY_SERVER_TYPES = ("environment_servers",)
+# every server type a config may name: ours and NeMo Gym's own
+ALL_SERVER_TYPES = (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES)
 
 # layer -> the folders in it, top layer first; a module may import its own layer and those below it
 LAYERS: dict[str, tuple[str, ...]] = {
@@ -82,9 +85,9 @@ def server_tree_root(path: Path) -> Path | None:
     """The root of the server tree `path` is in (`<root>/<server type>/<name>/...`: this repository, a NeMo Gym
     checkout or the folders of its wheel), `<name>` maybe nested (NeMo Gym 0.7.0's
     `responses_api_agents/conversational_tool_use/simulation/`): the parent of the nearest ancestor of `path` named
-    by a server type (SERVER_TYPES or NEMO_GYM_ONLY_SERVER_TYPES), else None."""
+    by a server type (ALL_SERVER_TYPES), else None."""
     for ancestor in path.parents:
-        if ancestor.name in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+        if ancestor.name in ALL_SERVER_TYPES:
             return ancestor.parent
     return None
 

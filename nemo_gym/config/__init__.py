@@ -38,6 +38,7 @@ __all__ = [
     "validation_problems",
     "server_sections",
     "instance_sections",
+    "has_code_to_start",
 ]
 
 IMPLEMENTATION_DIR_KEY = "implementation_dir"  # a server's own folder outside this repository (see ServerInstance)
@@ -346,8 +347,14 @@ def server_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dic
 
 
 def instance_sections(config: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
-    """The `server_sections` that are server instances: with an `entrypoint` (code to start) or a `url` (external)."""
-    return ((n, t, i, f) for n, t, i, f in server_sections(config) if "entrypoint" in f or "url" in f)
+    """The `server_sections` that are server instances (`has_code_to_start`)."""
+    return ((n, t, i, f) for n, t, i, f in server_sections(config) if has_code_to_start(f))
+
+
+def has_code_to_start(fields: dict[str, Any]) -> bool:
+    """Whether a server section's fields make it a server instance: an `entrypoint` (code to start) or a `url` (an
+    external server); without either it is a template or fields for an instance another file defines."""
+    return "entrypoint" in fields or "url" in fields
 
 
 def is_secret_key(key: str) -> bool:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
+from nemo_gym.common.layout import ALL_SERVER_TYPES, NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES
 from nemo_gym.common.paths import PathEscapeError, resolve_inside
-from nemo_gym.config import IMPLEMENTATION_DIR_KEY, LoadedConfig, did_you_mean, instance_sections
+from nemo_gym.config import IMPLEMENTATION_DIR_KEY, LoadedConfig, did_you_mean, has_code_to_start, instance_sections
 
 __all__ = ["FRAMEWORKS", "ServerInstance", "server_instances"]
 
@@ -122,11 +122,12 @@ class ServerInstance:
         """
         value = self.fields.get("framework")
         if value is not None and value not in FRAMEWORKS:
-            if not did_you_mean(str(value), FRAMEWORKS):
+            close = did_you_mean(str(value), FRAMEWORKS)
+            if not close:
                 return None
             raise ConfigError(
                 f"{self.source}: key '{self.key}.framework': unknown framework"
-                f" {value!r}{did_you_mean(str(value), FRAMEWORKS)}; use one of {', '.join(FRAMEWORKS)} (nemo_gym: a"
+                f" {value!r}{close}; use one of {', '.join(FRAMEWORKS)} (nemo_gym: a"
                 " folder written for NVIDIA NeMo Gym)"
             )
         return value
@@ -165,7 +166,7 @@ def server_instances(loaded: LoadedConfig, *, check_dirs: bool = True) -> list[S
     instances = []
     for name, server_type, implementation, fields in instance_sections(loaded.values):
         where = f"{loaded.origin(name)}: key '{name}.{server_type}'"
-        if server_type not in SERVER_TYPES and server_type not in NEMO_GYM_ONLY_SERVER_TYPES:
+        if server_type not in ALL_SERVER_TYPES:
             raise ConfigError(
                 f"{where}: unknown server type {server_type!r}{did_you_mean(server_type, SERVER_TYPES)}; use one of"
                 f" {', '.join(SERVER_TYPES)} (a NeMo Gym 0.7.0 folder also {', '.join(NEMO_GYM_ONLY_SERVER_TYPES)})"
@@ -212,11 +213,11 @@ def _check_one_implementation_each(loaded: LoadedConfig) -> None:
         sections = {
             f"{server_type}.{implementation}": fields
             for server_type, implementations in value.items()
-            if server_type in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES) and isinstance(implementations, dict)
+            if server_type in ALL_SERVER_TYPES and isinstance(implementations, dict)
             for implementation, fields in implementations.items()
             if isinstance(fields, dict)
         }
-        if len(sections) > 1 and any("entrypoint" in fields or "url" in fields for fields in sections.values()):
+        if len(sections) > 1 and any(has_code_to_start(fields) for fields in sections.values()):
             raise ConfigError(
                 f"{loaded.origin(name)}: key '{name}' holds {len(sections)} servers ({', '.join(sections)}); a server"
                 " instance has one server type and one implementation. Did two files of config_paths each define"
@@ -258,7 +259,7 @@ def references(fields: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def _references(value: Any, path: str = "") -> Iterator[tuple[str, dict[str, str]]]:
     if isinstance(value, dict):
-        if set(value) == {"type", "name"} and value["type"] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES):
+        if set(value) == {"type", "name"} and value["type"] in ALL_SERVER_TYPES:
             yield path.rstrip("."), value
             return
         for key, inner in value.items():

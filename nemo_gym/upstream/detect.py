@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from nemo_gym import MOVED
-from nemo_gym.common.layout import NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, SERVER_TYPES, server_tree_root
+from nemo_gym.common.layout import ALL_SERVER_TYPES, NEMO_GYM_ONLY_SERVER_TYPES, REPO_ROOT, server_tree_root
 from nemo_gym.config.server_instances import ServerInstance
 
 __all__ = ["FRAMEWORK", "NEWEST_RELEASE", "detect_framework", "detect_release", "framework_of"]
@@ -113,7 +113,7 @@ def _imported_nemo_gym_modules(path: Path, tree_root: Path, seen: set[Path]) -> 
         parts = name.split(".")
         if parts[0] == "nemo_gym" and len(parts) > 1:
             modules.add(parts[1])
-        if parts[0] in (*SERVER_TYPES, *NEMO_GYM_ONLY_SERVER_TYPES) and len(parts) > 2:
+        if parts[0] in ALL_SERVER_TYPES and len(parts) > 2:
             module = tree_root.joinpath(*parts)
             for candidate in (module.with_suffix(".py"), module / "__init__.py"):
                 if candidate.is_file():
