@@ -23,7 +23,10 @@ from nemo_gym.cli.gym_flags import (
 __all__ = ["EVAL_ROUTES", "NO_HEALTH"]
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
-NO_HEALTH = "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file)"
+NO_HEALTH = (
+    "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file); NeMo Gym 0.7.0's"
+    " gym eval health-check reads rollouts collected with ng_collect_rollouts +observability_enabled=true"
+)
 _NO_JUDGE_RECOVERY = "no judge-failure recovery: a failed re-verification is in the failures file; rerun it whole"
 _FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
 _ALL_AGENTS = "the rollouts of every agent are compared, paired by task"

@@ -103,7 +103,8 @@ NEMO_GYM_UNSUPPORTED = {
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
     **dict.fromkeys(
         ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),
-        "there is no health check to set: agents are checked once, before any rollout",
+        "there is no health check to set: agents are checked once, before any rollout; NeMo Gym 0.7.0's gym eval"
+        " health-check reads rollouts collected with +observability_enabled=true",
     ),
 }
 
@@ -208,6 +209,14 @@ class CollectConfig(BaseModel):
         description=(
             "give each rollout its repeat index as the seed, in responses_create_params.metadata.extra_body (NeMo Gym's"
             " form; vllm_model passes it to vLLM): repeats sample differently, a rerun samples the same"
+        ),
+    )
+    observability_enabled: bool = Field(
+        False,
+        description=(
+            "NeMo Gym 0.7.0's: each rollout row also holds its ng_trajectory (the capture record of its model calls,"
+            " turns and tool calls, from agents that write one: simple_agent) and its ng_perf (turn, tool-call and"
+            " token counts, wall time), which 0.7.0's gym eval health-check and ATIF export read"
         ),
     )
     interleave_repeats: bool = Field(
@@ -447,6 +456,7 @@ async def collect_rollouts(cfg: CollectConfig, client: ServerClient) -> CollectS
         interleave_repeats=cfg.interleave_repeats,
         environment_server_routes=cfg.environment_server_routes,
         rerun=RerunPolicy(cfg.max_rollout_attempts, cfg.retry_terminal_timeouts),
+        observability_enabled=cfg.observability_enabled,
     )
     return CollectSummary.of(result, files.paths)
 

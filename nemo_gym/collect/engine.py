@@ -28,42 +28,28 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 from tqdm import tqdm
 
-from nemo_gym.collect.aggregate_metrics import is_reward
-from nemo_gym.collect.attempts import TERMINAL, RerunPolicy, rollout_inputs
-from nemo_gym.collect.files import Pair, now
+from nemo_gym.collect.attempts import RerunPolicy, rollout_inputs
+from nemo_gym.collect.files import Pair
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S, UNAVAILABLE, ServerLiveness
 from nemo_gym.collect.plan import RolloutPlan, plan_rollouts
+from nemo_gym.collect.rollout import run_rollout
 from nemo_gym.collect.routing import (
     dispatch_target,
-    episode_request,
-    episode_rollout,
-    nemo_gym_failure,
     resolve_task_sources,
     route_tasksets,
     route_through_environment_servers,
 )
 from nemo_gym.collect.tasks import check_seedable, materialize_all, routing_key, taskset_of
 from nemo_gym.collect.watchdog import CollectWatchdog
-from nemo_gym.common.errors import DataError, ServerError, ServerHTTPError, is_transient, typed_failure
+from nemo_gym.common.errors import DataError, ServerHTTPError
 from nemo_gym.common.jsonl import (
     AGENT_REF_KEY,
-    ATTEMPT_INDEX_KEY,
-    ENVIRONMENT_SERVER_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
 )
 from nemo_gym.serving.client import ServerClient
 
-__all__ = [
-    "BAD_VERIFY_ANSWER",
-    "CollectResult",
-    "CollectSink",
-    "collect",
-    "check_agents",
-    "run_rollout",
-]
-
-BAD_VERIFY_ANSWER = "bad_verify_answer"
+__all__ = ["CollectResult", "CollectSink", "collect", "check_agents"]
 
 
 async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:
@@ -93,68 +79,6 @@ async def check_agents(client: ServerClient, tasks: Sequence[dict[str, Any]], wh
                 f"{where(index)}: task field {path}: {error.message} (required by the environment of agent"
                 f" {task[AGENT_REF_KEY]['name']!r})"
             )
-
-
-# -- one rollout --------------------------------------------------------------------------------------------
-def _failure_record(row: dict[str, Any], failure_class: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {
-        TASK_INDEX_KEY: row[TASK_INDEX_KEY],
-        ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
-        ATTEMPT_INDEX_KEY: row.get(ATTEMPT_INDEX_KEY, 0),
-        AGENT_REF_KEY: row[AGENT_REF_KEY],
-        "failure_class": failure_class,
-        "message": message[:4000],
-        **extra,
-        "timestamp": now(),
-    }
-
-
-def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
-    """A failure record for a ServerError; an agent's typed body `{"error": {"type", "message"}}` gives the class."""
-    failure = typed_failure(exc)
-    extra: dict[str, Any] = {"transient": is_transient(exc)}
-    if failure.status_code is not None:
-        extra["status_code"] = failure.status_code
-    if failure.failed_server:
-        extra["failed_server"] = failure.failed_server
-    if failure.response is not None:  # the trajectory a failed /verify got (simple_agent): to debug the verifier
-        extra["response"] = failure.response
-    return _failure_record(row, failure.failure_class, failure.message, **extra)
-
-
-async def run_rollout(client: ServerClient, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """One rollout: POST a dispatched row (with `agent_ref`, `_ng_task_index`, `_ng_rollout_index`) to its agent's
-    `/run`. Returns `(output row, None)`, or `(None, failure record)` when it failed (a `ServerError`, or an answer
-    without a numeric finite reward): a failure is a value with its class and message, never a reward of 0. A NeMo
-    Gym 0.7.0 materialized task goes to its environment server as an episode (`episode_request`); its rollout is
-    the episode's result as 0.7.0 stores it (`episode_rollout`), not merged over the row."""
-    episode = taskset_of(row) is not None
-    try:
-        answer = await client.post(dispatch_target(row), "/run", episode_request(row) if episode else row)
-    except ServerError as exc:
-        return None, _server_failure(row, exc)
-    except ValueError as exc:  # a 2xx answer that is not JSON
-        return None, _failure_record(row, BAD_VERIFY_ANSWER, f"answer is not JSON: {exc}")
-    if episode and (record := episode_rollout(answer)) is not None:
-        answer = {**record, ENVIRONMENT_SERVER_KEY: row[ENVIRONMENT_SERVER_KEY]}
-        row = {
-            k: v for k, v in row.items() if k in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ATTEMPT_INDEX_KEY, AGENT_REF_KEY)
-        }
-    if (episode_failure := nemo_gym_failure(answer)) is not None:
-        failure_class, message, transient = episode_failure
-        terminal = {} if transient else {TERMINAL: True}  # 0.7.0's `_ng_failure_terminal`: a rerun does not retry it
-        return None, _failure_record(row, failure_class, message, transient=transient, **terminal)
-    if not isinstance(answer, dict) or not is_reward(answer.get("reward")):
-        got = repr(answer.get("reward")) if isinstance(answer, dict) else f"a {type(answer).__name__}"
-        return None, _failure_record(
-            row, BAD_VERIFY_ANSWER, f"verify answer has no numeric finite `reward` (got {got})"
-        )
-    keys = {
-        TASK_INDEX_KEY: row[TASK_INDEX_KEY],
-        ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
-        AGENT_REF_KEY: row[AGENT_REF_KEY],
-    }
-    return {**row, **answer, **keys}, None
 
 
 # -- sinks and the result ---------------------------------------------------------------------------------------
@@ -261,6 +185,15 @@ class _Progress:
         )
         return cls(bar, done, failures, not_retried=not_retried)
 
+    def sending_to(self, sink: CollectSink) -> Callable[[dict[str, Any] | None, dict[str, Any] | None], None]:
+        """The dispatch's `on_done`: each finished rollout (or failure record) counted here, then given to `sink`."""
+
+        def on_done(rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
+            self.add(rollout, failure)
+            sink.add(rollout, failure)
+
+        return on_done
+
     def add(self, rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
         record = rollout if rollout is not None else failure
         pair = (record[TASK_INDEX_KEY], record[ROLLOUT_INDEX_KEY])
@@ -313,6 +246,7 @@ async def _dispatch(
     on_done: Callable[..., None],
     watchdog: CollectWatchdog,
     liveness: ServerLiveness,
+    observe: bool = False,
 ) -> None:
     """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`;
     `watchdog` is told when each rollout starts and ends; `liveness` watches the head server and checks the servers
@@ -326,7 +260,7 @@ async def _dispatch(
         for row in rows:  # one shared iterator: next() never interleaves in asyncio
             pair, agent = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]), dispatch_target(row)
             watchdog.started(pair)
-            rollout, failure = await run_rollout(client, row)
+            rollout, failure = await run_rollout(client, row, observe=observe)
             if failure is not None and failure["failure_class"] == UNAVAILABLE:
                 await liveness.check(agent)  # ServersGoneError: this rollout is left for the resume
             else:
@@ -445,6 +379,7 @@ async def collect(
     interleave_repeats: bool = False,
     environment_server_routes: dict[str, str] | None = None,
     rerun: RerunPolicy = RerunPolicy(),
+    observability_enabled: bool = False,
 ) -> CollectResult:
     """`num_repeats` rollouts of each task row through its agent (or NeMo Gym 0.7.0's dict and `fan_out` by each
     row's routing key, `routing_keys[i]`, default row i's own: `nemo_gym.collect.plan`), at most `concurrency` in
@@ -454,7 +389,8 @@ async def collect(
     (default `row <i>`); `watchdog_s` reports stalls (0: off); `servers_gone_s`: how long an agent may refuse every
     connection before the collection stops (`nemo_gym.collect.liveness`); `add_seed`, `interleave_repeats`: NeMo Gym's;
     its `environment_server_routes` (taskset -> environment server) route its materialized tasks; `rerun`: which of
-    an earlier run's failed rollouts are sent again (`nemo_gym.collect.attempts`; the others keep their records).
+    an earlier run's failed rollouts are sent again (`nemo_gym.collect.attempts`; the others keep their records);
+    `observability_enabled` (0.7.0's): each rollout with its `ng_trajectory` and `ng_perf` (`run_rollout`'s `observe`).
 
     Raises:
         DataError: a bad row, one its environment's row schema refuses, or one no entry of a `num_repeats` dict
@@ -470,16 +406,12 @@ async def collect(
     pending, not_retried = rerun.to_send(plan.pairs(interleave_repeats), done, failures)
     dispatched = rollout_inputs(pending, plan.row_of(), failures, add_seed)
     state = _Progress.start(done, failures, plan.total, show=progress, not_retried=not_retried)  # it adds to `done`
-    row_of, retries_before = plan.row_of(), client.retries_used
-
-    def on_done(rollout: dict[str, Any] | None, failure: dict[str, Any] | None) -> None:
-        state.add(rollout, failure)
-        every_sink.add(rollout, failure)
-
+    row_of, retries_before, on_done = plan.row_of(), client.retries_used, state.sending_to(every_sink)
     watchdog = CollectWatchdog(watchdog_s, lambda pair: dispatch_target(row_of(pair)), every_sink.stalled)
     liveness = ServerLiveness(client, (dispatch_target(row) for row in plan.rows()), servers_gone_s=servers_gone_s)
+    workers = min(concurrency, max(len(pending), 1))
     try:
-        await _dispatch(client, dispatched, min(concurrency, max(len(pending), 1)), on_done, watchdog, liveness)
+        await _dispatch(client, dispatched, workers, on_done, watchdog, liveness, observability_enabled)
     finally:  # also when cancelled or the servers are gone: every sink holds what finished
         state.bar.close()
         every_sink.close(state.failures)

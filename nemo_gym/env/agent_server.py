@@ -55,9 +55,12 @@ class AgentServer(BaseServer):
     `open_agent_session`, `responses_in_session` and `close_agent_session`)."""
 
     server_type = "responses_api_agents"
+    # whether `run` takes `rollout_id` and writes the rollout's `ng_trajectory` capture record (nemo_gym.env.capture)
+    captures_trajectory = False
 
     async def run(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One rollout of `row`; returns the resources server's verify answer."""
+        """One rollout of `row`; returns the resources server's verify answer. An agent that `captures_trajectory`
+        takes `rollout_id` too (keyword): given, the answer also holds the rollout's `ng_trajectory`."""
         raise NotImplementedError
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
@@ -113,6 +116,11 @@ class AgentServer(BaseServer):
     async def _run_route(self, request: Request) -> Any:
         row = await request_body(request)
         validated(Row, row)  # checked; the row itself goes on, every field kept
+        # `/ng-rollout/<id>/run` (NeMo Gym 0.7.0's rollout path prefix, nemo_gym.serving.rollout_prefix) asks for the
+        # capture record of rollout <id>; an agent that writes none runs the rollout without one
+        rollout_id = request.scope.get("state", {}).get("rollout_id")
+        if rollout_id is not None and self.captures_trajectory:
+            return await self.run(row, rollout_id=rollout_id)  # type: ignore[call-arg]
         return await self.run(row)
 
     async def _responses_route(self, request: Request) -> Any:

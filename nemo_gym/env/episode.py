@@ -23,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 from nemo_gym.common.errors import ServerHTTPError
+from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.serving.client import ServerClient
 
 __all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow"]
@@ -58,8 +59,16 @@ class ModelCalls:
     """The policy-model calls of one episode: each `step` calls `/v1/responses` and says whether the episode must
     end; the last answer and the usage summed over the calls make the episode's final `Response`."""
 
-    def __init__(self, client: ServerClient, model_server: str, session_id: str, timeout_s: float):
+    def __init__(
+        self,
+        client: ServerClient,
+        model_server: str,
+        session_id: str,
+        timeout_s: float,
+        capture: TrajectoryCapture | None = None,
+    ):
         self.client, self.model_server, self.session_id, self.timeout_s = client, model_server, session_id, timeout_s
+        self.capture = capture  # each call is recorded in it, answered or refused (None: not captured)
         self.last_response: dict[str, Any] = {}  # the last answer of the model ({} before the first)
         self.usage: Counter[str] = Counter()  # the integer usage fields, summed over the answers
 
@@ -74,18 +83,29 @@ class ModelCalls:
             nemo_gym.common.errors.ServerError: the call failed otherwise, or with a context overflow when
                 `overflow_ends` is false (e.g. the task's own prompt is too long: a failure, not an episode's end).
         """
+        request = {**params, "input": input_items}
+        started_at, started = clock()
         try:
             response = await self.client.post(
-                self.model_server,
-                "/v1/responses",
-                {**params, "input": input_items},
-                session_id=self.session_id,
-                timeout_s=self.timeout_s,
+                self.model_server, "/v1/responses", request, session_id=self.session_id, timeout_s=self.timeout_s
             )
         except ServerHTTPError as exc:
-            if overflow_ends and is_context_overflow(exc):
+            overflow = is_context_overflow(exc)
+            if self.capture is not None:
+                category = "context_overflow" if overflow else "http_error"
+                self.capture.model_call(
+                    request,
+                    None,
+                    started_at,
+                    clock()[1] - started,
+                    status_code=exc.status_code,
+                    error_category=category,
+                )
+            if overflow_ends and overflow:
                 return [], StopReason.context_overflow
             raise
+        if self.capture is not None:
+            self.capture.model_call(request, response, started_at, clock()[1] - started)
         self.last_response = response
         self.usage.update(
             {key: value for key, value in (response.get("usage") or {}).items() if isinstance(value, int)}

@@ -16,11 +16,18 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ROLLOUT_PATH_PREFIX", "RolloutPathPrefix"]
+__all__ = ["ROLLOUT_ID_PATTERN", "ROLLOUT_PATH_PREFIX", "RolloutPathPrefix", "rollout_path"]
 
 ROLLOUT_PATH_PREFIX = "ng-rollout"
 # the id: a path segment of characters that survive a round trip, no leading dot (NeMo Gym's ROLLOUT_ID_PATTERN)
-_PREFIX = re.compile(rf"^/{ROLLOUT_PATH_PREFIX}/(?P<rollout_id>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<rest>/.*)$")
+_ID = "[A-Za-z0-9][A-Za-z0-9._-]*"
+ROLLOUT_ID_PATTERN = re.compile(rf"^{_ID}$")
+_PREFIX = re.compile(rf"^/{ROLLOUT_PATH_PREFIX}/(?P<rollout_id>{_ID})(?P<rest>/.*)$")
+
+
+def rollout_path(rollout_id: str, path: str) -> str:
+    """`path` (e.g. `/run`) under rollout `rollout_id`'s prefix: `/ng-rollout/<rollout_id>/run`."""
+    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}{path}"
 
 
 class RolloutPathPrefix:

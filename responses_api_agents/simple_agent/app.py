@@ -13,6 +13,10 @@ tool access the environment server grants (a replica of one of the run's servers
 grant), else through its MCP grant (`tools/call`: `nemo_gym.env.tool_routes.McpToolRoutes`; 0.7.0's own simple_agent
 refuses one); the close answers the grant's cookies after the calls. At most one grant of each kind, no sandbox;
 `execute_tools: false` returns the model's tool calls unresolved (sessions only).
+
+A `/run` at `/ng-rollout/<rollout id>/run` (what `ng_collect_rollouts +observability_enabled=true` calls) also answers
+the rollout's `ng_trajectory`, NeMo Gym 0.7.0's capture record of its model calls, turns and tool calls
+(`nemo_gym.env.capture`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from nemo_gym.env.agent_sessions import (
     DirectHTTPToolAccess,
     MCPToolAccess,
 )
+from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
 from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
 from nemo_gym.serving.api_schema import json_body
@@ -87,6 +92,10 @@ class SimpleAgentConfig(ServerConfig):
     )
 
 
+# a failed tool call's `error_type` in the capture record, by how it failed
+TOOL_ERROR_TYPES = {StopReason.parse_error: "invalid_arguments", StopReason.tool_error: "tool_error"}
+
+
 def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
     """The answer of a rollout whose /verify failed: the typed failure answer every nemo_gym server gives for a
     failure further down (`{"error": {type, server, message}}`: 424 after a 4xx, else 502; the verifier's own
@@ -96,12 +105,21 @@ def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONRes
     return JSONResponse(failure.answer(response=response), status_code=failure.relay_status)
 
 
+def task_id_of(row: dict[str, Any]) -> str:
+    """A row's task identity in a capture record, as 0.7.0's simple_agent takes it: its `task_id`, `problem_id`,
+    `instance_id`, else `_ng_task_index` (`unknown` without any)."""
+    keys = ("task_id", "problem_id", "instance_id", "_ng_task_index")
+    return next((str(row[key]) for key in keys if row.get(key) is not None), "unknown")
+
+
 class SimpleAgent(AgentServer):
     Config = SimpleAgentConfig
     config: SimpleAgentConfig
+    captures_trajectory = True
 
-    async def run(self, row: dict[str, Any]) -> dict[str, Any] | JSONResponse:
-        """The verify answer of one rollout, or, when /verify failed, its typed failure answer with the trajectory."""
+    async def run(self, row: dict[str, Any], *, rollout_id: str | None = None) -> dict[str, Any] | JSONResponse:
+        """The verify answer of one rollout (with its `ng_trajectory` when `rollout_id` is given), or, when /verify
+        failed, its typed failure answer with the trajectory."""
         if not self.config.execute_tools:
             return JSONResponse(
                 {"detail": "execute_tools: false is for NeMo Gym 0.7.0 agent sessions only; /run executes the tools"},
@@ -112,9 +130,12 @@ class SimpleAgent(AgentServer):
         resources = self.config.resources_server.name
         await self.client.post(resources, "/seed_session", row, session_id=session_id, cookies=cookies)
         verified = None
+        capture = None
+        if rollout_id is not None:
+            capture = TrajectoryCapture(self.config.model_server.name, task_id=task_id_of(row), rollout_id=rollout_id)
         try:
             tools = ToolRoutes(self.client, resources, session_id, cookies)
-            response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools)
+            response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools, capture)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
                 verified = await self.client.post(
                     resources,
@@ -133,7 +154,13 @@ class SimpleAgent(AgentServer):
                     )
                 except Exception:  # closing is best effort; NeMo Gym servers have no such route
                     pass
-        return {**verified, "stop_reason": stop_reason.value}
+        if capture is None:
+            return {**verified, "stop_reason": stop_reason.value}
+        conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
+        # a tool error or parse error still set here means the steps ran out after it: incomplete, as max_steps
+        completed = stop_reason is StopReason.completed
+        record = capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
+        return {**verified, "stop_reason": stop_reason.value, "ng_trajectory": record}
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         if not self.config.execute_tools:
@@ -184,10 +211,15 @@ class SimpleAgent(AgentServer):
         return {"resources_cookies": dict(tools.cookies.items()) if isinstance(tools, ToolRoutes) else None}
 
     async def loop(
-        self, params: dict[str, Any], session_id: str, tools: ToolRoutes | McpToolRoutes | None
+        self,
+        params: dict[str, Any],
+        session_id: str,
+        tools: ToolRoutes | McpToolRoutes | None,
+        capture: TrajectoryCapture | None = None,
     ) -> tuple[dict[str, Any], StopReason]:
         """Run the episode, its tool calls through `tools` (None: an agent session granted none, so a tool call
-        fails the episode); returns the final `Response` (output = whole trajectory) and how it ended.
+        fails the episode), each model and tool call recorded in `capture` when given; returns the final
+        `Response` (output = whole trajectory) and how it ended.
 
         Raises:
             AgentSessionError: the model called a tool and `tools` is None (422).
@@ -195,7 +227,7 @@ class SimpleAgent(AgentServer):
         initial = initial_input(params)
         tool_names = {t.get("name") for t in params.get("tools") or [] if t.get("type") == "function"}
         trajectory: list[dict[str, Any]] = []
-        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s)
+        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s, capture)
         stop_reason = StopReason.max_steps
         for _ in range(self.config.max_steps):
             # a context overflow on the task's own prompt is a failure, later it ends the episode
@@ -211,7 +243,13 @@ class SimpleAgent(AgentServer):
             if tools is None:
                 raise AgentSessionError(422, "the model called a tool and this agent session has no tool access")
             for call in calls:
+                started_at, started = clock()
                 text, problem = await self.call_tool(call, tool_names, tools)
+                if capture is not None:
+                    failed = TOOL_ERROR_TYPES.get(problem) if problem else None
+                    capture.tool_call(
+                        call.get("call_id"), call.get("name"), started_at, clock()[1] - started, text, failed
+                    )
                 trajectory.append({"type": "function_call_output", "call_id": call.get("call_id"), "output": text})
                 stop_reason = problem or StopReason.max_steps
         return model.final_response(trajectory), stop_reason

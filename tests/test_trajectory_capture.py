@@ -1,0 +1,287 @@
+"""`ng_collect_rollouts +observability_enabled=true`: each rollout row holds its `ng_trajectory` (NeMo Gym 0.7.0's
+capture record, written by simple_agent: nemo_gym.env.capture) and its `ng_perf` (nemo_gym.collect.perf).
+
+Real HTTP on loopback: a head server, the example_session_state_mgmt resources server (a counter per session),
+scripted_model playing each row's script and simple_agent, each served by uvicorn in this process. Against 0.7.0
+itself: its `TrajectoryRecord` takes every record, its rollout health checks (`gym eval health-check`'s
+`run_health_checks`) observe every check on our rollouts and find the hollow turn we wrote, its `_build_ng_perf`
+gives our `ng_perf`, and its strict ATIF export takes the record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from live_servers import serve
+
+from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.collect.perf import ng_perf
+from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.env.capture import token_stats
+from nemo_gym.env.trajectory import with_message_types
+from nemo_gym.serving.client import ServerClient
+from nemo_gym.serving.entrypoint import load_server_class
+from nemo_gym.serving.head import build_head_app
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "increment_counter",
+        "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]},
+    }
+]
+ADD_TWO = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 2}}]}, {"text": "done"}]
+BAD_ARGUMENTS = [{"tool_calls": [{"name": "increment_counter", "arguments": "{not json"}]}, {"text": "sorry"}]
+HOLLOW = [{"text": ""}]  # an empty answer: a turn without message or tool call
+
+
+def row(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    params = {"input": "add two", "tools": TOOLS, "metadata": {"script": json.dumps(script)}}
+    return {"responses_create_params": params, "initial_count": 5, "expected_count": 7, **extra}
+
+
+def server(folder: str, name: str, config: dict[str, Any], head_url: str) -> Any:
+    return load_server_class(REPO_ROOT / folder / "app.py")(config, name=name, client=ServerClient(head_url))
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[str]:
+    with ExitStack() as stack:
+        head = stack.enter_context(serve(build_head_app()))
+        agent = {
+            "resources_server": {"type": "resources_servers", "name": "counter"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+            "max_steps": 3,
+        }
+        servers = {
+            "counter": (
+                "resources_servers",
+                server("resources_servers/example_session_state_mgmt", "counter", {}, head),
+            ),
+            "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
+            "agent": ("responses_api_agents", server("responses_api_agents/simple_agent", "agent", agent, head)),
+        }
+        for name, (server_type, instance) in servers.items():
+            url = stack.enter_context(serve(instance.build_app()))
+            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": url}
+            httpx.post(f"{head}/register", json={**entry, "pid": os.getpid()}, trust_env=False).raise_for_status()
+        yield head
+
+
+def collect(head: str, tmp_path: Path, rows: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = CollectConfig(
+        agent_name="agent",
+        input_jsonl_fpath=str(tmp_path / "in.jsonl"),
+        output_jsonl_fpath=str(tmp_path / "rollouts.jsonl"),
+        head_server_url=head,
+        progress=False,
+        **options,
+    )
+
+    async def run() -> Any:
+        async with ServerClient(head) as client:
+            return await collect_rollouts(cfg, client)
+
+    asyncio.run(run())
+    return sorted(read_jsonl(tmp_path / "rollouts.jsonl"), key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))
+
+
+def test_a_rollout_holds_its_capture_record_and_perf_when_observability_is_enabled(head, tmp_path):
+    """The tool rollout (call increment_counter, then answer): one completed invocation, two turns each referencing
+    its model call by one model_call_id, the tool call timed and completed, token counts from each answer's usage,
+    and ng_perf summing them; the id of the second repeat is `0-1`."""
+    rows = collect(head, tmp_path, [row(ADD_TWO, task_id="counter-7")], num_repeats=2, observability_enabled=True)
+    assert [r["reward"] for r in rows] == [1.0, 1.0]
+    record = rows[1]["ng_trajectory"]
+    assert (record["schema_version"], record["task_id"], record["rollout_id"]) == ("1.0", "counter-7", "0-1")
+    (invocation,) = record["invocations"]
+    assert invocation["status"] == "completed" and invocation["invocation_id"] == "root"
+    assert invocation["conversation"][0] == {"role": "user", "content": "add two", "type": "message"}
+    assert invocation["conversation"][1:] == rows[1]["response"]["output"]
+    calls, turns = record["model_calls"], record["turns"]
+    assert [len(turn["model_calls"]) for turn in turns] == [1, 1]
+    assert [turn["model_calls"][0]["model_call_id"] for turn in turns] == [c["model_call_id"] for c in calls]
+    assert invocation["model_calls"] == [turn["model_calls"][0] for turn in turns]
+    assert [turn["step_count"] for turn in turns] == [1, 1] and [t["turn_no"] for t in turns] == [1, 2]
+    assert turns[0]["question"] == [{"role": "user", "content": "add two", "type": "message"}]
+    assert turns[1]["answer"][0]["content"][0]["text"] == "done"
+    assert (
+        with_message_types(calls[1]["request"]["input"]) == turns[1]["question"]
+        and calls[1]["response"]["id"] == rows[1]["response"]["id"]
+    )
+    assert all(c["response_metadata"]["status_code"] == 200 and c["duration_ms"] >= 0 for c in calls)
+    assert calls[0]["response_metadata"]["model_ref"] == {"type": "responses_api_models", "name": "policy_model"}
+    assert calls[0]["token_stats"] == {
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "reasoning_tokens": 0,
+        "total_tokens": 2,
+        "cached_tokens": 0,
+    }
+    (tool,) = record["tool_calls"]
+    assert (tool["tool_name"], tool["status"], tool["output"]) == ("increment_counter", "completed", '{"success":true}')
+    assert tool["tool_call_id"] == rows[1]["response"]["output"][0]["call_id"]
+    # example_session_state_mgmt's verify answers no `resolved`: said as a gap, not guessed
+    assert record["gaps"] == [{"code": "resolution_unavailable", "invocation_id": "root", "detail": None}]
+    perf = rows[1]["ng_perf"]
+    assert perf["total_latency_ms"] > 0
+    assert {k: v for k, v in perf.items() if k != "total_latency_ms"} == {
+        "num_turns": 2,
+        "num_tool_calls": 1,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 2,
+        "cached_prompt_tokens": 0,
+        "completion_tokens": 2,
+        "reasoning_tokens": 0,
+    }
+
+
+def test_a_failed_tool_call_and_a_run_out_of_steps_are_recorded(head, tmp_path):
+    """Arguments that are not JSON: the tool call is `failed` (`invalid_arguments`), the episode goes on; an empty
+    answer ends it: completed. Without observability, rows hold neither record nor perf."""
+    rows = collect(head, tmp_path, [row(BAD_ARGUMENTS), row(HOLLOW)], observability_enabled=True)
+    (tool,) = rows[0]["ng_trajectory"]["tool_calls"]
+    assert (tool["status"], tool["error_type"]) == ("failed", "invalid_arguments")
+    assert rows[0]["ng_trajectory"]["invocations"][0]["status"] == "completed"
+    assert rows[1]["ng_trajectory"]["task_id"] == "1" and rows[1]["ng_trajectory"]["rollout_id"] == "1-0"
+    plain = collect(head, tmp_path / "plain", [row(ADD_TWO)]) if (tmp_path / "plain").mkdir() is None else []
+    assert "ng_trajectory" not in plain[0] and "ng_perf" not in plain[0] and plain[0]["reward"] == 1.0
+
+
+def test_a_bad_rollout_id_fails_that_rollout_naming_it(head, tmp_path):
+    (tmp_path / "in.jsonl").write_text(json.dumps(row(ADD_TWO, _ng_rollout_id="../x")) + "\n")
+    cfg = CollectConfig(
+        agent_name="agent",
+        input_jsonl_fpath=str(tmp_path / "in.jsonl"),
+        output_jsonl_fpath=str(tmp_path / "rollouts.jsonl"),
+        head_server_url=head,
+        progress=False,
+        observability_enabled=True,
+    )
+
+    async def run() -> Any:
+        async with ServerClient(head) as client:
+            return await collect_rollouts(cfg, client)
+
+    asyncio.run(run())
+    (failure,) = read_jsonl(tmp_path / "rollouts_failures.jsonl")
+    assert failure["failure_class"] == "bad_rollout_id" and "'../x'" in failure["message"]
+
+
+def test_ng_perf_counts_only_calls_a_reference_resolves_to_once():
+    """0.7.0's ownership rules: by model_call_id, else by (model_ref, response_id); an ambiguous reference owns
+    nothing, a call is owned once, an invocation without turns counts its owned calls (else 1)."""
+    model = {"type": "responses_api_models", "name": "policy_model"}
+
+    def call(call_id: str | None, response_id: str, tokens: int) -> dict[str, Any]:
+        metadata = {"model_ref": model, "response_id": response_id}
+        stats = {"prompt_tokens": tokens, "completion_tokens": 1}
+        return {"model_call_id": call_id, "response_metadata": metadata, "token_stats": stats}
+
+    record = {
+        "invocations": [
+            {
+                "invocation_id": "root",
+                "model_calls": [{"model_call_id": "a"}, {"model_ref": model, "response_id": "r2"}],
+            },
+            # "r3" names two calls (ambiguous), "a" is owned already: this invocation owns nothing
+            {
+                "invocation_id": "sub",
+                "model_calls": [{"model_ref": model, "response_id": "r3"}, {"model_call_id": "a"}],
+            },
+        ],
+        "model_calls": [call("a", "r1", 10), call(None, "r2", 20), call(None, "r3", 40), call(None, "r3", 80)],
+        "tool_calls": [{"invocation_id": "root"}, {"invocation_id": "other"}],
+    }
+    assert ng_perf(record, 5.0) == {
+        "num_turns": 3,  # root owns 2 calls, sub owns none: 1
+        "num_tool_calls": 1,
+        "token_observability_coverage": 2 / 3,
+        "prompt_tokens": 30,
+        "completion_tokens": 2,
+        "total_latency_ms": 5.0,
+    }
+    assert ng_perf({"invocations": []}) is None and ng_perf("not a record") is None
+
+
+def test_token_stats_read_both_apis_and_leave_unknown_counts_unknown():
+    assert token_stats({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}) == {
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "reasoning_tokens": None,
+        "total_tokens": 7,
+        "cached_tokens": None,
+    }
+    assert set(token_stats(None).values()) == {None} and token_stats({"input_tokens": -1})["prompt_tokens"] is None
+
+
+PEER_CHECKS = """
+import json, sys
+from pathlib import Path
+from nemo_gym.rollout_observability import TrajectoryRecord
+from nemo_gym.rollout_health import run_health_checks
+from nemo_gym.rollout_collection import _build_ng_perf
+from nemo_gym.atif_export import gym_rollout_to_atif
+path, out = Path(sys.argv[1]), Path(sys.argv[2])
+rows = [json.loads(line) for line in path.read_text().splitlines()]
+for row in rows:
+    TrajectoryRecord.model_validate(row["ng_trajectory"])
+result = run_health_checks(path, output_dir=out, workers=1)
+perf = [_build_ng_perf(row, rollout_latency_ms=row["ng_perf"]["total_latency_ms"]) for row in rows]
+exported = []
+for row in rows:
+    try:
+        # strict export refuses any gap; ours is resolution_unavailable (the counter's verify answers no resolved),
+        # which 0.7.0's own simple_agent writes for that verifier too
+        assert [g["code"] for g in row["ng_trajectory"]["gaps"]] == ["resolution_unavailable"]
+        strict = {**row, "ng_trajectory": {**row["ng_trajectory"], "gaps": []}}
+        exported.append(gym_rollout_to_atif(strict, session_id="s", agent_version="1").schema_version)
+    except Exception as exc:
+        exported.append(f"{type(exc).__name__}: {exc}")
+digests = [
+    {"task": d.task_index, "verdict": d.verdict, "unobserved": d.unobserved, "findings": [f.check for f in d.findings]}
+    for d in result.rollouts
+]
+print(json.dumps({"digests": digests, "perf": perf, "exported": exported}))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(300)
+def test_0_7_0s_health_checks_ng_perf_and_atif_export_read_our_capture_records(head, tmp_path):
+    from nemo_gym_peer07 import peer07_venv
+
+    rows = collect(head, tmp_path, [row(ADD_TWO), row(BAD_ARGUMENTS), row(HOLLOW)], observability_enabled=True)
+    python = peer07_venv() / "bin" / "python"
+    done = subprocess.run(
+        [str(python), "-c", PEER_CHECKS, str(tmp_path / "rollouts.jsonl"), str(tmp_path / "health")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    peer = json.loads(done.stdout.strip().splitlines()[-1])
+    digests = sorted(peer["digests"], key=lambda d: d["task"])
+    # every rollout check observed; the two healthy rollouts healthy, the hollow one found hollow
+    assert [d["unobserved"] for d in digests] == [[], [], []]
+    assert [(d["verdict"], d["findings"]) for d in digests] == [
+        ("healthy", []),
+        ("healthy", []),
+        ("unhealthy", ["agent_turn_hollow"]),
+    ]
+    assert len(rows) == 3 and peer["perf"] == [r["ng_perf"] for r in read_jsonl(tmp_path / "rollouts.jsonl")]
+    # 0.7.0's strict export refuses a failed tool execution (its own simple_agent records bad arguments as failed too)
+    exported = dict(zip([r["_ng_task_index"] for r in read_jsonl(tmp_path / "rollouts.jsonl")], peer["exported"]))
+    assert exported[0] == exported[2] == "ATIF-v1.7" and "is 'failed', not completed" in exported[1], exported
