@@ -21,10 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-__all__ = ["NG_PERF_KEY", "NG_TRAJECTORY_KEY", "ng_perf"]
+__all__ = ["ng_perf"]
 
-NG_TRAJECTORY_KEY = "ng_trajectory"
-NG_PERF_KEY = "ng_perf"
 _TOKEN_SUMS = (
     ("prompt_tokens", "prompt_tokens"),
     ("cached_prompt_tokens", "cached_tokens"),

@@ -9,7 +9,7 @@ from typing import Any
 from nemo_gym.collect.aggregate_metrics import is_reward
 from nemo_gym.collect.attempts import TERMINAL
 from nemo_gym.collect.files import now
-from nemo_gym.collect.perf import NG_PERF_KEY, NG_TRAJECTORY_KEY, ng_perf
+from nemo_gym.collect.perf import ng_perf
 from nemo_gym.collect.routing import (
     capture_rollout_id,
     dispatch_target,
@@ -23,6 +23,8 @@ from nemo_gym.common.jsonl import (
     AGENT_REF_KEY,
     ATTEMPT_INDEX_KEY,
     ENVIRONMENT_SERVER_KEY,
+    NG_PERF_KEY,
+    NG_TRAJECTORY_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
 )

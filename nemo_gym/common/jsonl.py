@@ -22,6 +22,8 @@ __all__ = [
     "TASK_INDEX_KEY",
     "ROLLOUT_INDEX_KEY",
     "ROLLOUT_ID_KEY",
+    "NG_TRAJECTORY_KEY",
+    "NG_PERF_KEY",
     "AGENT_REF_KEY",
     "iter_lines",
     "iter_jsonl",
@@ -38,6 +40,9 @@ TASK_INDEX_KEY = "_ng_task_index"  # a row's index in the collection's input fil
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"  # which of the task's repeats (0-based)
 # a row's own rollout id (NeMo Gym 0.7.0), instead of `<task index>-<rollout index>` (nemo_gym.collect.routing)
 ROLLOUT_ID_KEY = "_ng_rollout_id"
+# a rollout's capture record (NeMo Gym 0.7.0's, nemo_gym.env.capture) and its counts (nemo_gym.collect.perf)
+NG_TRAJECTORY_KEY = "ng_trajectory"
+NG_PERF_KEY = "ng_perf"
 # which attempt of the rollout (NeMo Gym 0.7.0): the failures recorded for it before; set from 1 on (a first is 0)
 ATTEMPT_INDEX_KEY = "_ng_attempt_index"
 AGENT_REF_KEY = "agent_ref"  # `{"name": <agent instance>}`: the agent that runs the row

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
+from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.agent_sessions import (
     AgentSeedSessionRequest,
@@ -160,7 +161,7 @@ class SimpleAgent(AgentServer):
         # a tool error or parse error still set here means the steps ran out after it: incomplete, as max_steps
         completed = stop_reason is StopReason.completed
         record = capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
-        return {**verified, "stop_reason": stop_reason.value, "ng_trajectory": record}
+        return {**verified, "stop_reason": stop_reason.value, NG_TRAJECTORY_KEY: record}
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         if not self.config.execute_tools:
