@@ -43,7 +43,7 @@ def test_help_lists_supported_subcommands_and_the_unsupported_with_why(capsys):
     assert "aggregate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"], ["eval", "health-check", "x"]])
+@pytest.mark.parametrize("argv", [["eval", "submit", "--config", "x.yaml"]])
 def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
     assert gym.gym_main(argv) == 2
     err = capsys.readouterr().err
@@ -198,7 +198,7 @@ def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, mo
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["eval", "run", "--no-health-check"], "--no-health-check is not supported: nemo_gym has no rollout health"),
+        (["eval", "run", "--no-health-check"], "--no-health-check is not supported: the collection does not run the"),
         (["eval", "aggregate", "--config", "c.yaml"], "--config is not supported: the metrics come from"),
         (["env", "start", "--resources-server", "nope"], "--resources-server nope names"),
         (["env", "test"], "requires a target"),

@@ -4,8 +4,8 @@ capture record, written by simple_agent: nemo_gym.env.capture) and its `ng_perf`
 Real HTTP on loopback: a head server, the example_session_state_mgmt resources server (a counter per session),
 scripted_model playing each row's script and simple_agent, each served by uvicorn in this process. Against 0.7.0
 itself: its `TrajectoryRecord` takes every record, its rollout health checks (`gym eval health-check`'s
-`run_health_checks`) observe every check on our rollouts and find the hollow turn we wrote, its `_build_ng_perf`
-gives our `ng_perf`, and its strict ATIF export takes the record."""
+`run_health_checks`) observe every check on our rollouts and find the hollow turn we wrote (as ours do,
+`ng_health_check`), its `_build_ng_perf` gives our `ng_perf`, and its strict ATIF export takes the record."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from nemo_gym.collect.perf import ng_perf
 from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.capture import token_stats
+from nemo_gym.env.capture_record import TrajectoryRecord
 from nemo_gym.env.trajectory import with_message_types
+from nemo_gym.eval.health import run_health_checks
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app
@@ -103,6 +105,7 @@ def test_a_rollout_holds_its_capture_record_and_perf_when_observability_is_enabl
     rows = collect(head, tmp_path, [row(ADD_TWO, task_id="counter-7")], num_repeats=2, observability_enabled=True)
     assert [r["reward"] for r in rows] == [1.0, 1.0]
     record = rows[1]["ng_trajectory"]
+    assert TrajectoryRecord.model_validate(record).rollout_id == "0-1"  # our own schema takes it (0.7.0's: below)
     assert (record["schema_version"], record["task_id"], record["rollout_id"]) == ("1.0", "counter-7", "0-1")
     (invocation,) = record["invocations"]
     assert invocation["status"] == "completed" and invocation["invocation_id"] == "root"
@@ -280,6 +283,12 @@ def test_0_7_0s_health_checks_ng_perf_and_atif_export_read_our_capture_records(h
         ("healthy", []),
         ("healthy", []),
         ("unhealthy", ["agent_turn_hollow"]),
+    ]
+    ours = sorted(
+        run_health_checks(tmp_path / "rollouts.jsonl", tmp_path / "ours").rollouts, key=lambda d: d.task_index
+    )
+    assert [(d.task_index, d.verdict, [f["check"] for f in d.findings], d.unobserved) for d in ours] == [
+        (d["task"], d["verdict"], d["findings"], d["unobserved"]) for d in digests
     ]
     assert len(rows) == 3 and peer["perf"] == [r["ng_perf"] for r in read_jsonl(tmp_path / "rollouts.jsonl")]
     # 0.7.0's strict export refuses a failed tool execution (its own simple_agent records bad arguments as failed too)

@@ -1,5 +1,6 @@
 """The `gym eval ...` routes of `nemo_gym.cli.gym_router`: collection (ng_e2e_collect_rollouts, ng_collect_rollouts),
-aggregation, reward profiles, re-verification, ATIF export and the comparison of two runs (ng_eval)."""
+aggregation, reward profiles, re-verification, ATIF export, rollout health checks (ng_health_check) and the comparison
+of two runs (ng_eval)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from nemo_gym.cli.gym_flags import (
     ALLOW_UNSUPPORTED_PAIRING,
     CONFIG,
+    JSON,
     MODEL_FLAGS,
     SEARCH_DIR,
     SELECTORS,
@@ -24,8 +26,8 @@ __all__ = ["EVAL_ROUTES", "NO_HEALTH"]
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
 NO_HEALTH = (
-    "nemo_gym has no rollout health checks (failed rollouts are in the _failures.jsonl side file); NeMo Gym 0.7.0's"
-    " gym eval health-check reads rollouts collected with ng_collect_rollouts +observability_enabled=true"
+    "the collection does not run the rollout health checks: run gym eval health-check RUN_DIR (ng_health_check) on"
+    " its rollouts, collected with +observability_enabled=true (failed rollouts are in the _failures.jsonl side file)"
 )
 _NO_JUDGE_RECOVERY = "no judge-failure recovery: a failed re-verification is in the failures file; rerun it whole"
 _FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
@@ -78,6 +80,42 @@ EVAL_RUN_FLAGS = (
     refused("no-health-check", NO_HEALTH, takes_value=False),
     refused("health-check-workers", NO_HEALTH),
     refused("health-check-ignore", NO_HEALTH),
+)
+
+
+def _health_check_files(args: argparse.Namespace) -> list[str]:
+    """RUN_DIR and `--rollouts-file` (default rollouts.jsonl; a relative path is under RUN_DIR) -> the rollouts file,
+    the reports into RUN_DIR (0.7.0's `health_check_run_dir`)."""
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise GymUsageError(f"run directory not found: {run_dir}")
+    rollouts = run_dir / (args.rollouts_file or "rollouts.jsonl")  # an absolute --rollouts-file stays itself
+    return [f"+rollouts_jsonl_fpath={_quoted(str(rollouts))}", f"+output_dirpath={_quoted(str(run_dir))}"]
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+HEALTH_CHECK_FLAGS = (
+    Flag(
+        lambda p: (
+            p.add_argument("run_dir", metavar="RUN_DIR", help="Run directory: the reports are written there."),
+            p.add_argument(
+                "--rollouts-file", metavar="PATH", help="Rollouts JSONL, relative to RUN_DIR (rollouts.jsonl)."
+            ),
+        ),
+        _health_check_files,
+    ),
+    value_flag("workers", "workers", "Number of worker processes."),
+    value_flag(
+        "ignore-checks",
+        "ignored_checks",
+        "Comma-separated check ids to leave out of the verdicts.",
+        aliases=("--ignore",),
+        quote=True,
+    ),
+    JSON,
 )
 
 
@@ -148,6 +186,12 @@ EVAL_ROUTES: dict[str, Route] = {
             refused("disable-aggregation", "ng_reverify writes no aggregate metrics", takes_value=False),
             *(refused(flag, _NO_JUDGE_RECOVERY, takes_value=False) for flag in ("judge-failed-only", "append")),
         ),
+    ),
+    "eval health-check": Route(
+        "Rollout health checks of a run directory's rollouts: a verdict per rollout from its capture record, the"
+        " quality summary and verdicts files (ng_health_check).",
+        "health_check",
+        HEALTH_CHECK_FLAGS,
     ),
     "eval export": Route(
         "Export rollouts as ATIF trajectories, a JSON file each and a manifest in a new folder (ng_export_atif).",

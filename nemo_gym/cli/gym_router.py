@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from nemo_gym.cli.gym_eval import EVAL_ROUTES, NO_HEALTH
+from nemo_gym.cli.gym_eval import EVAL_ROUTES
 from nemo_gym.cli.gym_flags import (
     ALLOW_UNSUPPORTED_PAIRING,
     CATALOG_KIND,
@@ -315,7 +315,6 @@ ROUTES: dict[str, Route] = {
 }
 
 UNSUPPORTED: dict[str, str] = {
-    "eval health-check": NO_HEALTH,
     "eval submit": "Slurm job submission is not implemented (ng_serve runs jobs on Ray)",
 }
 GROUPS = {

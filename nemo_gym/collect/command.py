@@ -103,8 +103,8 @@ NEMO_GYM_UNSUPPORTED = {
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
     **dict.fromkeys(
         ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),
-        "there is no health check to set: agents are checked once, before any rollout; NeMo Gym 0.7.0's gym eval"
-        " health-check reads rollouts collected with +observability_enabled=true",
+        "the collector does not run the rollout health checks after it: run ng_health_check (gym eval"
+        " health-check) on its output, collected with +observability_enabled=true",
     ),
 }
 

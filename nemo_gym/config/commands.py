@@ -320,6 +320,14 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.eval.atif_export:export_atif_main",
         ),
         Command(
+            "health_check",
+            "the rollout health checks of a collection, from its ng_trajectory capture records: a verdict per rollout"
+            " (healthy, unhealthy, unobserved), quality_summary.json and rollout_verdicts.jsonl (NeMo Gym 0.7.0's gym"
+            " eval health-check)",
+            "nemo_gym.eval.health:HealthCheckOptions",
+            "nemo_gym.eval.health:health_check_main",
+        ),
+        Command(
             "models",
             "list the models to train or serve: embedded, Hugging Face cache, trained checkpoints and exports, the run"
             " server's (+json=true)",
