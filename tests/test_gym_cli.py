@@ -59,6 +59,22 @@ def test_unsupported_subcommand_exits_2_naming_it_and_why(argv, routed, capsys):
             ("run", ["+config_paths=[a.yaml,b.yaml]", "+policy_model_name=m1", "+policy_base_url=u", "+x=1"]),
         ),
         (
+            [
+                "eval",
+                "run",
+                "--no-serve",
+                "--no-health-check",
+                "--health-check-workers",
+                "2",
+                "--health-check-ignore",
+                "a,b",
+            ],
+            (
+                "collect_rollouts",
+                ["+disable_health_check=true", "+health_check_workers=2", "+health_check_ignored_checks='a,b'"],
+            ),
+        ),
+        (
             ["eval", "run", "--no-serve", "-i", "in.jsonl", "-o", "out.jsonl", "-a", "ag", "--temperature", "0.5"],
             (
                 "collect_rollouts",
@@ -198,7 +214,10 @@ def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, mo
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["eval", "run", "--no-health-check"], "--no-health-check is not supported: the collection does not run the"),
+        (
+            ["eval", "aggregate", "--no-health-check"],
+            "--no-health-check is not supported: ng_aggregate_rollouts runs no",
+        ),
         (["eval", "aggregate", "--config", "c.yaml"], "--config is not supported: the metrics come from"),
         (["env", "start", "--resources-server", "nope"], "--resources-server nope names"),
         (["env", "test"], "requires a target"),

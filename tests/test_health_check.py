@@ -1,4 +1,4 @@
-"""`ng_health_check` (NeMo Gym 0.7.0's `gym eval health-check`, nemo_gym.eval.health): a verdict per rollout from its
+"""`ng_health_check` (NeMo Gym 0.7.0's `gym eval health-check`, nemo_gym.collect.health): a verdict per rollout from its
 `ng_trajectory` capture record, the task checks, the two reports.
 
 The rollouts here are written by hand, one (or two) per rule: each check's finding, each reason a check is
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.collect.health import SUMMARY_FILE, VERDICTS_FILE, run_health_checks
 from nemo_gym.common.errors import ConfigError
-from nemo_gym.eval.health import SUMMARY_FILE, VERDICTS_FILE, run_health_checks
 
 BIN = Path(sys.executable).parent
 POLICY = {"type": "responses_api_models", "name": "policy_model"}

@@ -22,14 +22,14 @@ import httpx
 import pytest
 from live_servers import serve
 
-from nemo_gym.collect.command import CollectConfig, collect_rollouts
+from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
+from nemo_gym.collect.health import run_health_checks
 from nemo_gym.collect.perf import ng_perf
 from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.capture import token_stats
 from nemo_gym.env.capture_record import TrajectoryRecord
 from nemo_gym.env.trajectory import with_message_types
-from nemo_gym.eval.health import run_health_checks
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app
@@ -159,6 +159,22 @@ def test_a_failed_tool_call_and_a_run_out_of_steps_are_recorded(head, tmp_path):
     assert rows[1]["ng_trajectory"]["task_id"] == "1" and rows[1]["ng_trajectory"]["rollout_id"] == "1-0"
     plain = collect(head, tmp_path / "plain", [row(ADD_TWO)]) if (tmp_path / "plain").mkdir() is None else []
     assert "ng_trajectory" not in plain[0] and "ng_perf" not in plain[0] and plain[0]["reward"] == 1.0
+
+
+def test_the_health_checks_run_after_a_captured_collection(head, tmp_path, capsys):
+    """ng_collect_rollouts with +observability_enabled=true runs the rollout health checks after it, as 0.7.0's
+    collector does: the reports beside the output and their line printed; +disable_health_check=true: neither."""
+    (tmp_path / "in.jsonl").write_text(json.dumps(row(ADD_TWO)) + "\n" + json.dumps(row(HOLLOW)) + "\n")
+    options = {"agent_name": "agent", "input_jsonl_fpath": str(tmp_path / "in.jsonl"), "head_server_url": head}
+    options |= {"progress": False, "observability_enabled": True, "health_check_workers": 1}
+    assert collect_main(CollectConfig(output_jsonl_fpath=str(tmp_path / "a" / "rollouts.jsonl"), **options)) == 0
+    assert "Rollout health: 2 checked, 1 healthy, 1 unhealthy, 0 unobserved" in capsys.readouterr().out
+    assert (tmp_path / "a" / "quality_summary.json").exists() and (tmp_path / "a" / "rollout_verdicts.jsonl").exists()
+    off = CollectConfig(output_jsonl_fpath=str(tmp_path / "b" / "rollouts.jsonl"), disable_health_check=True, **options)
+    assert collect_main(off) == 0 and "Rollout health" not in capsys.readouterr().out
+    assert not (tmp_path / "b" / "quality_summary.json").exists()
+    with pytest.raises(ValueError, match="Unknown rollout health check"):  # before any rollout
+        CollectConfig(output_jsonl_fpath="x.jsonl", health_check_ignored_checks="hollow", **options)
 
 
 def test_a_bad_rollout_id_fails_that_rollout_naming_it(head, tmp_path):

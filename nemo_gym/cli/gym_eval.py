@@ -26,8 +26,8 @@ __all__ = ["EVAL_ROUTES", "NO_HEALTH"]
 
 _REVERIFY_SERVERS = "ng_reverify verifies with the servers already running: start them with gym env start (ng_run)"
 NO_HEALTH = (
-    "the collection does not run the rollout health checks: run gym eval health-check RUN_DIR (ng_health_check) on"
-    " its rollouts, collected with +observability_enabled=true (failed rollouts are in the _failures.jsonl side file)"
+    "ng_aggregate_rollouts runs no rollout health checks: run gym eval health-check RUN_DIR (ng_health_check) on the"
+    " merged rollouts"
 )
 _NO_JUDGE_RECOVERY = "no judge-failure recovery: a failed re-verification is in the failures file; rerun it whole"
 _FROM_ROLLOUTS = "the runs are compared from their rollouts files, not their aggregate-metrics JSON"
@@ -77,9 +77,15 @@ EVAL_RUN_FLAGS = (
     bool_flag("interleave-repeats", "interleave_repeats", "Start the repeats round by round (abcabc)."),
     refused("disable-aggregation", "our collector always writes the aggregate metrics", takes_value=False),
     ALLOW_UNSUPPORTED_PAIRING,
-    refused("no-health-check", NO_HEALTH, takes_value=False),
-    refused("health-check-workers", NO_HEALTH),
-    refused("health-check-ignore", NO_HEALTH),
+    # the health checks run after a collection with +observability_enabled=true (they read its capture records)
+    bool_flag("no-health-check", "disable_health_check", "No rollout health checks after the collection."),
+    value_flag("health-check-workers", "health_check_workers", "Processes of the rollout health checks."),
+    value_flag(
+        "health-check-ignore",
+        "health_check_ignored_checks",
+        "Comma-separated health check ids to leave out of the verdicts.",
+        quote=True,
+    ),
 )
 
 

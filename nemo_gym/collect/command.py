@@ -59,19 +59,22 @@ and `resume_from_cache` are taken as it takes them; its other parameters are ref
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nemo_gym.collect.attempts import MAX_ATTEMPTS, MAX_ATTEMPTS_ENV, TERMINAL, RerunPolicy, max_attempts_from_env
-from nemo_gym.collect.engine import CollectResult, collect
+from nemo_gym.collect.attempts import MAX_ATTEMPTS_ENV, RerunPolicy, max_attempts_from_env
+from nemo_gym.collect.engine import collect
 from nemo_gym.collect.files import OutputPaths, count_lines
+from nemo_gym.collect.health import run_health_checks
+from nemo_gym.collect.health_checks import known_checks
 from nemo_gym.collect.liveness import DEFAULT_SERVERS_GONE_S
 from nemo_gym.collect.plan import check_fan_out
 from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, resolve_prompt_path
 from nemo_gym.collect.sink import RolloutFiles
 from nemo_gym.collect.skills import SKILLS_REF_KEY, SkillsConfig, load_skill_directory
+from nemo_gym.collect.summary import CollectSummary
 from nemo_gym.collect.tasks import TaskRows, read_tasks_with_lines
 from nemo_gym.collect.watchdog import DEFAULT_WATCHDOG_S
 from nemo_gym.common.errors import ServersGoneError
@@ -101,11 +104,6 @@ NEMO_GYM_UNSUPPORTED = {
         " rows to their agent, through the one environment server in front of it when their agent_ref names one",
     ),
     "upload_rollouts": "rollouts are not sent to an exporter (W&B, ...); push the output with ng_upload_dataset_to_hf",
-    **dict.fromkeys(
-        ("disable_health_check", "health_check_workers", "health_check_ignored_checks"),
-        "the collector does not run the rollout health checks after it: run ng_health_check (gym eval"
-        " health-check) on its output, collected with +observability_enabled=true",
-    ),
 }
 
 
@@ -216,8 +214,17 @@ class CollectConfig(BaseModel):
         description=(
             "NeMo Gym 0.7.0's: each rollout row also holds its ng_trajectory (the capture record of its model calls,"
             " turns and tool calls, from agents that write one: simple_agent) and its ng_perf (turn, tool-call and"
-            " token counts, wall time), which 0.7.0's gym eval health-check and ATIF export read"
+            " token counts, wall time); the rollout health checks run after the collection (ng_health_check)"
         ),
+    )
+    disable_health_check: bool = Field(
+        False, description="with observability_enabled: no rollout health checks after the collection"
+    )
+    health_check_workers: int | None = Field(
+        None, ge=1, description="processes of the health checks (default: CPUs, 8 at most)"
+    )
+    health_check_ignored_checks: list[str] | str = Field(
+        default_factory=list, description="health check ids left out of the verdicts (a list, or comma-separated)"
     )
     interleave_repeats: bool = Field(
         False,
@@ -262,6 +269,12 @@ class CollectConfig(BaseModel):
         ),
     )
 
+    @field_validator("health_check_ignored_checks")
+    @classmethod
+    def _known_checks(cls, value: list[str] | str) -> list[str] | str:
+        known_checks(value)  # an unknown id is refused before any rollout, naming it
+        return value
+
     @field_validator("num_repeats")
     @classmethod
     def _at_least_one(cls, value: int | dict[str, int]) -> int | dict[str, int]:
@@ -296,104 +309,6 @@ class CollectConfig(BaseModel):
             ConfigError: the file is missing, not YAML, or has no `user`.
         """
         return load_prompt_config(resolve_prompt_path(self.prompt_config)) if self.prompt_config else None
-
-
-@dataclass
-class CollectSummary:
-    """What a collection did. Counts are rollouts; `wall_s` and `rollouts_per_s` cover this run only."""
-
-    output_jsonl_fpath: str
-    rollouts_expected: int
-    rollouts_done: int
-    rollouts_this_run: int
-    rollouts_resumed: int
-    failures_by_class: dict[str, int]
-    mean_reward: float | None
-    wall_s: float
-    retries: int
-    failures_jsonl_fpath: str
-    watchdog: dict[str, Any] = field(default_factory=dict)
-    not_retried: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def rollouts_missing(self) -> int:
-        return self.rollouts_expected - self.rollouts_done
-
-    @property
-    def rollouts_per_s(self) -> float:
-        return self.rollouts_this_run / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def exit_status(self) -> int:
-        return 0 if self.rollouts_missing == 0 else 1
-
-    @classmethod
-    def of(cls, result: CollectResult, paths: OutputPaths) -> CollectSummary:
-        """The summary of a collection into the files `paths`."""
-        return cls(
-            output_jsonl_fpath=str(paths.output),
-            rollouts_expected=result.rollouts_expected,
-            rollouts_done=result.rollouts_done,
-            rollouts_this_run=len(result.rollouts),
-            rollouts_resumed=result.rollouts_resumed,
-            failures_by_class=result.failures_by_class,
-            mean_reward=result.mean_reward,
-            wall_s=result.wall_s,
-            retries=result.retries,
-            failures_jsonl_fpath=str(paths.failures),
-            watchdog=result.watchdog,
-            not_retried=result.not_retried,
-        )
-
-    def as_metrics(self) -> dict[str, Any]:
-        """The `collection` part of `<out>_aggregate_metrics.json`."""
-        return {
-            "rollouts_expected": self.rollouts_expected,
-            "rollouts_done": self.rollouts_done,
-            "rollouts_this_run": self.rollouts_this_run,
-            "rollouts_resumed": self.rollouts_resumed,
-            "rollouts_failed": self.rollouts_missing,
-            "failures_by_class": self.failures_by_class,
-            "rollouts_not_retried": self.not_retried,
-            "mean_reward": self.mean_reward,
-            "wall_s": self.wall_s,
-            "rollouts_per_s": self.rollouts_per_s,
-            "retries": self.retries,
-            "watchdog": self.watchdog,
-        }
-
-    def format(self) -> str:
-        mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
-        lines = [
-            (
-                f"Rollouts: {self.rollouts_done}/{self.rollouts_expected} in {self.output_jsonl_fpath} "
-                f"({self.rollouts_this_run} this run, {self.rollouts_resumed} from an earlier run)"
-            ),
-            f"Mean reward: {mean}",
-            f"Wall time: {self.wall_s:.1f} s, {self.rollouts_per_s:.2f} rollouts/s, {self.retries} retries",
-        ]
-        if self.rollouts_missing:
-            classes = ", ".join(f"{name}: {n}" for name, n in sorted(self.failures_by_class.items())) or "none this run"
-            retryable = self.rollouts_missing - sum(self.not_retried.values())
-            rerun = (
-                f" Rerun the same command to retry {retryable if self.not_retried else 'them'}." if retryable else ""
-            )
-            lines.append(
-                f"Failed: {self.rollouts_missing} rollouts ({classes}); they are in {self.failures_jsonl_fpath}, "
-                f"not in the output.{rerun}"
-            )
-        if self.not_retried:
-            lines.append(self._not_retried_line())
-        return "\n".join(lines)
-
-    def _not_retried_line(self) -> str:
-        """Which failed rollouts this run did not send again, and why (`nemo_gym.collect.attempts`)."""
-        reasons = {
-            TERMINAL: "whose failure was terminal (_ng_failure_terminal: a retry cannot help, said its server)",
-            MAX_ATTEMPTS: "that failed +max_rollout_attempts times (raise it to retry them)",
-        }
-        held = "; ".join(f"{n} rollout{'s' * (n != 1)} {reasons[why]}" for why, n in sorted(self.not_retried.items()))
-        return f"Not retried: {held}."
 
 
 # -- input -----------------------------------------------------------------------------------------------
@@ -492,4 +407,20 @@ def collect_main(cfg: CollectConfig) -> int:
         )
         return SERVERS_GONE_EXIT
     print(summary.format())
+    if cfg.observability_enabled and not cfg.disable_health_check:
+        _health_check(cfg, paths.output)
     return summary.exit_status
+
+
+def _health_check(cfg: CollectConfig, output: Path) -> None:
+    """The rollout health checks of the collection's rollouts, as NeMo Gym 0.7.0's collector runs them after it: the
+    reports next to the output, their line printed; a check run that fails is said, and the rollouts stay as they
+    are (the exit status is the collection's)."""
+    try:
+        report = run_health_checks(
+            output, workers=cfg.health_check_workers, ignored_checks=cfg.health_check_ignored_checks
+        )
+    except Exception as exc:  # the rollouts are collected whatever happens here
+        print(f"Rollout health checks failed ({type(exc).__name__}: {exc}); run ng_health_check on {output}")
+        return
+    print(report.text())

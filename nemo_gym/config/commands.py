@@ -324,8 +324,8 @@ COMMANDS: dict[str, Command] = {
             "the rollout health checks of a collection, from its ng_trajectory capture records: a verdict per rollout"
             " (healthy, unhealthy, unobserved), quality_summary.json and rollout_verdicts.jsonl (NeMo Gym 0.7.0's gym"
             " eval health-check)",
-            "nemo_gym.eval.health:HealthCheckOptions",
-            "nemo_gym.eval.health:health_check_main",
+            "nemo_gym.collect.health:HealthCheckOptions",
+            "nemo_gym.collect.health:health_check_main",
         ),
         Command(
             "models",

@@ -1,6 +1,6 @@
 """The schema of a rollout's `ng_trajectory` capture record (NeMo Gym 0.7.0's `rollout_observability.TrajectoryRecord`,
 `schema_version` "1.0") as pydantic models: what `nemo_gym.env.capture.TrajectoryCapture` writes and what the rollout
-health checks (`nemo_gym.eval.health`) read. A record these models refuse is unreadable evidence, as in 0.7.0.
+health checks (`nemo_gym.collect.health`) read. A record these models refuse is unreadable evidence, as in 0.7.0.
 
 Every model refuses fields it does not declare (0.7.0's `extra="forbid"`), counts and durations are never negative.
 One difference: 0.7.0 types an invocation's `conversation` items as its Responses input item union; here each item is

@@ -1,4 +1,4 @@
-"""The evidence a rollout record gives its health checks (`nemo_gym.eval.health_checks`): its capture record's
+"""The evidence a rollout record gives its health checks (`nemo_gym.collect.health_checks`): its capture record's
 model calls flattened (`flat_calls`), the references of its turns and invocations resolved to those calls
 (`Bindings`: NeMo Gym 0.7.0's rules: by `model_call_id`, else by model server and response id; a reference that
 resolves to none or to several binds nothing), whether a call failed, and what the record leaves unobserved (its

@@ -1,6 +1,6 @@
 """The rollout health checks of one rollout record (`digest`): NeMo Gym 0.7.0's check registry and rules (its
 `gym eval health-check`, `nemo_gym.health.checks`), over the record's `ng_trajectory` capture record
-(`nemo_gym.env.capture_record`). `nemo_gym.eval.health` runs them over files and adds the task checks.
+(`nemo_gym.env.capture_record`). `nemo_gym.collect.health` runs them over files and adds the task checks.
 
 A check reads some evidence (`Check.reads`); when the record lacks it the check is *unobserved* for that rollout,
 never passed. A check *finds* problems (`Finding`s); a rollout with a finding is unhealthy, else one with an
@@ -17,7 +17,7 @@ unobserved check is unobserved, else healthy. The checks of one rollout:
 - `trajectory_capture_mismatch`: a reference that resolves to no call or to several, or a gap that says so;
 - `rollout_token_count_mismatch`: the response's `usage` against the sum over the calls the turns reference;
 - `check_execution_error`: a check that raised (it is then unobserved too); `rollout_duplicate_identity` is decided
-  over the whole run (`nemo_gym.eval.health`).
+  over the whole run (`nemo_gym.collect.health`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
-from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY, ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-from nemo_gym.env.capture_record import TrajectoryRecord
-from nemo_gym.eval.health_evidence import (
+from nemo_gym.collect.health_evidence import (
     Evidence,
     answer_has_content,
     by_model,
@@ -41,6 +39,8 @@ from nemo_gym.eval.health_evidence import (
     token_count,
     usage_tokens,
 )
+from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY, ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.env.capture_record import TrajectoryRecord
 
 __all__ = ["CHECKS", "Check", "Digest", "Line", "digest", "known_checks", "subject_of"]
 

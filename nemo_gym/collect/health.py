@@ -3,7 +3,7 @@
 Each rollout line gets a verdict from its `ng_trajectory` capture record (`ng_collect_rollouts
 +observability_enabled=true` writes one): `healthy`, `unhealthy` (a check found a problem) or `unobserved` (a check
 lacked its evidence, e.g. a rollout collected without capture); the checks and their rules are 0.7.0's
-(`nemo_gym.eval.health_checks`). Over the run: two lines of one (stage, task, rollout) are both unhealthy
+(`nemo_gym.collect.health_checks`). Over the run: two lines of one (stage, task, rollout) are both unhealthy
 (`rollout_duplicate_identity`); a task whose computable repeats (at least two) are all unhealthy is
 `task_consistently_unhealthy`, and one whose repeats' policy calls were all observed and none succeeded is
 `task_no_successful_model_calls`.
@@ -30,9 +30,9 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.collect.health_checks import CHECKS, ROLLOUT_CHECKS, Digest, Line, digest, known_checks, subject_of
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, replace_atomically
-from nemo_gym.eval.health_checks import CHECKS, ROLLOUT_CHECKS, Digest, Line, digest, known_checks, subject_of
 
 __all__ = ["HealthCheckOptions", "HealthReport", "health_check_main", "run_health_checks"]
 
