@@ -178,21 +178,7 @@ def test_the_health_checks_run_after_a_captured_collection(head, tmp_path, capsy
 
 
 def test_a_bad_rollout_id_fails_that_rollout_naming_it(head, tmp_path):
-    (tmp_path / "in.jsonl").write_text(json.dumps(row(ADD_TWO, _ng_rollout_id="../x")) + "\n")
-    cfg = CollectConfig(
-        agent_name="agent",
-        input_jsonl_fpath=str(tmp_path / "in.jsonl"),
-        output_jsonl_fpath=str(tmp_path / "rollouts.jsonl"),
-        head_server_url=head,
-        progress=False,
-        observability_enabled=True,
-    )
-
-    async def run() -> Any:
-        async with ServerClient(head) as client:
-            return await collect_rollouts(cfg, client)
-
-    asyncio.run(run())
+    assert collect(head, tmp_path, [row(ADD_TWO, _ng_rollout_id="../x")], observability_enabled=True) == []
     (failure,) = read_jsonl(tmp_path / "rollouts_failures.jsonl")
     assert failure["failure_class"] == "bad_rollout_id" and "'../x'" in failure["message"]
 

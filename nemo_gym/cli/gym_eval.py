@@ -18,6 +18,7 @@ from nemo_gym.cli.gym_flags import (
     GymUsageError,
     Route,
     bool_flag,
+    quoted,
     refused,
     value_flag,
 )
@@ -96,11 +97,7 @@ def _health_check_files(args: argparse.Namespace) -> list[str]:
     if not run_dir.is_dir():
         raise GymUsageError(f"run directory not found: {run_dir}")
     rollouts = run_dir / (args.rollouts_file or "rollouts.jsonl")  # an absolute --rollouts-file stays itself
-    return [f"+rollouts_jsonl_fpath={_quoted(str(rollouts))}", f"+output_dirpath={_quoted(str(run_dir))}"]
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return [f"+rollouts_jsonl_fpath={quoted(str(rollouts))}", f"+output_dirpath={quoted(str(run_dir))}"]
 
 
 HEALTH_CHECK_FLAGS = (

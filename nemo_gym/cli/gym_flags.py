@@ -28,6 +28,7 @@ __all__ = [
     "GymUsageError",
     "bool_flag",
     "merge_config_paths",
+    "quoted",
     "refused",
     "value_flag",
 ]
@@ -52,6 +53,11 @@ class Flag:
     translate: Callable[[argparse.Namespace], list[str]] = lambda args: []  # -> our `+key=value` overrides
 
 
+def quoted(text: str) -> str:
+    """`text` as one quoted override value (backslashes and quotes escaped): it stays the text given."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def value_flag(
     name: str, key: str, help_text: str, *, aliases: tuple[str, ...] = (), choices=None, quote: bool = False
 ) -> Flag:
@@ -63,7 +69,7 @@ def value_flag(
         value = getattr(args, dest)
         if value is None:
             return []
-        return [f"+{key}=" + ("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'" if quote else value)]
+        return [f"+{key}=" + (quoted(value) if quote else value)]
 
     return Flag(lambda p: p.add_argument(f"--{name}", *aliases, dest=dest, choices=choices, help=help_text), translate)
 

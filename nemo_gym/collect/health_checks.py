@@ -35,6 +35,7 @@ from nemo_gym.collect.health_evidence import (
     by_model,
     failed,
     last_failed_call,
+    ref_key,
     succeeded,
     token_count,
     usage_tokens,
@@ -335,12 +336,8 @@ def _canonical(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | Non
 
 
 def _identity(call: dict[str, Any]) -> str | None:
-    model = call.get("model_ref")
-    if call.get("model_call_id"):
-        return f"call:{call['model_call_id']}"
-    if isinstance(model, dict) and call.get("response_id"):
-        return f"response:{model.get('type')}:{model.get('name')}:{call['response_id']}"
-    return f"response::{call['response_id']}" if call.get("response_id") else None
+    """A call's identity as a reference would name it (`ref_key`), else by its response id alone."""
+    return ref_key(call) or (f"response::{call['response_id']}" if call.get("response_id") else None)
 
 
 def _run_checks(

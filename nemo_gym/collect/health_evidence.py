@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemo_gym.env.capture import token_stats
+
 __all__ = [
     "Bindings",
     "Evidence",
@@ -187,17 +189,10 @@ def bind(refs: list[tuple[str, dict[str, Any]]], calls: list[dict[str, Any]]) ->
 
 
 def usage_tokens(record: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The rollout response's prompt and completion tokens (`token_stats` of its `usage`; None: not given)."""
     response = record.get("response")
-    usage = response.get("usage") if isinstance(response, dict) else None
-    if not isinstance(usage, dict):
-        return None, None
-
-    def count(value: Any) -> int | None:
-        return value if type(value) is int and value >= 0 else None
-
-    return count(usage.get("input_tokens", usage.get("prompt_tokens"))), count(
-        usage.get("output_tokens", usage.get("completion_tokens"))
-    )
+    stats = token_stats(response.get("usage") if isinstance(response, dict) else None)
+    return stats["prompt_tokens"], stats["completion_tokens"]
 
 
 def token_count(call: dict[str, Any], key: str) -> int:
