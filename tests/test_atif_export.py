@@ -14,6 +14,8 @@ from nemo_gym_peer07 import peer07_env, peer07_venv
 from ng_process import BIN
 
 from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
+from nemo_gym.env.capture import TrajectoryCapture
 from nemo_gym.eval.atif_export import export_rollouts, rollout_to_atif
 
 TOKENS = {"prompt_token_ids": [1, 2, 3], "generation_token_ids": [4, 5], "generation_log_probs": [-0.5, -0.25]}
@@ -122,6 +124,110 @@ def test_what_0_7_0_refuses_is_written_down_not_lost():
     assert document["final_metrics"] == {"total_prompt_tokens": 9, "total_completion_tokens": 3, "total_steps": 5}
     plain = {**tool_rollout(), "responses_create_params": {"input": "Hi"}}
     assert rollout_to_atif(plain, session_id="s", agent_version="v").steps[0].message == "Hi"
+
+
+def captured(row: dict) -> dict:
+    """The row with the `ng_trajectory` simple_agent writes for it (nemo_gym.env.capture): two answered model calls
+    (the reasoning and two tool calls, then the answer), a refused call between them, the second tool call failed."""
+    capture = TrajectoryCapture("policy_model", task_id="weather", rollout_id="0-0")
+    given, output = row["responses_create_params"]["input"], row["response"]["output"]
+    strip = lambda items: [{k: v for k, v in item.items() if k not in TOKENS} for item in items]  # noqa: E731
+    usage = {"input_tokens": 30, "output_tokens": 12, "input_tokens_details": {"cached_tokens": 8}}
+    first = {"id": "resp_1", "model": "policy", "status": "completed", "output": strip(output[:3]), "usage": usage}
+    capture.model_call({"input": given}, first, 1_700_000_000.0, 0.5)
+    capture.tool_call("c1", "get_weather", 1_700_000_001.0, 0.25, '{"temp":70}')
+    capture.tool_call("c2", "get_weather", 1_700_000_001.5, 0.25, '{"temp":50}', error_type="http_500")
+    capture.model_call({"input": [*given, *output[:5]]}, None, 1_700_000_002.0, 0.1, status_code=503)
+    usage = {"input_tokens": 50, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 30}}
+    second = {"id": "resp_2", "model": "policy", "status": "completed", "output": strip(output[5:]), "usage": usage}
+    capture.model_call({"input": [*given, *output[:5]]}, second, 1_700_000_003.0, 0.5)
+    return {**row, NG_TRAJECTORY_KEY: capture.record([*given, *strip(output)], completed=True, resolved=True)}
+
+
+def test_a_capture_record_gives_the_steps_their_turns_calls_and_tool_timings():
+    """As 0.7.0 reads `ng_trajectory`: each agent step gets its turn's time, model, call count, token counts from
+    the call's usage (the items' token ids and log-probs kept), the turn and the call in `extra.nemo_gym`; a tool
+    result gets its call's timing (and, failed, how it ended); calls no turn took are kept."""
+    document = rollout_to_atif(captured(tool_rollout()), session_id="s", agent_version="1").to_json_dict()
+    Trajectory.model_validate(document)
+    tools, answer = document["steps"][2], document["steps"][3]
+    assert (tools["timestamp"], tools["model_name"], tools["llm_call_count"]) == ("2023-11-14T22:13:20Z", "policy", 1)
+    assert tools["metrics"] == {
+        "prompt_tokens": 30,
+        "completion_tokens": 12,
+        "cached_tokens": 8,
+        "prompt_token_ids": [1, 2, 3],
+        "completion_token_ids": [4, 5],
+        "logprobs": [-0.5, -0.25],
+    }
+    assert tools["extra"]["nemo_gym"]["turn"] == {"turn_no": 1, "step_count": 2}
+    assert tools["extra"]["nemo_gym"]["model_call"]["response_metadata"]["response_id"] == "resp_1"
+    assert tools["extra"]["nemo_gym"]["source_items"] == {"reasoning_ids": ["rs_1"]}
+    results = [r["extra"]["nemo_gym"] for r in tools["observation"]["results"]]
+    timing = {"started_at": 1_700_000_001.0, "completed_at": 1_700_000_001.25, "duration_ms": 250.0}
+    assert results[0] == timing | {"timing_source": "executor"}
+    assert (results[1]["status"], results[1]["error_type"]) == ("failed", "http_500")
+    assert answer["extra"]["nemo_gym"]["turn"] == {"turn_no": 2, "step_count": 2, "resolved": True}
+    assert answer["metrics"]["completion_token_ids"] == [7] and answer["timestamp"] == "2023-11-14T22:13:23Z"
+    assert document["final_metrics"] == {
+        "total_prompt_tokens": 80,
+        "total_completion_tokens": 16,
+        "total_cached_tokens": 38,
+        "total_steps": 4,
+    }
+    extra = document["extra"]["nemo_gym"]
+    assert extra["source"] == {
+        "format": "ng_trajectory",
+        "schema_version": "1.0",
+        "task_id": "weather",
+        "rollout_id": "0-0",
+        "task_index": 0,
+        "rollout_index": 0,
+        "invocation_id": "root",
+        "invocation_status": "completed",
+    }
+    assert extra["conversion"] == {"profile": "ng-trajectory-to-atif-v1", "status": "complete"}
+    (refused,) = extra["surplus_model_calls"]
+    assert refused["response_metadata"]["status_code"] == 503 and "gaps" not in extra
+    assert NG_TRAJECTORY_KEY not in extra["rollout"] and extra["rollout"]["reward"] == 1.0
+
+
+def test_a_record_that_does_not_line_up_is_said_and_the_rollout_still_exported():
+    """0.7.0 refuses these rollouts; here the conversation is exported, and `conversion` says what was not applied:
+    a turn missing (no step takes a turn's call), a turn whose reference resolves to no call, a record that is not
+    one (nothing applied)."""
+    row = captured(tool_rollout())
+    row[NG_TRAJECTORY_KEY]["turns"].pop()
+    document = rollout_to_atif(row, session_id="s", agent_version="1").to_json_dict()
+    conversion = document["extra"]["nemo_gym"]["conversion"]
+    assert conversion["status"] == "partial" and conversion["issues"] == [
+        "ng_trajectory.turns: 1 turns for 2 agent steps the model wrote; no step took a turn's model call"
+    ]
+    assert "timestamp" not in document["steps"][2] and document["steps"][2]["metrics"]["prompt_tokens"] == 3
+    assert len(document["extra"]["nemo_gym"]["surplus_model_calls"]) == 3
+    assert document["extra"]["nemo_gym"]["source"]["format"] == "ng_trajectory"
+
+    row = captured(tool_rollout())
+    row[NG_TRAJECTORY_KEY]["turns"][1]["model_calls"][0]["model_call_id"] = "gone"
+    conversion = rollout_to_atif(row, session_id="s", agent_version="1").extra["nemo_gym"]["conversion"]
+    assert conversion["issues"] == [
+        "ng_trajectory turn 2 (agent step 4): its model call reference resolves to 0 captured calls, not one"
+    ]
+
+    row = captured(tool_rollout())
+    row[NG_TRAJECTORY_KEY]["turns"][0]["turn_no"] = 0
+    document = rollout_to_atif(row, session_id="s", agent_version="1").to_json_dict()
+    assert document["extra"]["nemo_gym"]["source"] == {
+        "format": "responses_rollout",
+        "task_index": 0,
+        "rollout_index": 0,
+    }
+    assert document["extra"]["nemo_gym"]["conversion"] == {
+        "profile": "ng-trajectory-to-atif-v1",
+        "status": "not_applied",
+        "issues": ["ng_trajectory.turns[0].turn_no: Input should be greater than or equal to 1"],
+    }
+    assert [s["source"] for s in document["steps"]] == ["system", "user", "agent", "agent"]
 
 
 def test_the_folder_has_a_file_per_rollout_and_its_manifest(tmp_path):

@@ -30,6 +30,7 @@ from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.capture import token_stats
 from nemo_gym.env.capture_record import TrajectoryRecord
 from nemo_gym.env.trajectory import with_message_types
+from nemo_gym.eval.atif_export import rollout_to_atif
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
 from nemo_gym.serving.head import build_head_app
@@ -177,6 +178,51 @@ def test_the_health_checks_run_after_a_captured_collection(head, tmp_path, capsy
         CollectConfig(output_jsonl_fpath="x.jsonl", health_check_ignored_checks="hollow", **options)
 
 
+@pytest.fixture(scope="module")
+def gymnasium_head() -> Iterator[str]:
+    """gymnasium_agent playing blackjack (a Gymnasium-style resources server) with scripted_model, as `agent`."""
+    with ExitStack() as stack:
+        head = stack.enter_context(serve(build_head_app()))
+        agent = {
+            "resources_server": {"type": "resources_servers", "name": "blackjack"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        }
+        servers = {
+            "blackjack": ("resources_servers", server("resources_servers/blackjack", "blackjack", {}, head)),
+            "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
+            "agent": ("responses_api_agents", server("responses_api_agents/gymnasium_agent", "agent", agent, head)),
+        }
+        for name, (server_type, instance) in servers.items():
+            url = stack.enter_context(serve(instance.build_app()))
+            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": url}
+            httpx.post(f"{head}/register", json={**entry, "pid": os.getpid()}, trust_env=False).raise_for_status()
+        yield head
+
+
+def test_gymnasium_agent_captures_its_episodes_too(gymnasium_head, tmp_path):
+    """A blackjack hand, hit then stand: a turn per model call (the observations between them are the environment's
+    answers, no tool calls), the invocation completed when the environment ended the hand; the health checks observe
+    it (healthy), and ng_export_atif applies the record to every agent step."""
+    script = json.dumps([{"text": "I will hit"}, {"text": "stand"}])
+    given = [{"role": "system", "content": "Play blackjack. Reply hit or stand."}]
+    hand = {"responses_create_params": {"input": given, "metadata": {"script": script}}, "seed": 1000}
+    (rollout,) = collect(gymnasium_head, tmp_path, [hand | {"task_id": "blackjack-1000"}], observability_enabled=True)
+    record = rollout["ng_trajectory"]
+    TrajectoryRecord.model_validate(record)
+    (invocation,) = record["invocations"]
+    assert invocation["conversation"] == with_message_types([*given, *rollout["response"]["output"]])
+    assert (record["task_id"], record["rollout_id"], invocation["status"]) == ("blackjack-1000", "0-0", "completed")
+    assert [t["answer"][0]["content"][0]["text"] for t in record["turns"]] == ["I will hit", "stand"]
+    assert [t["step_count"] for t in record["turns"]] == [0, 0] and record["tool_calls"] == []
+    assert rollout["ng_perf"]["num_turns"] == 2 and rollout["stop_reason"] == "completed"
+    (verdict,) = run_health_checks(tmp_path / "rollouts.jsonl", tmp_path / "health").rollouts
+    assert (verdict.verdict, verdict.unobserved) == ("healthy", [])
+    trajectory = rollout_to_atif(rollout, session_id="s", agent_version="1")
+    assert [s.source for s in trajectory.steps] == ["system", "user", "agent", "user", "agent", "user"]
+    assert [s.extra["nemo_gym"]["turn"]["turn_no"] for s in trajectory.steps if s.source == "agent"] == [1, 2]
+    assert trajectory.extra["nemo_gym"]["conversion"]["status"] == "complete"
+
+
 def test_a_bad_rollout_id_fails_that_rollout_naming_it(head, tmp_path):
     assert collect(head, tmp_path, [row(ADD_TWO, _ng_rollout_id="../x")], observability_enabled=True) == []
     (failure,) = read_jsonl(tmp_path / "rollouts_failures.jsonl")
@@ -250,7 +296,9 @@ for row in rows:
         # which 0.7.0's own simple_agent writes for that verifier too
         assert [g["code"] for g in row["ng_trajectory"]["gaps"]] == ["resolution_unavailable"]
         strict = {**row, "ng_trajectory": {**row["ng_trajectory"], "gaps": []}}
-        exported.append(gym_rollout_to_atif(strict, session_id="s", agent_version="1").schema_version)
+        exported.append(gym_rollout_to_atif(strict, session_id="s", agent_version="1").model_dump(
+            mode="json", exclude_none=True
+        ))
     except Exception as exc:
         exported.append(f"{type(exc).__name__}: {exc}")
 digests = [
@@ -294,5 +342,26 @@ def test_0_7_0s_health_checks_ng_perf_and_atif_export_read_our_capture_records(h
     ]
     assert len(rows) == 3 and peer["perf"] == [r["ng_perf"] for r in read_jsonl(tmp_path / "rollouts.jsonl")]
     # 0.7.0's strict export refuses a failed tool execution (its own simple_agent records bad arguments as failed too)
-    exported = dict(zip([r["_ng_task_index"] for r in read_jsonl(tmp_path / "rollouts.jsonl")], peer["exported"]))
-    assert exported[0] == exported[2] == "ATIF-v1.7" and "is 'failed', not completed" in exported[1], exported
+    written = read_jsonl(tmp_path / "rollouts.jsonl")
+    exported = dict(zip([r["_ng_task_index"] for r in written], peer["exported"]))
+    assert "is 'failed', not completed" in exported[1], exported
+    # ng_export_atif reads the record as 0.7.0's export does: the same trajectories, but for what ours adds (the
+    # exporter's name, the request's tool definitions, the row's other fields, the record's gaps)
+    for task in (0, 2):
+        ours = rollout_to_atif(
+            next(r for r in written if r["_ng_task_index"] == task), session_id="s", agent_version="1"
+        )
+        document = ours.to_json_dict(exclude_none=True)
+        tool = {key: TOOLS[0][key] for key in ("name", "parameters")}
+        assert document["agent"].pop("tool_definitions") == [{"type": "function", "function": tool}]
+        added = {key: document["extra"]["nemo_gym"].pop(key) for key in ("exporter", "rollout", "gaps")}
+        theirs = exported[task]
+        assert theirs["extra"]["nemo_gym"].pop("exporter")["name"] == "nemo-gym" and added["gaps"]
+        assert document == theirs
+    # a failed tool call: 0.7.0 refuses the rollout, ours exports it and says how the call ended
+    failed = rollout_to_atif(next(r for r in written if r["_ng_task_index"] == 1), session_id="s", agent_version="1")
+    (result,) = failed.steps[1].observation.results
+    assert (
+        result.extra["nemo_gym"]["status"] == "failed"
+        and failed.extra["nemo_gym"]["conversion"]["status"] == "complete"
+    )

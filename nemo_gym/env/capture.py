@@ -91,6 +91,14 @@ class TrajectoryCapture:
         self.tool_calls: list[dict[str, Any]] = []
         self.gaps: list[dict[str, Any]] = []
 
+    @classmethod
+    def of_row(cls, model_server: str, row: dict[str, Any], rollout_id: str) -> TrajectoryCapture:
+        """The capture of rollout `rollout_id` of dataset row `row`; its task id as 0.7.0's agents take it: the row's
+        `task_id`, `problem_id`, `instance_id`, else `_ng_task_index` (`unknown` without any)."""
+        keys = ("task_id", "problem_id", "instance_id", "_ng_task_index")
+        task_id = next((str(row[key]) for key in keys if row.get(key) is not None), "unknown")
+        return cls(model_server, task_id=task_id, rollout_id=rollout_id)
+
     def model_call(
         self,
         request: dict[str, Any],

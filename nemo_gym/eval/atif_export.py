@@ -17,13 +17,17 @@ call's `extra.nemo_gym`: an assistant message of the input is an agent step mark
 that are not a JSON object are `{}` with the text as sent (`arguments_text`); a tool output that answers no call of
 its step is an observation result without `source_call_id`; reasoning of several segments is joined by newlines.
 
-Departures from 0.7.0, which reads 0.7.0's `ng_trajectory` capture record and ours carries none: an agent step's
-metrics come from the token information our model servers put on the item that ends a model call (`prompt_token_ids`,
-`generation_token_ids` as `completion_token_ids`, `generation_log_probs` as `logprobs`, and their counts as
-`prompt_tokens`/`completion_tokens`), which 0.7.0's export refuses; a rollout without them gets the response's
-`usage` as `final_metrics`. `agent.tool_definitions` are the request's function tools (OpenAI's function format).
-The row's other fields (the task's, the reward and the verify answer's) go into `extra.nemo_gym.rollout`. Rows for
-several agents may share a file (each trajectory names its agent).
+A rollout collected with `+observability_enabled=true` carries its `ng_trajectory` capture record, and the steps
+then get what 0.7.0's exporter takes from it: each agent step its turn's time, model and token counts and the model
+call itself, each tool result its timing (`nemo_gym.eval.atif_capture`); what of the record does not line up with the
+conversation is said in `extra.nemo_gym.conversion` (0.7.0 refuses the rollout). Departures from 0.7.0, which
+exports only rollouts with a record: without one, an agent step's metrics come from the token information our model
+servers put on the item that ends a model call (`prompt_token_ids`, `generation_token_ids` as
+`completion_token_ids`, `generation_log_probs` as `logprobs`, and their counts as `prompt_tokens`/
+`completion_tokens`), which 0.7.0's export refuses (with a record, the call's counts come first and the ids stay); a
+rollout without them gets the response's `usage` as `final_metrics`. `agent.tool_definitions` are the request's
+function tools (OpenAI's function format). The row's other fields (the task's, the reward and the verify answer's)
+go into `extra.nemo_gym.rollout`. Rows for several agents may share a file (each trajectory names its agent).
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from atif import Agent, ContentPart, FinalMetrics, Metrics, Observation, Observa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.common.errors import ConfigError, DataError
-from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.common.jsonl import AGENT_REF_KEY, NG_TRAJECTORY_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.env.trajectory import with_message_types
+from nemo_gym.eval.atif_capture import apply_capture_record
 from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, token_info
 
 __all__ = ["ATIF_SCHEMA_VERSION", "ExportAtifOptions", "export_atif_main", "export_rollouts", "rollout_to_atif"]
@@ -55,7 +60,8 @@ except importlib.metadata.PackageNotFoundError:  # a checkout used without insta
     VERSION = "unknown"
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"  # what NeMo Gym 0.7.0 writes (atif_v1_7.ATIF_SCHEMA_VERSION)
 MANIFEST = "manifest.jsonl"
-_CONVERSATION_KEYS = ("response", "responses_create_params")  # a row's keys the trajectory holds as its steps
+# a row's keys the trajectory holds as its steps (the capture record: in the steps and extra.nemo_gym)
+_CONVERSATION_KEYS = ("response", "responses_create_params", NG_TRAJECTORY_KEY)
 
 
 class ExportAtifOptions(BaseModel):
@@ -266,7 +272,13 @@ def _final_metrics(steps: list[Step], usage: Any) -> FinalMetrics:
     if written and all(step.metrics and step.metrics.prompt_tokens is not None for step in written):
         prompt = sum(step.metrics.prompt_tokens for step in written)
         completion = sum(step.metrics.completion_tokens or 0 for step in written)
-        return FinalMetrics(total_prompt_tokens=prompt, total_completion_tokens=completion, total_steps=len(steps))
+        cached = [step.metrics.cached_tokens for step in written]
+        return FinalMetrics(
+            total_prompt_tokens=prompt,
+            total_completion_tokens=completion,
+            total_cached_tokens=sum(cached) if None not in cached else None,
+            total_steps=len(steps),
+        )
     usage = usage if isinstance(usage, dict) else {}
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     return FinalMetrics(
@@ -309,6 +321,10 @@ def rollout_to_atif(row: dict[str, Any], *, session_id: str, agent_version: str)
         steps = _steps(row, model_name)
         if not steps:
             raise DataError("no conversation: neither responses_create_params.input nor response.output has an item")
+        identity = {"task_index": task, "rollout_index": rollout}
+        captured = {"source": {"format": "responses_rollout", **identity}}
+        if NG_TRAJECTORY_KEY in row:
+            captured = apply_capture_record(row[NG_TRAJECTORY_KEY], steps, identity)
         return Trajectory(
             schema_version=ATIF_SCHEMA_VERSION,
             session_id=session_id,
@@ -321,7 +337,7 @@ def rollout_to_atif(row: dict[str, Any], *, session_id: str, agent_version: str)
             extra={
                 "nemo_gym": {
                     "exporter": {"name": "nemo_gym", "version": VERSION},
-                    "source": {"format": "responses_rollout", "task_index": task, "rollout_index": rollout},
+                    **captured,
                     "rollout": {k: v for k, v in row.items() if k not in _CONVERSATION_KEYS and k != AGENT_REF_KEY},
                 }
             },

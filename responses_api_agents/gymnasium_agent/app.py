@@ -11,6 +11,11 @@ One `/run` is one episode:
 The reset fields are the row's fields named by the environment's `reset` tool schema (`GET /tools`), e.g.
 `target_word` for wordle, `seed` for blackjack. `response.output` holds the whole trajectory: the observations
 as user messages and the model's output items unchanged (training token ids included), in order.
+
+Posted as rollout `<id>` (`ng_collect_rollouts +observability_enabled=true`), `/run` also answers the rollout's
+`ng_trajectory` capture record (`nemo_gym.env.capture`): a turn per answered model call, every model call, the
+conversation (the initial input, then the trajectory), `completed` when the environment terminated the episode and
+`incomplete` otherwise. An environment step is no function call, so the record has no tool calls.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import httpx
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.capture import TrajectoryCapture
 from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
 from nemo_gym.env.gymnasium import message_text
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
@@ -61,13 +68,20 @@ class GymnasiumAgent(AgentServer):
     Config = GymnasiumAgentConfig
     config: GymnasiumAgentConfig
 
-    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
+    captures_trajectory = True
+
+    async def run(self, row: dict[str, Any], *, rollout_id: str | None = None) -> dict[str, Any]:
+        """The verify answer of one episode, with its `stop_reason` (and its `ng_trajectory` when `rollout_id` is
+        given)."""
         session_id = uuid.uuid4().hex
         cookies = httpx.Cookies()
         env = self.config.resources_server.name
+        capture = None
+        if rollout_id is not None:
+            capture = TrajectoryCapture.of_row(self.config.model_server.name, row, rollout_id)
         await self.client.post(env, "/seed_session", row, session_id=session_id, cookies=cookies)
         try:
-            response, stop_reason = await self.episode(row, session_id, cookies)
+            response, stop_reason = await self.episode(row, session_id, cookies, capture)
             verified = await self.client.post(
                 env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
             )
@@ -76,7 +90,12 @@ class GymnasiumAgent(AgentServer):
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
             except Exception:  # closing is best effort
                 pass
-        return {**verified, "stop_reason": stop_reason.value}
+        if capture is None:
+            return {**verified, "stop_reason": stop_reason.value}
+        conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
+        completed = stop_reason is StopReason.completed
+        record = capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
+        return {**verified, "stop_reason": stop_reason.value, NG_TRAJECTORY_KEY: record}
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         raise HTTPException(422, "gymnasium_agent needs a dataset row (its reset fields): POST /run")
@@ -104,15 +123,16 @@ class GymnasiumAgent(AgentServer):
         )
 
     async def episode(
-        self, row: dict[str, Any], session_id: str, cookies: httpx.Cookies
+        self, row: dict[str, Any], session_id: str, cookies: httpx.Cookies, capture: TrajectoryCapture | None = None
     ) -> tuple[dict[str, Any], StopReason]:
-        """Run the episode; returns the final `Response` (output = whole trajectory) and how it ended."""
+        """Run the episode, each model call recorded in `capture` when given; returns the final `Response` (output =
+        whole trajectory) and how it ended."""
         params = row["responses_create_params"]
         initial = initial_input(params)
         fields = await self.reset_fields()
         first = await self.env_call("/reset", {name: row[name] for name in fields if name in row}, session_id, cookies)
         trajectory: list[dict[str, Any]] = [observation_message(first.get("observation", ""))]
-        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s)
+        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s, capture)
         stop_reason = StopReason.max_steps
         for _ in range(self.config.max_turns):
             output, stop = await model.step(params, [*initial, *trajectory])

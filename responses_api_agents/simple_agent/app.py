@@ -106,13 +106,6 @@ def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONRes
     return JSONResponse(failure.answer(response=response), status_code=failure.relay_status)
 
 
-def task_id_of(row: dict[str, Any]) -> str:
-    """A row's task identity in a capture record, as 0.7.0's simple_agent takes it: its `task_id`, `problem_id`,
-    `instance_id`, else `_ng_task_index` (`unknown` without any)."""
-    keys = ("task_id", "problem_id", "instance_id", "_ng_task_index")
-    return next((str(row[key]) for key in keys if row.get(key) is not None), "unknown")
-
-
 class SimpleAgent(AgentServer):
     Config = SimpleAgentConfig
     config: SimpleAgentConfig
@@ -133,7 +126,7 @@ class SimpleAgent(AgentServer):
         verified = None
         capture = None
         if rollout_id is not None:
-            capture = TrajectoryCapture(self.config.model_server.name, task_id=task_id_of(row), rollout_id=rollout_id)
+            capture = TrajectoryCapture.of_row(self.config.model_server.name, row, rollout_id)
         try:
             tools = ToolRoutes(self.client, resources, session_id, cookies)
             response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools, capture)
