@@ -231,7 +231,9 @@ def test_atif_trajectories_are_scored_as_their_rollouts(head, tmp_path, capsys):
     assert [(c["name"], c["arguments"]) for c in calls] == [("increment_counter", '{"count":1}')] + [
         ("increment_counter", '{"count":2}')
     ]
-    assert scored[0]["_ng_atif_provenance"]["trajectory_id"] == "s:0:0" and "Reverified: 2/2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert scored[0]["_ng_atif_provenance"]["trajectory_id"] == "s:0:0"
+    assert "Reverified: 2/2 rollouts" in out and "0 with another reward, 2 without a reward before" in out
     argv = [str(BIN / "gym"), "eval", "reverify", "--input-format", "atif", "--atif-manifest", str(manifest)]
     argv += ["--inputs", str(inputs), "-o", str(tmp_path / "cli.jsonl")]
     done = subprocess.run(

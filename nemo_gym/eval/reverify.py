@@ -232,14 +232,18 @@ def reverify_main(options: ReverifyOptions) -> int:
 
 
 def _summary(scored: list[dict[str, Any]], total: int, output: Path) -> str:
-    """How many rollouts were scored, how many got another reward, the mean reward now and before."""
+    """How many rollouts were scored, how many got another reward (and how many had none before: ATIF input), the
+    mean reward now and before."""
     before = [row[PREVIOUS_REWARD_KEY] for row in scored if is_reward(row[PREVIOUS_REWARD_KEY])]
-    changed = len(scored) - sum(
+    changed = sum(
         1
         for row in scored
-        if is_reward(row[PREVIOUS_REWARD_KEY]) and math.isclose(row["reward"], row[PREVIOUS_REWARD_KEY])
+        if is_reward(row[PREVIOUS_REWARD_KEY]) and not math.isclose(row["reward"], row[PREVIOUS_REWARD_KEY])
     )
+    unknown = len(scored) - len(before)
     lines = [f"Reverified: {len(scored)}/{total} rollouts in {output}; {changed} with another reward"]
+    if unknown:
+        lines[0] += f", {unknown} without a reward before"
     if scored:
         mean_before = f"{sum(before) / len(before):.4f}" if before else "n/a"
         lines.append(f"Mean reward: {sum(r['reward'] for r in scored) / len(scored):.4f} (before: {mean_before})")
