@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,27 @@ def serve(app: FastAPI) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+@contextmanager
+def serve_registered(servers: dict[str, tuple[str, str, dict[str, Any]]]) -> Iterator[dict[str, str]]:
+    """A head server, and each of `servers` (its name: (server type, folder with its app.py, config)) built against
+    the head, served (`serve`) and registered under its name; yields the base URLs by name (the head's as `head`)."""
+    from nemo_gym.common.layout import REPO_ROOT
+    from nemo_gym.serving.client import ServerClient
+    from nemo_gym.serving.head import build_head_app
+
+    with ExitStack() as stack:
+        urls = {"head": stack.enter_context(serve(build_head_app()))}
+        for name, (server_type, folder, config) in servers.items():
+            instance = load_server_class(REPO_ROOT / folder / "app.py")(
+                config, name=name, client=ServerClient(urls["head"])
+            )
+            urls[name] = stack.enter_context(serve(instance.build_app()))
+            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": urls[name]}
+            registration = {**entry, "pid": os.getpid()}
+            httpx.post(f"{urls['head']}/register", json=registration, trust_env=False).raise_for_status()
+        yield urls
 
 
 @contextmanager

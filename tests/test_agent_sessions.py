@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
-from live_servers import serve
+from live_servers import serve_registered
 
-from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.agent_sessions import (
     AGENT_SESSION_COOKIE,
     AgentCloseSessionRequest,
@@ -27,9 +24,7 @@ from nemo_gym.env.agent_sessions import (
     AgentSessionError,
     AgentSessions,
 )
-from nemo_gym.serving.client import SESSION_COOKIE, ServerClient
-from nemo_gym.serving.entrypoint import load_server_class
-from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.client import SESSION_COOKIE
 
 EPISODE = {"rollout_id": "3-1", "attempt": 0}
 TASK = {"taskset": "counter", "task_id": "3"}
@@ -45,39 +40,21 @@ TOOLS = [
 CREATE_PARAMS = {"input": "add two", "tools": TOOLS, "metadata": {"script": json.dumps(SCRIPT)}}
 
 
-def server(folder: str, name: str, config: dict[str, Any], head_url: str) -> Any:
-    server_class = load_server_class(REPO_ROOT / folder / "app.py")
-    return server_class(config, name=name, client=ServerClient(head_url))
-
-
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, str]]:
     """The servers' base URLs by name, each registered with the head server."""
-    with ExitStack() as stack:
-        head = stack.enter_context(serve(build_head_app()))
-        agent_config = {
-            "resources_server": {"type": "resources_servers", "name": "counter"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"},
-        }
-        servers = {
-            "counter": (
-                "resources_servers",
-                server(
-                    "resources_servers/example_session_state_mgmt", "counter", {"expose_tools_over_mcp": True}, head
-                ),
-            ),
-            "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
-            "agent": ("responses_api_agents", server("responses_api_agents/simple_agent", "agent", agent_config, head)),
-            "gym_agent": (
-                "responses_api_agents",
-                server("responses_api_agents/gymnasium_agent", "gym_agent", agent_config, head),
-            ),
-        }
-        urls = {"head": head}
-        for name, (server_type, instance) in servers.items():
-            urls[name] = stack.enter_context(serve(instance.build_app()))
-            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": urls[name]}
-            httpx.post(f"{head}/register", json={**entry, "pid": os.getpid()}, trust_env=False).raise_for_status()
+    agent_config = {
+        "resources_server": {"type": "resources_servers", "name": "counter"},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+    }
+    counter = {"expose_tools_over_mcp": True}
+    servers = {
+        "counter": ("resources_servers", "resources_servers/example_session_state_mgmt", counter),
+        "policy_model": ("responses_api_models", "responses_api_models/scripted_model", {}),
+        "agent": ("responses_api_agents", "responses_api_agents/simple_agent", agent_config),
+        "gym_agent": ("responses_api_agents", "responses_api_agents/gymnasium_agent", agent_config),
+    }
+    with serve_registered(servers) as urls:
         yield urls
 
 

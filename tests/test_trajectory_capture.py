@@ -11,29 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from live_servers import serve
+from live_servers import serve_registered
 
 from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
 from nemo_gym.collect.health import run_health_checks
 from nemo_gym.collect.perf import ng_perf
 from nemo_gym.common.jsonl import read_jsonl
-from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.capture import token_stats
 from nemo_gym.env.capture_record import TrajectoryRecord
 from nemo_gym.env.trajectory import with_message_types
 from nemo_gym.eval.atif_export import rollout_to_atif
 from nemo_gym.serving.client import ServerClient
-from nemo_gym.serving.entrypoint import load_server_class
-from nemo_gym.serving.head import build_head_app
 
 TOOLS = [
     {
@@ -52,32 +46,20 @@ def row(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"responses_create_params": params, "initial_count": 5, "expected_count": 7, **extra}
 
 
-def server(folder: str, name: str, config: dict[str, Any], head_url: str) -> Any:
-    return load_server_class(REPO_ROOT / folder / "app.py")(config, name=name, client=ServerClient(head_url))
-
-
 @pytest.fixture(scope="module")
 def head() -> Iterator[str]:
-    with ExitStack() as stack:
-        head = stack.enter_context(serve(build_head_app()))
-        agent = {
-            "resources_server": {"type": "resources_servers", "name": "counter"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"},
-            "max_steps": 3,
-        }
-        servers = {
-            "counter": (
-                "resources_servers",
-                server("resources_servers/example_session_state_mgmt", "counter", {}, head),
-            ),
-            "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
-            "agent": ("responses_api_agents", server("responses_api_agents/simple_agent", "agent", agent, head)),
-        }
-        for name, (server_type, instance) in servers.items():
-            url = stack.enter_context(serve(instance.build_app()))
-            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": url}
-            httpx.post(f"{head}/register", json={**entry, "pid": os.getpid()}, trust_env=False).raise_for_status()
-        yield head
+    agent = {
+        "resources_server": {"type": "resources_servers", "name": "counter"},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        "max_steps": 3,
+    }
+    servers = {
+        "counter": ("resources_servers", "resources_servers/example_session_state_mgmt", {}),
+        "policy_model": ("responses_api_models", "responses_api_models/scripted_model", {}),
+        "agent": ("responses_api_agents", "responses_api_agents/simple_agent", agent),
+    }
+    with serve_registered(servers) as urls:
+        yield urls["head"]
 
 
 def collect(head: str, tmp_path: Path, rows: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
@@ -181,22 +163,17 @@ def test_the_health_checks_run_after_a_captured_collection(head, tmp_path, capsy
 @pytest.fixture(scope="module")
 def gymnasium_head() -> Iterator[str]:
     """gymnasium_agent playing blackjack (a Gymnasium-style resources server) with scripted_model, as `agent`."""
-    with ExitStack() as stack:
-        head = stack.enter_context(serve(build_head_app()))
-        agent = {
-            "resources_server": {"type": "resources_servers", "name": "blackjack"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"},
-        }
-        servers = {
-            "blackjack": ("resources_servers", server("resources_servers/blackjack", "blackjack", {}, head)),
-            "policy_model": ("responses_api_models", server("responses_api_models/scripted_model", "p", {}, head)),
-            "agent": ("responses_api_agents", server("responses_api_agents/gymnasium_agent", "agent", agent, head)),
-        }
-        for name, (server_type, instance) in servers.items():
-            url = stack.enter_context(serve(instance.build_app()))
-            entry = {"name": name, "server_type": server_type, "implementation": "test", "url": url}
-            httpx.post(f"{head}/register", json={**entry, "pid": os.getpid()}, trust_env=False).raise_for_status()
-        yield head
+    agent = {
+        "resources_server": {"type": "resources_servers", "name": "blackjack"},
+        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+    }
+    servers = {
+        "blackjack": ("resources_servers", "resources_servers/blackjack", {}),
+        "policy_model": ("responses_api_models", "responses_api_models/scripted_model", {}),
+        "agent": ("responses_api_agents", "responses_api_agents/gymnasium_agent", agent),
+    }
+    with serve_registered(servers) as urls:
+        yield urls["head"]
 
 
 def test_gymnasium_agent_captures_its_episodes_too(gymnasium_head, tmp_path):

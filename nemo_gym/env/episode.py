@@ -23,10 +23,11 @@ from enum import Enum
 from typing import Any
 
 from nemo_gym.common.errors import ServerHTTPError
+from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.serving.client import ServerClient
 
-__all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow"]
+__all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow", "run_answer"]
 
 
 class StopReason(str, Enum):
@@ -48,6 +49,26 @@ def initial_input(params: dict[str, Any]) -> list[Any]:
     """The input items of a Responses create body `params` (a string `input` is one user message)."""
     initial = params.get("input", [])
     return [{"role": "user", "content": initial}] if isinstance(initial, str) else initial
+
+
+def run_answer(
+    verified: dict[str, Any],
+    stop_reason: StopReason,
+    row: dict[str, Any],
+    response: dict[str, Any],
+    capture: TrajectoryCapture | None,
+) -> dict[str, Any]:
+    """An agent's `/run` answer: the verify answer with the episode's `stop_reason`, and, when the episode was
+    captured, its `ng_trajectory` record: the conversation (the row's input items, then `response`'s output),
+    `completed` when the episode ended by itself (else it ended on a limit), the verify answer's `resolved`."""
+    answer = {**verified, "stop_reason": stop_reason.value}
+    if capture is None:
+        return answer
+    conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
+    completed = stop_reason is StopReason.completed
+    return answer | {
+        NG_TRAJECTORY_KEY: capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
+    }
 
 
 def is_context_overflow(exc: ServerHTTPError) -> bool:

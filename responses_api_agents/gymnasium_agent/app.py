@@ -28,10 +28,9 @@ import httpx
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.capture import TrajectoryCapture
-from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
+from nemo_gym.env.episode import ModelCalls, StopReason, initial_input, run_answer
 from nemo_gym.env.gymnasium import message_text
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
@@ -90,12 +89,7 @@ class GymnasiumAgent(AgentServer):
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
             except Exception:  # closing is best effort
                 pass
-        if capture is None:
-            return {**verified, "stop_reason": stop_reason.value}
-        conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
-        completed = stop_reason is StopReason.completed
-        record = capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
-        return {**verified, "stop_reason": stop_reason.value, NG_TRAJECTORY_KEY: record}
+        return run_answer(verified, stop_reason, row, response, capture)
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         raise HTTPException(422, "gymnasium_agent needs a dataset row (its reset fields): POST /run")

@@ -33,7 +33,6 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
-from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.agent_sessions import (
     AgentSeedSessionRequest,
@@ -43,7 +42,7 @@ from nemo_gym.env.agent_sessions import (
     MCPToolAccess,
 )
 from nemo_gym.env.capture import TrajectoryCapture, clock
-from nemo_gym.env.episode import ModelCalls, StopReason, initial_input
+from nemo_gym.env.episode import ModelCalls, StopReason, initial_input, run_answer
 from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
@@ -148,13 +147,8 @@ class SimpleAgent(AgentServer):
                     )
                 except Exception:  # closing is best effort; NeMo Gym servers have no such route
                     pass
-        if capture is None:
-            return {**verified, "stop_reason": stop_reason.value}
-        conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
         # a tool error or parse error still set here means the steps ran out after it: incomplete, as max_steps
-        completed = stop_reason is StopReason.completed
-        record = capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
-        return {**verified, "stop_reason": stop_reason.value, NG_TRAJECTORY_KEY: record}
+        return run_answer(verified, stop_reason, row, response, capture)
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         if not self.config.execute_tools:
