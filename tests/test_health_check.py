@@ -213,6 +213,13 @@ def test_ignored_checks_are_left_out_and_bad_parameters_are_refused(tmp_path):
         run_health_checks(path, ignored_checks=["hollow"])
     with pytest.raises(ConfigError, match="no such file"):
         run_health_checks(tmp_path / "missing.jsonl")
+    # rollouts collected without capture: every check unobserved, and the report says how to get the records
+    plain = write(
+        tmp_path / "plain.jsonl", [{k: v for k, v in row.items() if k != "ng_trajectory"} for row in ROWS[:2]]
+    )
+    text = run_health_checks(plain, tmp_path / "plain").text()
+    assert "0 healthy, 0 unhealthy, 2 unobserved\n" in text and "+observability_enabled=true" in text
+    assert "+observability_enabled" not in report.text()
 
 
 def test_the_commands_write_the_reports_where_told(tmp_path):

@@ -67,9 +67,16 @@ class HealthReport:
     def text(self) -> str:
         verdicts, ignored = self.summary["run"]["verdicts"], self.summary["run"]["ignored_checks"]
         note = f" (ignored: {', '.join(ignored)})" if ignored else ""
+        artifacts = self.summary["run"]["artifacts"]
+        hint = ""
+        if artifacts["records"] and not artifacts["captures"]:
+            hint = (
+                "\nNo rollout's ng_trajectory capture record holds a model call (rollouts carry one when collected "
+                "with +observability_enabled=true; simple_agent and gymnasium_agent write it)"
+            )
         return (
             f"Rollout health: {sum(verdicts.values())} checked, {verdicts['healthy']} healthy, "
-            f"{verdicts['unhealthy']} unhealthy, {verdicts['unobserved']} unobserved{note}\n"
+            f"{verdicts['unhealthy']} unhealthy, {verdicts['unobserved']} unobserved{note}{hint}\n"
             f"Quality summary: {self.summary_path}"
         )
 
