@@ -22,9 +22,11 @@ from live_servers import serve_registered
 from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
 from nemo_gym.collect.health import run_health_checks
 from nemo_gym.collect.perf import ng_perf
+from nemo_gym.common.errors import ServerHTTPError
 from nemo_gym.common.jsonl import read_jsonl
-from nemo_gym.env.capture import token_stats
+from nemo_gym.env.capture import TrajectoryCapture, token_stats
 from nemo_gym.env.capture_record import TrajectoryRecord
+from nemo_gym.env.episode import StopReason, failed_run_answer
 from nemo_gym.env.trajectory import with_message_types
 from nemo_gym.eval.atif_export import rollout_to_atif
 from nemo_gym.serving.client import ServerClient
@@ -142,6 +144,47 @@ def test_a_failed_tool_call_and_a_run_out_of_steps_are_recorded(head, tmp_path):
     assert rows[1]["ng_trajectory"]["task_id"] == "1" and rows[1]["ng_trajectory"]["rollout_id"] == "1-0"
     plain = collect(head, tmp_path / "plain", [row(ADD_TWO)]) if (tmp_path / "plain").mkdir() is None else []
     assert "ng_trajectory" not in plain[0] and "ng_perf" not in plain[0] and plain[0]["reward"] == 1.0
+
+
+def test_a_failed_rollout_keeps_its_capture_record_in_the_failures_file(head, tmp_path):
+    """The model server fails the second call (500): the rollout is a failure, not a reward, and its failure record
+    holds the capture record: the invocation failed with the failure class, the answered call and its turn, the tool
+    call, the refused call with its status, the conversation as far as the refused call's input."""
+    fails = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 2}}]}, {"error_status": 500}]
+    assert collect(head, tmp_path, [row(fails)], observability_enabled=True) == []
+    (failure,) = read_jsonl(tmp_path / "rollouts_failures.jsonl")
+    assert failure["failure_class"] == "http_error" and failure["failed_server"] == "policy_model"
+    record = failure["ng_trajectory"]
+    TrajectoryRecord.model_validate(record)
+    (invocation,) = record["invocations"]
+    assert (invocation["status"], invocation["error_type"]) == ("failed", "http_error")
+    assert [c["response_metadata"]["status_code"] for c in record["model_calls"]] == [200, 500]
+    assert len(record["turns"]) == 1 and [t["status"] for t in record["tool_calls"]] == ["completed"]
+    assert [item["type"] for item in invocation["conversation"]] == ["message", "function_call", "function_call_output"]
+    assert invocation["conversation"] == with_message_types(record["model_calls"][1]["request"]["input"])
+    plain = collect(head, tmp_path / "plain", [row(fails)]) if (tmp_path / "plain").mkdir() is None else [0]
+    (failure,) = read_jsonl(tmp_path / "plain" / "rollouts_failures.jsonl")
+    assert plain == [] and failure["failure_class"] == "http_error" and "ng_trajectory" not in failure
+
+
+def test_a_failed_verify_answer_keeps_the_trajectory_and_the_episodes_record():
+    """A /verify that failed after the episode ran to its end: the typed failure answer carries the trajectory the
+    verifier failed on and, captured, the episode's record (completed: the episode itself did not fail)."""
+    capture = TrajectoryCapture.of_row("policy_model", {"task_id": "t"}, "0-0")
+    answer = {"id": "r1", "output": [{"type": "message", "role": "assistant", "content": "hi"}]}
+    capture.model_call({"input": [{"role": "user", "content": "q"}]}, answer, 1.0, 0.5)
+    verify = ServerHTTPError("verify failed", status_code=500, body='{"detail": "boom"}', server="counter")
+    given = {"responses_create_params": {"input": "q"}}
+    reply = failed_run_answer(verify, capture, row=given, response=answer, stop_reason=StopReason.completed)
+    error = json.loads(reply.body)["error"]
+    assert reply.status_code == 502 and (error["type"], error["server"]) == ("http_error", "counter")
+    assert error["response"] == answer and error["ng_trajectory"]["invocations"][0]["status"] == "completed"
+    assert json.loads(failed_run_answer(verify, None, response=answer).body)["error"].keys() == {
+        "type",
+        "server",
+        "message",
+        "response",
+    }
 
 
 def test_the_health_checks_run_after_a_captured_collection(head, tmp_path, capsys):

@@ -60,6 +60,8 @@ def _server_failure(row: dict[str, Any], exc: ServerError) -> dict[str, Any]:
         extra["failed_server"] = failure.failed_server
     if failure.response is not None:  # the trajectory a failed /verify got (simple_agent): to debug the verifier
         extra["response"] = failure.response
+    if failure.trajectory is not None:  # the capture record of the failed rollout (observability_enabled)
+        extra[NG_TRAJECTORY_KEY] = failure.trajectory
     return _failure_record(row, failure.failure_class, failure.message, **extra)
 
 

@@ -133,8 +133,8 @@ class TypedFailure:
     """What a failed call says of itself: the failure class and message of the typed error answer it got
     (`typed_error`: a failure further down the chain keeps its own), else of the exception; `failed_server` is the
     server the typed answer names (the one that failed further down), `called_server` the one that was called,
-    `status_code` the HTTP status of the call when it answered, `response` a failed `/verify`'s trajectory
-    (simple_agent sends it)."""
+    `status_code` the HTTP status of the call when it answered, `response` a failed `/verify`'s trajectory and
+    `trajectory` the rollout's `ng_trajectory` capture record (the bundled agents send them)."""
 
     failure_class: str
     message: str
@@ -142,6 +142,7 @@ class TypedFailure:
     failed_server: str | None = None
     status_code: int | None = None
     response: dict[str, Any] | None = None
+    trajectory: dict[str, Any] | None = None
 
     @property
     def server(self) -> str | None:
@@ -163,7 +164,7 @@ def typed_failure(exc: ServerError) -> TypedFailure:
     if not isinstance(exc, ServerHTTPError):
         return TypedFailure(exc.failure_class, str(exc), called_server=exc.server)
     error = typed_error(exc.body) or {}
-    response = error.get("response")
+    response, trajectory = error.get("response"), error.get("ng_trajectory")
     return TypedFailure(
         failure_class=error.get("type", exc.failure_class),
         message=str(error.get("message") or exc),
@@ -171,6 +172,7 @@ def typed_failure(exc: ServerError) -> TypedFailure:
         failed_server=error.get("server") or None,
         status_code=exc.status_code,
         response=response if isinstance(response, dict) else None,
+        trajectory=trajectory if isinstance(trajectory, dict) else None,
     )
 
 

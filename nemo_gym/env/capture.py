@@ -4,8 +4,9 @@ With `ng_collect_rollouts +observability_enabled=true` (0.7.0's run-wide key), e
 `ng_trajectory`, the record 0.7.0's rollout health checks (`gym eval health-check`), its `ng_perf` summary and its
 strict ATIF export read (0.7.0's `rollout_observability.TrajectoryRecord`, `schema_version` "1.0"):
 
-- `invocations`: one, `root`: its `status` (`completed`, or `incomplete` when the episode ended on a limit: steps,
-  output tokens, context), the references of its model calls and its `conversation` (the input items, then every
+- `invocations`: one, `root`: its `status` (`completed`; `incomplete` when the episode ended on a limit: steps,
+  output tokens, context; `failed`, with the failure class as `error_type`, when a call it made failed the rollout:
+  that record goes into the failures file, `TrajectoryCapture.failed_record`), the references of its model calls and its `conversation` (the input items, then every
   output item and tool output; a message without `type` typed `message`, as 0.7.0's models write it);
 - `turns`: one per answered model call: `question` (the input items sent), `answer` (the output items but
   reasoning), `reasoning_content` (the reasoning items, or null), `step_count` (the tool calls made so far in the
@@ -90,6 +91,7 @@ class TrajectoryCapture:
         self.model_calls: list[dict[str, Any]] = []
         self.tool_calls: list[dict[str, Any]] = []
         self.gaps: list[dict[str, Any]] = []
+        self._tools_before_last_call = 0  # tool calls recorded before the last model call
 
     @classmethod
     def of_row(cls, model_server: str, row: dict[str, Any], rollout_id: str) -> TrajectoryCapture:
@@ -106,11 +108,13 @@ class TrajectoryCapture:
         started_at: float,
         duration_s: float,
         *,
-        status_code: int = 200,
+        status_code: int | None = 200,
         error_category: str | None = None,
     ) -> None:
         """Record one model call that took `duration_s` seconds from `started_at` (Unix seconds): answered
-        (`response`, and a turn), or refused (`response` None, `status_code` and `error_category`: no turn)."""
+        (`response`, and a turn), or refused (`response` None, `status_code` and `error_category`: no turn; no
+        `status_code` when no answer came: the server was unreachable or slow)."""
+        self._tools_before_last_call = len(self.tool_calls)
         model_call_id = uuid.uuid4().hex
         answer = response or {}
         metadata = {
@@ -190,10 +194,13 @@ class TrajectoryCapture:
             "response_id": call["response_metadata"]["response_id"],
         }
 
-    def record(self, conversation: list[Any], *, completed: bool, resolved: Any = None) -> dict[str, Any]:
+    def record(
+        self, conversation: list[Any], *, completed: bool, resolved: Any = None, error_type: str | None = None
+    ) -> dict[str, Any]:
         """The `ng_trajectory` value: the invocation's whole `conversation` (input items, then output items and
-        tool outputs), whether it `completed` (else it ended on a limit: `incomplete`), and the verify answer's
-        `resolved` (a boolean goes on the last turn; otherwise a `resolution_unavailable` gap)."""
+        tool outputs), whether it `completed` (else it ended on a limit: `incomplete`; with `error_type`, it
+        `failed` so), and the verify answer's `resolved` (a boolean goes on the last turn; otherwise a
+        `resolution_unavailable` gap)."""
         gaps = list(self.gaps)
         if isinstance(resolved, bool) and self.turns:
             self.turns[-1]["resolved"] = resolved
@@ -203,7 +210,8 @@ class TrajectoryCapture:
         invocation = {
             "kind": "agent_invocation",
             "invocation_id": self.invocation_id,
-            "status": "completed" if completed else "incomplete",
+            "status": "failed" if error_type else "completed" if completed else "incomplete",
+            "error_type": error_type,
             "model_calls": [self._reference(call) for call in answered],
             "conversation": with_message_types(conversation),
         }
@@ -217,6 +225,20 @@ class TrajectoryCapture:
             "tool_calls": self.tool_calls,
             "gaps": gaps,
         }
+
+    def failed_record(self, error_type: str) -> dict[str, Any]:
+        """The record of an episode that failed with the failure class `error_type` (a call it made failed before
+        its verify answer): the conversation as far as its last model call (that call's input, its answer when it
+        answered) and the tool outputs recorded after it."""
+        conversation: list[Any] = []
+        if self.model_calls:
+            last = self.model_calls[-1]
+            conversation = [*(last["request"].get("input") or []), *((last["response"] or {}).get("output") or [])]
+            conversation += [
+                {"type": "function_call_output", "call_id": tool["tool_call_id"], "output": tool["output"]}
+                for tool in self.tool_calls[self._tools_before_last_call :]
+            ]
+        return self.record(conversation, completed=False, error_type=error_type)
 
 
 def clock() -> tuple[float, float]:

@@ -22,12 +22,22 @@ from collections import Counter
 from enum import Enum
 from typing import Any
 
-from nemo_gym.common.errors import ServerHTTPError
+from fastapi.responses import JSONResponse
+
+from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
 from nemo_gym.common.jsonl import NG_TRAJECTORY_KEY
 from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.serving.client import ServerClient
 
-__all__ = ["ModelCalls", "StopReason", "initial_input", "is_context_overflow", "run_answer"]
+__all__ = [
+    "ModelCalls",
+    "StopReason",
+    "episode_record",
+    "failed_run_answer",
+    "initial_input",
+    "is_context_overflow",
+    "run_answer",
+]
 
 
 class StopReason(str, Enum):
@@ -51,6 +61,20 @@ def initial_input(params: dict[str, Any]) -> list[Any]:
     return [{"role": "user", "content": initial}] if isinstance(initial, str) else initial
 
 
+def episode_record(
+    capture: TrajectoryCapture,
+    row: dict[str, Any],
+    response: dict[str, Any],
+    stop_reason: StopReason,
+    resolved: Any = None,
+) -> dict[str, Any]:
+    """The `ng_trajectory` record of an episode that ran to its end: the conversation (the row's input items, then
+    `response`'s output), `completed` when it ended by itself (else it ended on a limit), the verify answer's
+    `resolved` when there is one."""
+    conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
+    return capture.record(conversation, completed=stop_reason is StopReason.completed, resolved=resolved)
+
+
 def run_answer(
     verified: dict[str, Any],
     stop_reason: StopReason,
@@ -59,16 +83,36 @@ def run_answer(
     capture: TrajectoryCapture | None,
 ) -> dict[str, Any]:
     """An agent's `/run` answer: the verify answer with the episode's `stop_reason`, and, when the episode was
-    captured, its `ng_trajectory` record: the conversation (the row's input items, then `response`'s output),
-    `completed` when the episode ended by itself (else it ended on a limit), the verify answer's `resolved`."""
+    captured, its `ng_trajectory` record (`episode_record`)."""
     answer = {**verified, "stop_reason": stop_reason.value}
-    if capture is None:
-        return answer
-    conversation = [*initial_input(row["responses_create_params"]), *response["output"]]
-    completed = stop_reason is StopReason.completed
-    return answer | {
-        NG_TRAJECTORY_KEY: capture.record(conversation, completed=completed, resolved=verified.get("resolved"))
-    }
+    if capture is not None:
+        answer[NG_TRAJECTORY_KEY] = episode_record(capture, row, response, stop_reason, verified.get("resolved"))
+    return answer
+
+
+def failed_run_answer(
+    exc: ServerError,
+    capture: TrajectoryCapture | None,
+    *,
+    row: dict[str, Any] | None = None,
+    response: dict[str, Any] | None = None,
+    stop_reason: StopReason | None = None,
+) -> JSONResponse:
+    """The `/run` answer of a rollout that failed on `exc`, a call it made: the typed failure answer every server
+    gives for a failure further down (`{"error": {type, server, message}}`, 424 after a 4xx, else 502; the failed
+    server's own class and message when its answer was typed). With the episode's `row`, final `response` and
+    `stop_reason` (it ran to its end and its /verify failed), `error.response` is the trajectory the verifier failed
+    on. When the rollout was captured, `error.ng_trajectory` is its record: the episode's (`episode_record`), else
+    one whose invocation failed with the failure class (`TrajectoryCapture.failed_record`)."""
+    failure = typed_failure(exc)
+    extra: dict[str, Any] = {}
+    if response is not None:
+        extra["response"] = response
+    if capture is not None and row is not None and response is not None and stop_reason is not None:
+        extra[NG_TRAJECTORY_KEY] = episode_record(capture, row, response, stop_reason)
+    elif capture is not None:
+        extra[NG_TRAJECTORY_KEY] = capture.failed_record(failure.failure_class)
+    return JSONResponse(failure.answer(**extra), status_code=failure.relay_status)
 
 
 def is_context_overflow(exc: ServerHTTPError) -> bool:
@@ -124,6 +168,13 @@ class ModelCalls:
                 )
             if overflow_ends and overflow:
                 return [], StopReason.context_overflow
+            raise
+        except ServerError as exc:  # no answer: the model server was unreachable or slow
+            if self.capture is not None:
+                duration_s = clock()[1] - started
+                self.capture.model_call(
+                    request, None, started_at, duration_s, status_code=None, error_category=exc.failure_class
+                )
             raise
         if self.capture is not None:
             self.capture.model_call(request, response, started_at, clock()[1] - started)

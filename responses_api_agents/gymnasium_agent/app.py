@@ -26,11 +26,13 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from nemo_gym.common.errors import ServerError
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.capture import TrajectoryCapture
-from nemo_gym.env.episode import ModelCalls, StopReason, initial_input, run_answer
+from nemo_gym.env.episode import ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
 from nemo_gym.env.gymnasium import message_text
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
@@ -69,9 +71,10 @@ class GymnasiumAgent(AgentServer):
 
     captures_trajectory = True
 
-    async def run(self, row: dict[str, Any], *, rollout_id: str | None = None) -> dict[str, Any]:
+    async def run(self, row: dict[str, Any], *, rollout_id: str | None = None) -> dict[str, Any] | JSONResponse:
         """The verify answer of one episode, with its `stop_reason` (and its `ng_trajectory` when `rollout_id` is
-        given)."""
+        given); when a call failed the episode, its typed failure answer (`failed_run_answer`: with the trajectory
+        when /verify failed, with the record when captured)."""
         session_id = uuid.uuid4().hex
         cookies = httpx.Cookies()
         env = self.config.resources_server.name
@@ -80,10 +83,16 @@ class GymnasiumAgent(AgentServer):
             capture = TrajectoryCapture.of_row(self.config.model_server.name, row, rollout_id)
         await self.client.post(env, "/seed_session", row, session_id=session_id, cookies=cookies)
         try:
-            response, stop_reason = await self.episode(row, session_id, cookies, capture)
-            verified = await self.client.post(
-                env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
-            )
+            try:
+                response, stop_reason = await self.episode(row, session_id, cookies, capture)
+            except ServerError as exc:  # with the record of the calls made so far when captured
+                return failed_run_answer(exc, capture)
+            try:
+                verified = await self.client.post(
+                    env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
+                )
+            except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
+                return failed_run_answer(exc, capture, row=row, response=response, stop_reason=stop_reason)
         finally:
             try:
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)

@@ -32,7 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from nemo_gym.common.errors import ServerError, ServerHTTPError, typed_failure
+from nemo_gym.common.errors import ServerError, ServerHTTPError
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.agent_sessions import (
     AgentSeedSessionRequest,
@@ -42,7 +42,7 @@ from nemo_gym.env.agent_sessions import (
     MCPToolAccess,
 )
 from nemo_gym.env.capture import TrajectoryCapture, clock
-from nemo_gym.env.episode import ModelCalls, StopReason, initial_input, run_answer
+from nemo_gym.env.episode import ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
 from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
@@ -96,15 +96,6 @@ class SimpleAgentConfig(ServerConfig):
 TOOL_ERROR_TYPES = {StopReason.parse_error: "invalid_arguments", StopReason.tool_error: "tool_error"}
 
 
-def verify_failure_answer(exc: ServerError, response: dict[str, Any]) -> JSONResponse:
-    """The answer of a rollout whose /verify failed: the typed failure answer every nemo_gym server gives for a
-    failure further down (`{"error": {type, server, message}}`: 424 after a 4xx, else 502; the verifier's own
-    class, server and message when its answer was typed, e.g. `reward_error`) plus `error.response`, the trajectory the
-    verifier failed on, so that the failure can be debugged from the failures file."""
-    failure = typed_failure(exc)
-    return JSONResponse(failure.answer(response=response), status_code=failure.relay_status)
-
-
 class SimpleAgent(AgentServer):
     Config = SimpleAgentConfig
     config: SimpleAgentConfig
@@ -112,7 +103,8 @@ class SimpleAgent(AgentServer):
 
     async def run(self, row: dict[str, Any], *, rollout_id: str | None = None) -> dict[str, Any] | JSONResponse:
         """The verify answer of one rollout (with its `ng_trajectory` when `rollout_id` is given), or, when /verify
-        failed, its typed failure answer with the trajectory."""
+        failed, its typed failure answer with the trajectory (`failed_run_answer`; with the record when captured, as
+        when a model or tool call failed the captured episode)."""
         if not self.config.execute_tools:
             return JSONResponse(
                 {"detail": "execute_tools: false is for NeMo Gym 0.7.0 agent sessions only; /run executes the tools"},
@@ -128,7 +120,10 @@ class SimpleAgent(AgentServer):
             capture = TrajectoryCapture.of_row(self.config.model_server.name, row, rollout_id)
         try:
             tools = ToolRoutes(self.client, resources, session_id, cookies)
-            response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools, capture)
+            try:
+                response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools, capture)
+            except ServerError as exc:  # with the record of the calls made so far when captured
+                return failed_run_answer(exc, capture)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
                 verified = await self.client.post(
                     resources,
@@ -137,8 +132,8 @@ class SimpleAgent(AgentServer):
                     session_id=session_id,
                     cookies=cookies,
                 )
-            except ServerError as exc:
-                return verify_failure_answer(exc, response)
+            except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
+                return failed_run_answer(exc, capture, row=row, response=response, stop_reason=stop_reason)
         finally:
             if verified is None:  # the rollout failed before its verify answer: the session is still open
                 try:

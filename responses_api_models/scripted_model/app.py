@@ -7,8 +7,8 @@ latency (seconds). Ids are a hash of the request, so equal requests give equal a
 
 Per-request script (an expert that follows the task row): when the request's `metadata` holds `script_key`
 (default `script`), its value is a JSON list of model turns, `{"tool_calls": [{"name", "arguments"}, ...]}` or
-`{"text": ...}`, and call k of the rollout (k = the model turns already in the input) plays turn k (past the end:
-`default_reply`). The agent forwards `responses_create_params` unchanged, so a row can carry its own expert
+`{"text": ...}` or `{"error_status": <HTTP status>}` (that call fails so), and call k of the rollout (k = the model
+turns already in the input) plays turn k (past the end: `default_reply`). The agent forwards `responses_create_params` unchanged, so a row can carry its own expert
 (e.g. `resources_servers/tool_calculator/tasks.py: expert_row`).
 """
 
@@ -130,6 +130,8 @@ class ScriptedModel(ModelServer):
             items = [{"role": "user", "content": items}]
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
         scripted = self.scripted_turn(body, items)
+        if scripted is not None and isinstance(scripted.get("error_status"), int):
+            raise HTTPException(scripted["error_status"], "scripted failure (the script's turn)")
         calls = self.tool_calls(body, items, scripted)
         if calls:
             output = [
