@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 
 from nemo_gym.cli import main
+from nemo_gym.collect.health import run_health_checks
 from nemo_gym.collect.profile import reward_stats
 from nemo_gym.common.jsonl import read_jsonl
+from nemo_gym.env.capture import TrajectoryCapture
 from nemo_gym.viewer import RolloutIndex, RowFilter, render_rollout, reward_histogram, task_reward_stats
+from nemo_gym.viewer.capture_view import HealthVerdicts
 from nemo_gym.viewer.index import output_chars
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,6 +154,42 @@ def test_render_escapes_html_and_hides_token_ids() -> None:
         and "&quot;&lt;b&gt;&quot;" not in page
     )
     assert "be brief" in page and "not shown: 3 generation_token_ids" in page and "[1, 2, 3]" not in page
+
+
+def test_a_captured_rollout_shows_its_calls_and_health_verdict_not_the_raw_record(tmp_path) -> None:
+    """A rollout of `+observability_enabled=true`: its model calls (a refused one, then the answer) and ng_perf as
+    tables and a line, not the record's JSON (whose request copies repeat the conversation), and the health verdict
+    ng_health_check wrote beside the file."""
+    capture = TrajectoryCapture.of_row("policy_model", {"task_id": "t"}, "0-0")
+    sent = {"input": [{"role": "user", "content": "REQUEST-COPY"}]}
+    capture.model_call(sent, None, 1.0, 0.2, status_code=503, error_category="http_error")
+    message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}
+    answer = {"id": "r1", "status": "completed", "output": [message], "usage": {"input_tokens": 7, "output_tokens": 3}}
+    capture.model_call(sent, answer, 2.0, 0.5)
+    row = {
+        "responses_create_params": {"input": "2+2?"},
+        "response": answer,
+        "reward": 1.0,
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+        "ng_trajectory": capture.record([*sent["input"], message], completed=True, resolved=True),
+        "ng_perf": {"num_turns": 1, "prompt_tokens": 7},
+    }
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(json.dumps(row) + "\n")
+    run_health_checks(rollouts)  # rollout_verdicts.jsonl beside it
+    verdict = HealthVerdicts.beside(rollouts).of(row)
+    page = render_rollout(row, verdict=verdict)
+    assert f"health: {verdict['verdict']}" in page
+    assert "503 (http_error)" in page and "<td>500.0</td>" in page and "root</code>: completed, 1 turns" in page
+    assert "ng_perf: num_turns 1, prompt_tokens 7" in page and "REQUEST-COPY" not in page
+    assert HealthVerdicts.beside(tmp_path / "elsewhere" / "rollouts.jsonl").of(row) is None
+    hollow = {"verdict": "unhealthy", "findings": [{"check": "agent_turn_hollow", "turn": 1}], "unobserved": ["x"]}
+    shown = render_rollout(row, verdict=hollow)
+    assert (
+        "health: unhealthy" in shown and "agent_turn_hollow: {&quot;turn&quot;:1}" in shown and "unobserved: x" in shown
+    )
+    assert "health:" not in render_rollout(row) and "Capture record" not in render_rollout({"reward": 0.0})
 
 
 def test_output_chars_counts_generated_text_only() -> None:

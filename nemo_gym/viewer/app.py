@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from nemo_gym.common.errors import ConfigError  # noqa: E402
+from nemo_gym.viewer.capture_view import HealthVerdicts  # noqa: E402
 from nemo_gym.viewer.compare import ComparedFiles  # noqa: E402
 from nemo_gym.viewer.compare_page import add_compare_tab  # noqa: E402
 from nemo_gym.viewer.index import RolloutIndex, RowFilter  # noqa: E402
@@ -75,6 +76,7 @@ class _Views:
 
     def __init__(self, index: RolloutIndex):
         self.index = index
+        self.verdicts = HealthVerdicts.beside(index.path)  # ng_health_check's, when it ran on this folder
 
     def apply(
         self, reward_min: str | None, reward_max: str | None, environments: list[str] | None, text: str | None
@@ -114,7 +116,7 @@ class _Views:
             f"Row {int(row_id)} (line {self.index.line_number(int(row_id))}): task"
             f" {row.get('_ng_task_index', int(row_id))}, repeat {row.get('_ng_rollout_index', 0)}"
         )
-        return render_rollout(row, title)
+        return render_rollout(row, title, self.verdicts.of(row))
 
     def select(self, event: gr.SelectData) -> tuple[int, str]:
         """A table click: the clicked row's id and rendering."""
@@ -139,6 +141,8 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
     views = _Views(index)
     with gr.Blocks(title="nemo_gym rollouts", analytics_enabled=False) as app:
         gr.Markdown(_header(index, index_s))
+        if views.verdicts.path is not None:
+            gr.Markdown(f"Health verdicts (shown with each rollout): `{views.verdicts.path}`")
         if compared is not None and compared.baseline.skipped_lines:
             gr.Markdown(_header(compared.baseline, index_s, "Baseline"))
         with gr.Row():

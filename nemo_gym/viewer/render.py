@@ -3,7 +3,8 @@
 Rows follow docs/architecture.md, Data formats: `responses_create_params.input` (a string or a list of messages) is
 the prompt, `response.output` (Responses API items: `message`, `reasoning`, `function_call`, `function_call_output`,
 ...) is the trajectory, and the other top-level keys are the task and verifier fields. Every string from the row is
-HTML-escaped. Token ids and log-probs are not shown (they are long and unreadable); their count is.
+HTML-escaped. Token ids and log-probs are not shown (they are long and unreadable); their count is. A rollout's
+capture record (`ng_trajectory`) and its health verdict are shown as `nemo_gym.viewer.capture_view` renders them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import html
 import json
 from typing import Any
 
+from nemo_gym.common.jsonl import NG_PERF_KEY, NG_TRAJECTORY_KEY
 from nemo_gym.eval.console import content_text, pretty_json
+from nemo_gym.viewer.capture_view import render_capture, render_verdict
 
 __all__ = ["render_rollout", "VERIFIER_EXCLUDED_KEYS"]
 
 # Top-level keys shown elsewhere (or not at all) rather than among the task and verifier fields.
-VERIFIER_EXCLUDED_KEYS = {"responses_create_params", "response", "reward"}
+VERIFIER_EXCLUDED_KEYS = {"responses_create_params", "response", "reward", NG_TRAJECTORY_KEY, NG_PERF_KEY}
 _TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 _ROLE_COLORS = {"system": "#f3e8ff", "developer": "#f3e8ff", "user": "#e0f2fe", "assistant": "#ecfdf5"}
 _KIND_COLORS = {"reasoning": "#fef9c3", "function_call": "#ffedd5", "function_call_output": "#f1f5f9"}
@@ -135,8 +138,9 @@ def _token_note(output: list[Any]) -> str:
     return f"<p><small>not shown: {shown}</small></p>" if shown else ""
 
 
-def render_rollout(row: dict[str, Any], title: str = "") -> str:
-    """`row` (one rollout) as an HTML fragment: header, prompt, trajectory, reward, verifier fields."""
+def render_rollout(row: dict[str, Any], title: str = "", verdict: dict[str, Any] | None = None) -> str:
+    """`row` (one rollout) as an HTML fragment: header (with its health `verdict`, a `rollout_verdicts.jsonl` line,
+    when given), prompt, trajectory, reward, verifier fields, and its capture record when it has one."""
     response = row.get("response") if isinstance(row.get("response"), dict) else {}
     output = response.get("output") if isinstance(response.get("output"), list) else []
     reward = row.get("reward")
@@ -144,6 +148,7 @@ def render_rollout(row: dict[str, Any], title: str = "") -> str:
     if title:
         parts.append(f"<h3>{html.escape(title)}</h3>")
     parts.append(f'<div class="ng-reward">reward: {_escape(reward)}</div>')
+    parts.append(render_verdict(verdict))
     parts.append("<h4>Prompt</h4>")
     parts += _prompt(row.get("responses_create_params"))
     parts.append(f"<h4>Trajectory ({len(output)} items; model {html.escape(str(response.get('model', '?')))})</h4>")
@@ -154,5 +159,6 @@ def render_rollout(row: dict[str, Any], title: str = "") -> str:
     parts.append("<h4>Task and verifier fields</h4>" + _fields_table(fields))
     if response.get("usage"):
         parts.append("<details><summary>usage</summary>" + _pre(pretty_json(response["usage"])) + "</details>")
+    parts.append(render_capture(row))
     parts.append("</div>")
     return "\n".join(parts)
