@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from live_servers import serve_registered
 
+from nemo_gym.collect.aggregate_metrics import metrics_entry
 from nemo_gym.collect.command import CollectConfig, collect_main, collect_rollouts
 from nemo_gym.collect.health import run_health_checks
 from nemo_gym.collect.perf import ng_perf
@@ -247,6 +248,19 @@ def test_a_bad_rollout_id_fails_that_rollout_naming_it(head, tmp_path):
     assert collect(head, tmp_path, [row(ADD_TWO, _ng_rollout_id="../x")], observability_enabled=True) == []
     (failure,) = read_jsonl(tmp_path / "rollouts_failures.jsonl")
     assert failure["failure_class"] == "bad_rollout_id" and "'../x'" in failure["message"]
+
+
+def test_aggregate_metrics_get_the_rows_without_their_capture_record():
+    """As 0.7.0's collector sends them: no request, no ng_trajectory; the response's usage and incomplete_details."""
+    response = {"output": [{"type": "message"}], "usage": {"output_tokens": 3}, "incomplete_details": {"reason": "x"}}
+    row = {"responses_create_params": {"input": "q"}, "response": response, "reward": 1.0}
+    row |= {"ng_trajectory": {"invocations": []}, "ng_perf": {"num_turns": 1}}
+    assert metrics_entry(row) == {
+        "reward": 1.0,
+        "ng_perf": {"num_turns": 1},
+        "response": {"usage": {"output_tokens": 3}, "incomplete_details": {"reason": "x"}},
+    }
+    assert metrics_entry({"reward": 0.0, "response": {"output": []}}) == {"reward": 0.0}
 
 
 def test_ng_perf_counts_only_calls_a_reference_resolves_to_once():

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.common.errors import ServerError, ServerHTTPError
-from nemo_gym.common.jsonl import AGENT_REF_KEY, iter_jsonl, write_json
+from nemo_gym.common.jsonl import AGENT_REF_KEY, NG_TRAJECTORY_KEY, iter_jsonl, write_json
 from nemo_gym.serving.client import ServerClient
 
-__all__ = ["is_reward", "write_aggregate_metrics"]
+__all__ = ["is_reward", "metrics_entry", "write_aggregate_metrics"]
 
 
 def is_reward(value: Any) -> bool:
@@ -39,12 +39,15 @@ def _local_metrics(verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
     return metrics
 
 
-def _stripped(row: dict[str, Any]) -> dict[str, Any]:
-    """A rollout row without its heavy fields (`response` keeps only `usage`), as NeMo Gym sends them."""
-    entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params")}
-    usage = (row.get("response") or {}).get("usage") if isinstance(row.get("response"), dict) else None
-    if usage:
-        entry["response"] = {"usage": usage}
+def metrics_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """A rollout row as `/aggregate_metrics` gets it, without its heavy fields, as NeMo Gym 0.7.0's collector sends
+    them: no `responses_create_params` and no `ng_trajectory` capture record; `response` keeps only its `usage` and
+    `incomplete_details`."""
+    entry = {k: v for k, v in row.items() if k not in ("response", "responses_create_params", NG_TRAJECTORY_KEY)}
+    response = row.get("response") if isinstance(row.get("response"), dict) else {}
+    kept = {key: response[key] for key in ("usage", "incomplete_details") if response.get(key) is not None}
+    if kept:
+        entry["response"] = kept
     return entry
 
 
@@ -79,7 +82,7 @@ async def write_aggregate_metrics(
     by_agent: dict[str, list[dict[str, Any]]] = {}
     if output.is_file():
         for _, row in iter_jsonl(output):
-            by_agent.setdefault(row[AGENT_REF_KEY]["name"], []).append(_stripped(row))
+            by_agent.setdefault(row[AGENT_REF_KEY]["name"], []).append(metrics_entry(row))
     agents = [await _agent_metrics(client, name, rows) for name, rows in sorted(by_agent.items())]
     metrics = {"agents": agents, "collection": collection}
     write_json(metrics_path, metrics)

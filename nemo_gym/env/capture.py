@@ -6,8 +6,9 @@ strict ATIF export read (0.7.0's `rollout_observability.TrajectoryRecord`, `sche
 
 - `invocations`: one, `root`: its `status` (`completed`; `incomplete` when the episode ended on a limit: steps,
   output tokens, context; `failed`, with the failure class as `error_type`, when a call it made failed the rollout:
-  that record goes into the failures file, `TrajectoryCapture.failed_record`), the references of its model calls and its `conversation` (the input items, then every
-  output item and tool output; a message without `type` typed `message`, as 0.7.0's models write it);
+  that record goes into the failures file, `TrajectoryCapture.failed_record`), the references of its model calls
+  and its `conversation` (the input items, then every output item and tool output; a message without `type` typed
+  `message`, as 0.7.0's models write it);
 - `turns`: one per answered model call: `question` (the input items sent), `answer` (the output items but
   reasoning), `reasoning_content` (the reasoning items, or null), `step_count` (the tool calls made so far in the
   invocation, the turn's included), `resolved` on the last turn (the verify answer's `resolved`, when it has one);
