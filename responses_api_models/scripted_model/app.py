@@ -8,8 +8,9 @@ latency (seconds). Ids are a hash of the request, so equal requests give equal a
 Per-request script (an expert that follows the task row): when the request's `metadata` holds `script_key`
 (default `script`), its value is a JSON list of model turns, `{"tool_calls": [{"name", "arguments"}, ...]}` or
 `{"text": ...}` or `{"error_status": <HTTP status>}` (that call fails so), and call k of the rollout (k = the model
-turns already in the input) plays turn k (past the end: `default_reply`). The agent forwards `responses_create_params` unchanged, so a row can carry its own expert
-(e.g. `resources_servers/tool_calculator/tasks.py: expert_row`).
+turns already in the input) plays turn k (past the end: `default_reply`). The agent forwards
+`responses_create_params` unchanged, so a row can carry its own expert (e.g.
+`resources_servers/tool_calculator/tasks.py: expert_row`).
 """
 
 from __future__ import annotations
