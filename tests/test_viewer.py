@@ -190,6 +190,13 @@ def test_a_captured_rollout_shows_its_calls_and_health_verdict_not_the_raw_recor
         "health: unhealthy" in shown and "agent_turn_hollow: {&quot;turn&quot;:1}" in shown and "unobserved: x" in shown
     )
     assert "health:" not in render_rollout(row) and "Capture record" not in render_rollout({"reward": 0.0})
+    assert HealthVerdicts({(0, 0): hollow}).label(0, 0) == "unhealthy: agent_turn_hollow"
+    # the table has a health column beside the reward to sort by
+    from nemo_gym.viewer.app import _Views
+
+    table = _Views(RolloutIndex.build(rollouts)).apply("", "", [], "")[0]
+    assert table["health"].tolist() == [verdict["verdict"]]
+    assert list(table.columns).index("health") == list(table.columns).index("reward") + 1
 
 
 def test_output_chars_counts_generated_text_only() -> None:
@@ -242,6 +249,7 @@ def test_viewer_page_callbacks(all_peer_rollouts: Path) -> None:
     build_app(index)  # the page builds
     table, summary, histogram, per_task = _Views(index).apply("1.5", "", [], "")
     assert len(table) == 5 and summary.startswith("**5** of 25") and histogram["count"].tolist() == [5]
+    assert "health" not in table.columns  # no ng_health_check verdicts beside that file
     assert per_task["avg_reward"].tolist() == [2.0] * 5
     assert "get_weather" in _Views(index).open_row(int(table["row"].iloc[0]))
     assert "Cannot open row 99" in _Views(index).open_row(99)

@@ -139,3 +139,10 @@ class HealthVerdicts:
     def of(self, row: dict[str, Any]) -> dict[str, Any] | None:
         """The verdict of rollout `row`, or None."""
         return self.verdicts.get((row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)))
+
+    def label(self, task_index: int, rollout_index: int) -> str:
+        """The verdict of rollout (task index, rollout index) for the table: `healthy`, `unhealthy: <checks>`,
+        `unobserved`, or "" without one."""
+        verdict = self.verdicts.get((task_index, rollout_index)) or {}
+        checks = [str(f.get("check")) for f in verdict.get("findings") or [] if isinstance(f, dict)]
+        return f"{verdict.get('verdict', '')}{': ' + ', '.join(dict.fromkeys(checks)) if checks else ''}"
