@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from nemo_gym.collect.health import VERDICTS_FILE
-from nemo_gym.common.jsonl import NG_PERF_KEY, NG_TRAJECTORY_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.common.errors import DataError
+from nemo_gym.common.jsonl import NG_PERF_KEY, NG_TRAJECTORY_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, read_jsonl
 
 __all__ = ["HealthVerdicts", "render_capture", "render_verdict"]
 
@@ -114,7 +115,8 @@ def render_verdict(verdict: dict[str, Any] | None) -> str:
 
 class HealthVerdicts:
     """The health verdicts of a rollouts file by (task index, rollout index), from the `rollout_verdicts.jsonl`
-    that `ng_health_check` (or the collection) wrote beside it; empty when there is none or it is unreadable."""
+    that `ng_health_check` (or the collection) wrote beside it (it writes the file whole); empty when there is none or
+    a line of it is no JSON object."""
 
     def __init__(self, verdicts: dict[tuple[int, int], dict[str, Any]], path: Path | None = None):
         self.verdicts, self.path = verdicts, path
@@ -122,18 +124,11 @@ class HealthVerdicts:
     @classmethod
     def beside(cls, rollouts: str | Path) -> HealthVerdicts:
         path = Path(rollouts).expanduser().parent / VERDICTS_FILE
-        verdicts: dict[tuple[int, int], dict[str, Any]] = {}
         try:
-            lines = path.read_bytes().splitlines() if path.is_file() else []
-        except OSError:
+            rows = read_jsonl(path) if path.is_file() else []
+        except (DataError, OSError):
             return cls({})
-        for line in lines:
-            try:
-                verdict = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(verdict, dict):
-                verdicts[(verdict.get(TASK_INDEX_KEY), verdict.get(ROLLOUT_INDEX_KEY))] = verdict
+        verdicts = {(row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)): row for row in rows}
         return cls(verdicts, path if verdicts else None)
 
     def of(self, row: dict[str, Any]) -> dict[str, Any] | None:
