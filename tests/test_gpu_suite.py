@@ -2,7 +2,8 @@
 summary (with the main job's and the benchmark's targets), the engine python the stages get, `run.sh` on a machine
 without CUDA (setup, main_job and bench skip themselves saying why, the gpu tests skip), the benchmark's `--smoke` run
 (training and the syncs by path into a stand-in receiver on a tiny model) feeding the summary; and the lent GPU's
-flow: the carried parts packed into device calls (device_calls.py), `device.sh stash`, the venv on top of a python
+flow: carry.sh refusing a checkout without .venv, the carried parts packed into device calls (device_calls.py),
+`device.sh stash`, the venv on top of a python
 that setup.sh makes there (overlay.py: a stand-in vLLM folder first, a carried wheel installed only when missing, the
 ng_* commands)."""
 
@@ -253,6 +254,19 @@ def test_device_sh_stashes_the_parts_and_refuses_anything_else(tmp_path):
     assert done.returncode == 2 and "not a carried part: results" in done.stderr
     done = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "usage: bash benchmarks/gpu/device.sh stash <parts...> | run" in done.stderr
+
+
+def test_carry_sh_in_a_checkout_without_venv_says_what_to_run_before_downloading(tmp_path):
+    """The wheels' versions are .venv's: in a fresh clone carry.sh stops at once, naming setup.sh (not minutes of
+    vLLM downloads later, on `.venv/bin/python: No such file`)."""
+    (tmp_path / "benchmarks/gpu").mkdir(parents=True)
+    for name in ("carry.sh", "wheelhouse.sh"):
+        (tmp_path / "benchmarks/gpu" / name).write_text((REPO / "benchmarks/gpu" / name).read_text())
+        done = subprocess.run(
+            ["bash", str(tmp_path / "benchmarks/gpu" / name)], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1 and "run 'bash scripts/setup.sh' first" in done.stderr, done.stderr
+        assert "==" not in done.stdout  # nothing started
 
 
 def make_wheel(folder: Path, name: str, version: str, module: str) -> Path:

@@ -409,3 +409,41 @@ def test_baseline_with_broken_lines_is_said_in_the_page(tmp_path: Path) -> None:
     assert "Skipped 1 line(s) that are not JSON objects (line 6)" in _header(
         baseline, 0.0, "Baseline"
     ) and "### Baseline:" in _header(baseline, 0.0, "Baseline")
+
+
+def test_verdicts_are_shown_only_for_the_file_they_are_of(tmp_path, capsys):
+    """Two collections in one folder: the second's health check replaces the first's verdicts (0.7.0's file names),
+    says so, and the viewer shows them for the second file only; a changed file, files checked together and verdicts
+    that 0.7.0's check wrote (no sources record) are each said on the page."""
+    from nemo_gym.collect.health import SOURCES_FILE, VERDICTS_FILE, verdict_sources
+
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    row = {"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": 0, "response": {"output": []}}
+    first.write_text(json.dumps(row) + "\n")
+    second.write_text(json.dumps(row | {"reward": 0.5}) + "\n")
+    assert run_health_checks(first).replaced == []
+    assert HealthVerdicts.beside(first).of(row) and not HealthVerdicts.beside(first).note
+    report = run_health_checks(second)
+    assert report.replaced == ["first.jsonl"] and "Replaced the verdicts of first.jsonl" in report.text()
+    assert run_health_checks(second).replaced == []  # its own verdicts again: nothing said
+    shown, hidden = HealthVerdicts.beside(second), HealthVerdicts.beside(first)
+    assert shown.of(row) and shown.path == tmp_path / VERDICTS_FILE
+    assert hidden.of(row) is None and hidden.path is None and "holds the verdicts of second.jsonl" in hidden.note
+    assert f"+rollouts_jsonl_fpath={first}" in hidden.note
+    from nemo_gym.viewer.app import _Views
+
+    assert "health" not in _Views(RolloutIndex.build(first)).apply("", "", [], "")[0].columns
+    # the file as checked, then changed
+    second.write_text(json.dumps(row | {"reward": 0.0}) + "\n")
+    assert "this file changed since" in HealthVerdicts.beside(second).note and not HealthVerdicts.beside(second).of(row)
+    # checked together: their indexes collide, so neither file's page takes them
+    run_health_checks([first, second])
+    assert [s["name"] for s in verdict_sources(tmp_path)] == ["first.jsonl", "second.jsonl"]
+    assert "first.jsonl, second.jsonl checked together" in HealthVerdicts.beside(first).note
+    # a check that records no sources (0.7.0's) replaced the verdicts since: shown, with what is not known
+    (tmp_path / VERDICTS_FILE).write_text(json.dumps({"_ng_task_index": 0, "_ng_rollout_index": 0, "verdict": "x"}))
+    assert verdict_sources(tmp_path) is None
+    unknown = HealthVerdicts.beside(first)
+    assert unknown.of(row)["verdict"] == "x" and "nothing records which rollouts file" in unknown.note
+    (tmp_path / SOURCES_FILE).write_text("{not json")
+    assert verdict_sources(tmp_path) is None and HealthVerdicts.beside(first).of(row)["verdict"] == "x"

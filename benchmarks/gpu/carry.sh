@@ -15,6 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${NG_SHARED:-../shared}
+if [ ! -x .venv/bin/python ]; then  # the wheels' versions are those of this checkout's .venv
+  echo "$0: no .venv in $(pwd): run 'bash scripts/setup.sh' first (README's second command makes it)" >&2
+  exit 1
+fi
 PART_MIB=50
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"

@@ -11,6 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then  # the wheels' versions are those of this checkout's .venv
+  echo "$0: no .venv in $(pwd): run 'bash scripts/setup.sh' first (README's second command makes it)" >&2
+  exit 1
+fi
 TARGET_PYTHON=${NG_WHEEL_PYTHON_VERSION:-3.12}
 VLLM_LIST=${NG_VLLM_WHEEL_LIST:-../shared/gpu/vllm-${VLLM_VERSION:-0.24.0}-extra-wheels.txt}
 ROOTS=(nemo-gym deepspeed trl datasets accelerate reasoning-gym matplotlib gguf pytest-timeout)

@@ -11,13 +11,18 @@ lacked its evidence, e.g. a rollout collected without capture); the checks and t
 Two reports, as 0.7.0 writes them, into `+output_dirpath` (default: the rollouts' folder): `quality_summary.json`
 (per check: rollouts evaluated, unobserved, ignored; verdict counts; findings by check; model call errors, replayed
 calls, token totals; per task: repeats by verdict and its task findings) and `rollout_verdicts.jsonl` (per rollout,
-in task and rollout order: its verdict, findings and unobserved checks). It prints
+in task and rollout order: its verdict, findings and unobserved checks), and beside them
+`rollout_verdicts.sources.json`, which 0.7.0 does not write: the rollouts files the verdicts are of (name, path, bytes,
+sha256) and the verdicts file's sha256, so that a reader (`ng_viewer`) shows a rollout's verdict only when the
+verdicts are of its file as it is now (`verdict_sources`); a check that replaces another file's verdicts says so. It
+prints
 `Rollout health: N checked, H healthy, U unhealthy, O unobserved` (`+json=true`: the summary as JSON). A bad line
 is a finding (`record_unreadable`, naming the file and line), never a crash; the exit status is 0 as in 0.7.0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -34,10 +39,18 @@ from nemo_gym.collect.health_checks import CHECKS, ROLLOUT_CHECKS, Digest, Line,
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.jsonl import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, replace_atomically
 
-__all__ = ["HealthCheckOptions", "HealthReport", "health_check_main", "run_health_checks"]
+__all__ = [
+    "HealthCheckOptions",
+    "HealthReport",
+    "file_source",
+    "health_check_main",
+    "run_health_checks",
+    "verdict_sources",
+]
 
 SUMMARY_FILE = "quality_summary.json"
 VERDICTS_FILE = "rollout_verdicts.jsonl"
+SOURCES_FILE = "rollout_verdicts.sources.json"
 TASK_CHECKS = [check.id for check in CHECKS if check.scope == "task"]
 
 
@@ -63,6 +76,7 @@ class HealthReport:
     rollouts: list[Digest]
     summary_path: Path
     verdicts_path: Path
+    replaced: list[str] = field(default_factory=list)  # the other rollouts files whose verdicts these replaced
 
     def text(self) -> str:
         verdicts, ignored = self.summary["run"]["verdicts"], self.summary["run"]["ignored_checks"]
@@ -73,6 +87,11 @@ class HealthReport:
             hint = (
                 "\nNo rollout's ng_trajectory capture record holds a model call (rollouts carry one when collected "
                 "with +observability_enabled=true; simple_agent and gymnasium_agent write it)"
+            )
+        if self.replaced:
+            hint += (
+                f"\nReplaced the verdicts of {', '.join(self.replaced)} in {self.verdicts_path.parent} (a folder holds "
+                "one check's verdicts: to keep both, give each rollouts file a folder of its own)"
             )
         return (
             f"Rollout health: {sum(verdicts.values())} checked, {verdicts['healthy']} healthy, "
@@ -298,9 +317,46 @@ def run_health_checks(
     summary = summarize(digests, ignored)
     folder = output_dir or files[0].parent
     folder.mkdir(parents=True, exist_ok=True)
+    sources = [file_source(path) for path in files]
+    before = verdict_sources(folder)
+    mine = {source["sha256"] for source in sources} | {source["path"] for source in sources}
+    replaced = [source["name"] for source in before or [] if not {source["sha256"], source["path"]} & mine]
     replace_atomically(folder / SUMMARY_FILE, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    replace_atomically(folder / VERDICTS_FILE, _verdict_rows(digests))
-    return HealthReport(summary, digests, folder / SUMMARY_FILE, folder / VERDICTS_FILE)
+    verdicts = _verdict_rows(digests)
+    replace_atomically(folder / VERDICTS_FILE, verdicts)
+    record = {"rollouts": sources, "verdicts_sha256": hashlib.sha256(verdicts).hexdigest()}
+    replace_atomically(folder / SOURCES_FILE, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    return HealthReport(summary, digests, folder / SUMMARY_FILE, folder / VERDICTS_FILE, replaced)
+
+
+def file_source(path: Path) -> dict[str, Any]:
+    """A rollouts file as a source of verdicts: its name, resolved path, size (bytes) and sha256 (of its content).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with path.open("rb") as f:
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"name": path.name, "path": str(path.resolve()), "bytes": path.stat().st_size, "sha256": sha256}
+
+
+def verdict_sources(folder: Path) -> list[dict[str, Any]] | None:
+    """The rollouts files (`file_source`) that the `rollout_verdicts.jsonl` in `folder` is of, as the check that
+    wrote it recorded them; None when nothing says so: no `rollout_verdicts.sources.json` (0.7.0's check, or none
+    ran), one that does not parse, or one written for another verdicts file (its sha256 differs: a check that writes
+    no sources, such as 0.7.0's, replaced the verdicts since)."""
+    try:
+        record = orjson.loads((folder / SOURCES_FILE).read_bytes())
+        verdicts = (folder / VERDICTS_FILE).read_bytes()
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("verdicts_sha256") != hashlib.sha256(verdicts).hexdigest():
+        return None
+    sources = record.get("rollouts")
+    keys = ("name", "path", "sha256")
+    if not isinstance(sources, list) or not all(isinstance(s, dict) and all(k in s for k in keys) for s in sources):
+        return None
+    return sources
 
 
 def health_check_main(options: HealthCheckOptions) -> int:

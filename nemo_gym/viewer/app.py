@@ -145,7 +145,10 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
     with gr.Blocks(title="nemo_gym rollouts", analytics_enabled=False) as app:
         gr.Markdown(_header(index, index_s))
         if views.verdicts.path is not None:
-            gr.Markdown(f"Health verdicts (shown with each rollout): `{views.verdicts.path}`")
+            note = f" ({views.verdicts.note})" if views.verdicts.note else ""
+            gr.Markdown(f"Health verdicts (shown with each rollout): `{views.verdicts.path}`{note}")
+        elif views.verdicts.note:
+            gr.Markdown(f"Health verdicts: {views.verdicts.note}")
         if compared is not None and compared.baseline.skipped_lines:
             gr.Markdown(_header(compared.baseline, index_s, "Baseline"))
         with gr.Row():

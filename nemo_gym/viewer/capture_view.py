@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.collect.health import VERDICTS_FILE
+from nemo_gym.collect.health import VERDICTS_FILE, file_source, verdict_sources
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import NG_PERF_KEY, NG_TRAJECTORY_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, read_jsonl
 
@@ -116,20 +116,42 @@ def render_verdict(verdict: dict[str, Any] | None) -> str:
 class HealthVerdicts:
     """The health verdicts of a rollouts file by (task index, rollout index), from the `rollout_verdicts.jsonl`
     that `ng_health_check` (or the collection) wrote beside it (it writes the file whole); empty when there is none or
-    a line of it is no JSON object."""
+    a line of it is no JSON object, and empty, with a `note` saying why, when its sources record
+    (`nemo_gym.collect.health.verdict_sources`) says they are of another file, of this file before it changed, or of
+    several files checked together (whose task and rollout indexes can collide). Without a sources record (NeMo Gym
+    0.7.0's check wrote them) they are shown, and the `note` says that nothing tells which file they are of."""
 
-    def __init__(self, verdicts: dict[tuple[int, int], dict[str, Any]], path: Path | None = None):
-        self.verdicts, self.path = verdicts, path
+    def __init__(self, verdicts: dict[tuple[int, int], dict[str, Any]], path: Path | None = None, note: str = ""):
+        self.verdicts, self.path, self.note = verdicts, path, note
 
     @classmethod
     def beside(cls, rollouts: str | Path) -> HealthVerdicts:
-        path = Path(rollouts).expanduser().parent / VERDICTS_FILE
+        rollouts = Path(rollouts).expanduser()
+        path = rollouts.parent / VERDICTS_FILE
         try:
             rows = read_jsonl(path) if path.is_file() else []
         except (DataError, OSError):
             return cls({})
         verdicts = {(row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)): row for row in rows}
-        return cls(verdicts, path if verdicts else None)
+        if not verdicts:
+            return cls({})
+        sources = verdict_sources(path.parent)
+        if sources is None:
+            return cls(verdicts, path, "nothing records which rollouts file they are of (NeMo Gym 0.7.0's check)")
+        rerun = f"run `ng_health_check +rollouts_jsonl_fpath={rollouts}` for this file's"
+        if len(sources) > 1:
+            names = ", ".join(str(source["name"]) for source in sources)
+            return cls({}, None, f"`{path}` holds the verdicts of {names} checked together, not shown: {rerun}")
+        try:
+            mine = file_source(rollouts)
+        except OSError:
+            return cls({})
+        (source,) = sources
+        if source["sha256"] == mine["sha256"]:
+            return cls(verdicts, path)
+        if source["path"] == mine["path"]:
+            return cls({}, None, f"this file changed since `{path}` was written, not shown: {rerun}")
+        return cls({}, None, f"`{path}` holds the verdicts of {source['name']}, not of this file: {rerun}")
 
     def of(self, row: dict[str, Any]) -> dict[str, Any] | None:
         """The verdict of rollout `row`, or None."""
