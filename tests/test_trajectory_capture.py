@@ -263,32 +263,55 @@ def test_aggregate_metrics_get_the_rows_without_their_capture_record():
     assert metrics_entry({"reward": 0.0, "response": {"output": []}}) == {"reward": 0.0}
 
 
-def test_ng_perf_counts_only_calls_a_reference_resolves_to_once():
-    """0.7.0's ownership rules: by model_call_id, else by (model_ref, response_id); an ambiguous reference owns
-    nothing, a call is owned once, an invocation without turns counts its owned calls (else 1)."""
-    model = {"type": "responses_api_models", "name": "policy_model"}
+MODEL_REF = {"type": "responses_api_models", "name": "policy_model"}
+
+
+def perf_record() -> dict[str, Any]:
+    """A capture record with an unambiguous reference by id, one by response, an ambiguous one, one to a call owned
+    already, and an invocation without turns."""
 
     def call(call_id: str | None, response_id: str, tokens: int) -> dict[str, Any]:
-        metadata = {"model_ref": model, "response_id": response_id}
+        metadata = {"model_ref": MODEL_REF, "response_id": response_id}
         stats = {"prompt_tokens": tokens, "completion_tokens": 1}
         return {"model_call_id": call_id, "response_metadata": metadata, "token_stats": stats}
 
-    record = {
+    return {
+        "task_id": "t",
+        "rollout_id": "0-0",
         "invocations": [
             {
                 "invocation_id": "root",
-                "model_calls": [{"model_call_id": "a"}, {"model_ref": model, "response_id": "r2"}],
+                "model_calls": [{"model_call_id": "a"}, {"model_ref": MODEL_REF, "response_id": "r2"}],
             },
             # "r3" names two calls (ambiguous), "a" is owned already: this invocation owns nothing
             {
                 "invocation_id": "sub",
-                "model_calls": [{"model_ref": model, "response_id": "r3"}, {"model_call_id": "a"}],
+                "model_calls": [{"model_ref": MODEL_REF, "response_id": "r3"}, {"model_call_id": "a"}],
             },
         ],
         "model_calls": [call("a", "r1", 10), call(None, "r2", 20), call(None, "r3", 40), call(None, "r3", 80)],
-        "tool_calls": [{"invocation_id": "root"}, {"invocation_id": "other"}],
+        "tool_calls": [
+            {"invocation_id": "root", "tool_call_id": "c1"},
+            {"invocation_id": "other", "tool_call_id": "c2"},
+        ],
     }
-    assert ng_perf(record, 5.0) == {
+
+
+def not_records() -> list[Any]:
+    """What 0.7.0's collector gives no ng_perf: no invocation, not a record, a field the schema does not declare, two
+    invocations with one id, a reference without a join key."""
+    extra, twice, keyless = perf_record(), perf_record(), perf_record()
+    extra["model_calls"][0]["surplus"] = 1
+    twice["invocations"][1]["invocation_id"] = "root"
+    keyless["invocations"][0]["model_calls"].append({"response_id": "r9"})
+    return [{**perf_record(), "invocations": []}, "not a record", extra, twice, keyless]
+
+
+def test_ng_perf_counts_only_calls_a_reference_resolves_to_once():
+    """0.7.0's ownership rules: by model_call_id, else by (model_ref, response_id); an ambiguous reference owns
+    nothing, a call is owned once, an invocation without turns counts its owned calls (else 1); a record that does
+    not validate gets none."""
+    assert ng_perf(perf_record(), 5.0) == {
         "num_turns": 3,  # root owns 2 calls, sub owns none: 1
         "num_tool_calls": 1,
         "token_observability_coverage": 2 / 3,
@@ -296,7 +319,27 @@ def test_ng_perf_counts_only_calls_a_reference_resolves_to_once():
         "completion_tokens": 2,
         "total_latency_ms": 5.0,
     }
-    assert ng_perf({"invocations": []}) is None and ng_perf("not a record") is None
+    assert [ng_perf(record) for record in not_records()] == [None] * 5
+
+
+PEER_PERF = """
+import json, sys
+from nemo_gym.rollout_collection import _build_ng_perf
+records = json.loads(sys.argv[1])
+print(json.dumps([_build_ng_perf({"ng_trajectory": r}, rollout_latency_ms=5.0) for r in records]))
+"""
+
+
+@pytest.mark.peer
+@pytest.mark.timeout(120)
+def test_ng_perf_is_0_7_0s_on_records_it_takes_and_on_those_it_refuses(tmp_path):
+    from nemo_gym_peer07 import peer07_venv
+
+    records = [perf_record(), *not_records()]
+    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_PERF, json.dumps(records)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd=tmp_path)  # not our nemo_gym
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [ng_perf(record, 5.0) for record in records]
 
 
 def test_token_stats_read_both_apis_and_leave_unknown_counts_unknown():

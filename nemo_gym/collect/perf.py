@@ -11,15 +11,21 @@
   (a sum is absent when no call gives that count);
 - `total_latency_ms`: the rollout's wall time as the collector saw it (its `/run` call), milliseconds.
 
-An invocation owns a model call its reference resolves to: by `model_call_id` (and the reference's `model_ref` and
-`response_id` when it gives them), else by (`model_ref`, `response_id`); a reference that resolves to no call or to
-several owns none, and a call is owned once.
+A record that does not validate (`nemo_gym.env.capture_record.TrajectoryRecord`) gets none, as in 0.7.0. An invocation
+owns a model call its reference resolves to (`nemo_gym.collect.health_evidence.resolve`: by `model_call_id`, and the
+reference's `model_ref` and `response_id` when it gives them, else by (`model_ref`, `response_id`)); a reference that
+resolves to no call or to several owns none, and a call is owned once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+
+from pydantic import ValidationError
+
+from nemo_gym.collect.health_evidence import flat_calls, resolve
+from nemo_gym.env.capture_record import TrajectoryRecord
 
 __all__ = ["ng_perf"]
 
@@ -31,56 +37,40 @@ _TOKEN_SUMS = (
 )
 
 
-def _model_key(ref: Any) -> tuple[Any, Any] | None:
-    return (ref.get("type"), ref.get("name")) if isinstance(ref, dict) else None
-
-
 def _owned_calls(trajectory: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """The model calls the invocations' references resolve to (each once), and how many each invocation owns."""
-    calls = [call for call in trajectory.get("model_calls") or [] if isinstance(call, dict)]
-
-    def matches(ref: dict[str, Any]) -> list[int]:
-        found = []
-        for index, call in enumerate(calls):
-            metadata = call.get("response_metadata") or {}
-            if ref.get("model_call_id"):
-                same = call.get("model_call_id") == ref["model_call_id"]
-                same = same and (ref.get("model_ref") is None or ref["model_ref"] == metadata.get("model_ref"))
-                same = same and (ref.get("response_id") is None or ref["response_id"] == metadata.get("response_id"))
-            else:
-                same = (
-                    bool(ref.get("response_id"))
-                    and _model_key(ref.get("model_ref")) is not None
-                    and _model_key(ref.get("model_ref")) == _model_key(metadata.get("model_ref"))
-                    and ref["response_id"] == metadata.get("response_id")
-                )
-            if same:
-                found.append(index)
-        return found
-
+    """The model calls (the record's own entries) the invocations' references resolve to, each once, and how many
+    each invocation owns."""
+    calls = flat_calls(trajectory)
     owned: list[dict[str, Any]] = []
     seen: set[int] = set()
     per_invocation: Counter[str] = Counter()
-    for invocation in trajectory.get("invocations") or []:
-        for ref in invocation.get("model_calls") or []:
-            found = matches(ref) if isinstance(ref, dict) else []
-            if len(found) != 1 or found[0] in seen:
+    for invocation in trajectory["invocations"]:
+        for ref in invocation["model_calls"]:
+            found = resolve(ref, calls)
+            if len(found) != 1 or found[0]["call_index"] in seen:
                 continue
-            seen.add(found[0])
-            owned.append(calls[found[0]])
-            per_invocation[invocation.get("invocation_id")] += 1
+            seen.add(found[0]["call_index"])
+            owned.append(trajectory["model_calls"][found[0]["call_index"]])
+            per_invocation[invocation["invocation_id"]] += 1
     return owned, per_invocation
 
 
 def ng_perf(trajectory: Any, rollout_latency_ms: float | None = None) -> dict[str, Any] | None:
-    """The `ng_perf` of a capture record (module docstring); None when it is not one or has no invocation."""
-    if not isinstance(trajectory, dict) or not trajectory.get("invocations"):
+    """The `ng_perf` of capture record `trajectory` (module docstring); None when it is not one (it does not
+    validate) or has no invocation. `rollout_latency_ms`: the rollout's wall time, milliseconds."""
+    if not isinstance(trajectory, dict):
         return None
-    invocations = [i for i in trajectory["invocations"] if isinstance(i, dict)]
+    try:
+        trajectory = TrajectoryRecord.model_validate(trajectory).model_dump(mode="json")
+    except ValidationError:
+        return None
+    invocations = trajectory["invocations"]
+    if not invocations:
+        return None
     owned, owned_per_invocation = _owned_calls(trajectory)
-    ids = [invocation.get("invocation_id") for invocation in invocations]
-    turns = Counter(turn.get("invocation_id") for turn in trajectory.get("turns") or [] if isinstance(turn, dict))
-    tools = Counter(tool.get("invocation_id") for tool in trajectory.get("tool_calls") or [] if isinstance(tool, dict))
+    ids = [invocation["invocation_id"] for invocation in invocations]
+    turns = Counter(turn["invocation_id"] for turn in trajectory["turns"])
+    tools = Counter(tool["invocation_id"] for tool in trajectory["tool_calls"])
     num_turns = sum(turns.get(i, 0) or owned_per_invocation.get(i, 0) or 1 for i in ids)
     perf: dict[str, Any] = {
         "num_turns": num_turns,
@@ -88,8 +78,7 @@ def ng_perf(trajectory: Any, rollout_latency_ms: float | None = None) -> dict[st
         "token_observability_coverage": min(1.0, len(owned) / num_turns),
     }
     for perf_key, stats_key in _TOKEN_SUMS:
-        values = [(call.get("token_stats") or {}).get(stats_key) for call in owned]
-        counted = [value for value in values if isinstance(value, int)]
+        counted = [call["token_stats"][stats_key] for call in owned if call["token_stats"][stats_key] is not None]
         if counted:
             perf[perf_key] = sum(counted)
     if isinstance(rollout_latency_ms, (int, float)):
