@@ -159,7 +159,7 @@ def test_render_escapes_html_and_hides_token_ids() -> None:
 def test_a_captured_rollout_shows_its_calls_and_health_verdict_not_the_raw_record(tmp_path) -> None:
     """A rollout of `+observability_enabled=true`: its model calls (a refused one, then the answer) and ng_perf as
     tables and a line, not the record's JSON (whose request copies repeat the conversation), and the health verdict
-    ng_health_check wrote beside the file."""
+    ng_health_check wrote beside the file, in the table too, to sort and filter by."""
     capture = TrajectoryCapture.of_row("policy_model", {"task_id": "t"}, "0-0")
     sent = {"input": [{"role": "user", "content": "REQUEST-COPY"}]}
     capture.model_call(sent, None, 1.0, 0.2, status_code=503, error_category="http_error")
@@ -197,6 +197,12 @@ def test_a_captured_rollout_shows_its_calls_and_health_verdict_not_the_raw_recor
     table = _Views(RolloutIndex.build(rollouts)).apply("", "", [], "")[0]
     assert table["health"].tolist() == [verdict["verdict"]]
     assert list(table.columns).index("health") == list(table.columns).index("reward") + 1
+    # and a filter by verdict: the unhealthy rollouts alone
+    views = _Views(RolloutIndex.build(rollouts))
+    views.verdicts = HealthVerdicts({(0, 0): hollow}, rollouts)
+    assert views.apply("", "", [], "", ["unhealthy"])[0]["health"].tolist() == ["unhealthy: agent_turn_hollow"]
+    none, summary, *_ = views.apply("", "", [], "", ["healthy", "unobserved"])
+    assert none.empty and summary.startswith("**0** of 1 rollouts match")
 
 
 def test_output_chars_counts_generated_text_only() -> None:

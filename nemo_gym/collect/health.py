@@ -46,11 +46,13 @@ __all__ = [
     "health_check_main",
     "run_health_checks",
     "verdict_sources",
+    "VERDICTS",
 ]
 
 SUMMARY_FILE = "quality_summary.json"
 VERDICTS_FILE = "rollout_verdicts.jsonl"
 SOURCES_FILE = "rollout_verdicts.sources.json"
+VERDICTS = ("healthy", "unhealthy", "unobserved")  # a rollout's, as 0.7.0 names them
 TASK_CHECKS = [check.id for check in CHECKS if check.scope == "task"]
 
 
@@ -242,7 +244,7 @@ def summarize(digests: list[Digest], ignored: frozenset[str]) -> dict[str, Any]:
     per_task = {}
     for task in sorted(tasks.repeats, key=lambda value: (isinstance(value, str), str(value))):
         counted = Counter(r.verdict for r in tasks.repeats[task])
-        per_task[str(task)] = {"repeats": len(tasks.repeats[task])} | {v: counted[v] for v in _VERDICTS}
+        per_task[str(task)] = {"repeats": len(tasks.repeats[task])} | {v: counted[v] for v in VERDICTS}
         per_task[str(task)]["flags"] = [f["check"] for f in tasks.findings[task]]
     errors = {
         "total": sum(d.model_call_errors for d in digests),
@@ -264,14 +266,11 @@ def summarize(digests: list[Digest], ignored: frozenset[str]) -> dict[str, Any]:
     run = {
         "ignored_checks": sorted(ignored),
         "artifacts": artifacts,
-        "verdicts": {v: verdicts[v] for v in _VERDICTS},
+        "verdicts": {v: verdicts[v] for v in VERDICTS},
         "issues": {check.id: issues[check.id] for check in CHECKS},
         "stats": {"model_call_errors": errors, "duplicated_calls": replayed, "tokens": tokens},
     }
     return {"run": run, "tasks": per_task}
-
-
-_VERDICTS = ("healthy", "unhealthy", "unobserved")
 
 
 def _verdict_rows(digests: list[Digest]) -> bytes:

@@ -23,6 +23,7 @@ import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from nemo_gym.collect.health import VERDICTS  # noqa: E402
 from nemo_gym.common.errors import ConfigError  # noqa: E402
 from nemo_gym.viewer.capture_view import HealthVerdicts  # noqa: E402
 from nemo_gym.viewer.compare import ComparedFiles  # noqa: E402
@@ -79,9 +80,15 @@ class _Views:
         self.verdicts = HealthVerdicts.beside(index.path)  # ng_health_check's, when it ran on this folder
 
     def apply(
-        self, reward_min: str | None, reward_max: str | None, environments: list[str] | None, text: str | None
+        self,
+        reward_min: str | None,
+        reward_max: str | None,
+        environments: list[str] | None,
+        text: str | None,
+        health: list[str] | None = None,
     ) -> tuple[pd.DataFrame, str, pd.DataFrame, pd.DataFrame]:
-        """Table, summary, histogram and per-task statistics of the rows passing the filter."""
+        """Table, summary, histogram and per-task statistics of the rows passing the filter; `health` (verdict names,
+        `nemo_gym.collect.health.VERDICTS`; empty: all) keeps the rows whose ng_health_check verdict is one of them."""
         row_filter = RowFilter(
             _bound(reward_min, "reward ≥"),
             _bound(reward_max, "reward ≤"),
@@ -93,6 +100,8 @@ class _Views:
         if self.verdicts.verdicts:  # a column to sort by: which rollouts ng_health_check found unhealthy
             pairs = zip(table["task_index"].tolist(), table["repeat"].tolist(), strict=True)
             table.insert(table.columns.get_loc("reward") + 1, "health", [self.verdicts.label(t, r) for t, r in pairs])
+            if health:
+                table = table[table["health"].str.split(":").str[0].isin(health)]
         rewards = table["reward"].to_numpy(dtype=float)
         rated = rewards[np.isfinite(rewards)]
         mean = f"{rated.mean():.4f}" if rated.size else "n/a"
@@ -157,6 +166,13 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
             reward_max = gr.Textbox(label="reward ≤", placeholder="any", elem_id="reward-max")
             environments = gr.Dropdown(index.environments, multiselect=True, label="environment", elem_id="environment")
             text = gr.Textbox(label="text search (case-insensitive, in the row's JSON)", elem_id="text-search")
+            health = gr.Dropdown(
+                list(VERDICTS),
+                multiselect=True,
+                label="health (ng_health_check's verdict)",
+                elem_id="health",
+                visible=bool(views.verdicts.verdicts),
+            )
             apply = gr.Button("Apply filters", variant="primary", elem_id="apply")
         summary = gr.Markdown(elem_id="summary")
         with gr.Tab("Rollouts"):
@@ -181,7 +197,7 @@ def build_app(index: RolloutIndex, index_s: float = 0.0, compared: ComparedFiles
             )
         if compared is not None:
             add_compare_tab(compared, app)
-        filter_inputs = [reward_min, reward_max, environments, text]
+        filter_inputs = [reward_min, reward_max, environments, text, health]
         filter_outputs = [table, summary, histogram, per_task]
         app.load(views.apply, filter_inputs, filter_outputs)
         apply.click(views.apply, filter_inputs, filter_outputs)
