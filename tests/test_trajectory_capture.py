@@ -27,7 +27,7 @@ from nemo_gym.common.errors import ServerHTTPError
 from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.env.capture import TrajectoryCapture, token_stats
 from nemo_gym.env.capture_record import TrajectoryRecord
-from nemo_gym.env.episode import StopReason, failed_run_answer
+from nemo_gym.env.episode import EndedEpisode, StopReason, failed_run_answer
 from nemo_gym.env.trajectory import with_message_types
 from nemo_gym.eval.atif_export import rollout_to_atif
 from nemo_gym.serving.client import ServerClient
@@ -176,11 +176,13 @@ def test_a_failed_verify_answer_keeps_the_trajectory_and_the_episodes_record():
     capture.model_call({"input": [{"role": "user", "content": "q"}]}, answer, 1.0, 0.5)
     verify = ServerHTTPError("verify failed", status_code=500, body='{"detail": "boom"}', server="counter")
     given = {"responses_create_params": {"input": "q"}}
-    reply = failed_run_answer(verify, capture, row=given, response=answer, stop_reason=StopReason.completed)
+    reply = failed_run_answer(verify, capture, EndedEpisode(given, answer, StopReason.completed))
     error = json.loads(reply.body)["error"]
     assert reply.status_code == 502 and (error["type"], error["server"]) == ("http_error", "counter")
     assert error["response"] == answer and error["ng_trajectory"]["invocations"][0]["status"] == "completed"
-    assert json.loads(failed_run_answer(verify, None, response=answer).body)["error"].keys() == {
+    assert json.loads(failed_run_answer(verify, None, EndedEpisode(given, answer, StopReason.completed)).body)[
+        "error"
+    ].keys() == {
         "type",
         "server",
         "message",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi.responses import JSONResponse
 
@@ -30,6 +30,7 @@ from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.serving.client import ServerClient
 
 __all__ = [
+    "EndedEpisode",
     "ModelCalls",
     "StopReason",
     "episode_record",
@@ -90,26 +91,30 @@ def run_answer(
     return answer
 
 
+class EndedEpisode(NamedTuple):
+    """An episode that ran to its end: its dataset `row`, its final `response` (a Responses API object), and how it
+    ended."""
+
+    row: dict[str, Any]
+    response: dict[str, Any]
+    stop_reason: StopReason
+
+
 def failed_run_answer(
-    exc: ServerError,
-    capture: TrajectoryCapture | None,
-    *,
-    row: dict[str, Any] | None = None,
-    response: dict[str, Any] | None = None,
-    stop_reason: StopReason | None = None,
+    exc: ServerError, capture: TrajectoryCapture | None, ended: EndedEpisode | None = None
 ) -> JSONResponse:
     """The `/run` answer of a rollout that failed on `exc`, a call it made: the typed failure answer every server
     gives for a failure further down (`{"error": {type, server, message}}`, 424 after a 4xx, else 502; the failed
-    server's own class and message when its answer was typed). With the episode's `row`, final `response` and
-    `stop_reason` (it ran to its end and its /verify failed), `error.response` is the trajectory the verifier failed
-    on. When the rollout was captured, `error.ng_trajectory` is its record: the episode's (`episode_record`), else
-    one whose invocation failed with the failure class (`TrajectoryCapture.failed_record`)."""
+    server's own class and message when its answer was typed). With the `ended` episode (it ran to its end and its
+    /verify failed), `error.response` is the trajectory the verifier failed on. When the rollout was captured,
+    `error.ng_trajectory` is its record: the ended episode's (`episode_record`), else one whose invocation failed
+    with the failure class (`TrajectoryCapture.failed_record`)."""
     failure = typed_failure(exc)
     extra: dict[str, Any] = {}
-    if response is not None:
-        extra["response"] = response
-    if capture is not None and row is not None and response is not None and stop_reason is not None:
-        extra[NG_TRAJECTORY_KEY] = episode_record(capture, row, response, stop_reason)
+    if ended is not None:
+        extra["response"] = ended.response
+    if capture is not None and ended is not None:
+        extra[NG_TRAJECTORY_KEY] = episode_record(capture, *ended)
     elif capture is not None:
         extra[NG_TRAJECTORY_KEY] = capture.failed_record(failure.failure_class)
     return JSONResponse(failure.answer(**extra), status_code=failure.relay_status)

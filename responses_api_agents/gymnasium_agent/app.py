@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 from nemo_gym.common.errors import ServerError
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.capture import TrajectoryCapture
-from nemo_gym.env.episode import ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
+from nemo_gym.env.episode import EndedEpisode, ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
 from nemo_gym.env.gymnasium import message_text
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
 
@@ -92,7 +92,7 @@ class GymnasiumAgent(AgentServer):
                     env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
                 )
             except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
-                return failed_run_answer(exc, capture, row=row, response=response, stop_reason=stop_reason)
+                return failed_run_answer(exc, capture, EndedEpisode(row, response, stop_reason))
         finally:
             try:
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)

@@ -42,7 +42,7 @@ from nemo_gym.env.agent_sessions import (
     MCPToolAccess,
 )
 from nemo_gym.env.capture import TrajectoryCapture, clock
-from nemo_gym.env.episode import ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
+from nemo_gym.env.episode import EndedEpisode, ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
 from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
@@ -133,7 +133,7 @@ class SimpleAgent(AgentServer):
                     cookies=cookies,
                 )
             except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
-                return failed_run_answer(exc, capture, row=row, response=response, stop_reason=stop_reason)
+                return failed_run_answer(exc, capture, EndedEpisode(row, response, stop_reason))
         finally:
             if verified is None:  # the rollout failed before its verify answer: the session is still open
                 try:
