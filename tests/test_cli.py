@@ -54,6 +54,10 @@ def test_unknown_parameter_suggests():
     result = ng("profile", "+pass_treshold=0.5")
     assert result.returncode == 2
     assert "unknown parameter +pass_treshold (did you mean 'pass_threshold'?)" in result.stderr
+    # NeMo Gym's name for an output file, given to a command that writes a folder: the parameter of that role
+    result = ng("export_atif", "+rollouts_jsonl_fpath=r.jsonl", "+output_jsonl_fpath=o.jsonl")
+    assert result.returncode == 2
+    assert "unknown parameter +output_jsonl_fpath (did you mean 'output_dirpath'?)" in result.stderr
 
 
 def test_dump_config_masks_secrets(tmp_path):
