@@ -116,7 +116,7 @@ def test_gloo_broadcast_from_cuda_tensors(tmp_path):
     """No vLLM needed: the trainer's CUDA tensors through the gloo group into another process (the one-GPU path)."""
     import multiprocessing
 
-    from weight_sync_receiver import receive_into_queue
+    from weight_sync_receiver import receive_into_queue, tensors_from_queue
 
     from nemo_gym.model_servers.engine_ext import weight_sync_worker as transport
 
@@ -131,7 +131,7 @@ def test_gloo_broadcast_from_cuda_tensors(tmp_path):
         group = transport.WeightSyncGroup("gloo", store, 0, 2, timeout_s=120)
         group.check()
         transport.send_tensors(group, tensors.items())
-        received = queue.get(timeout=120)
+        received = tensors_from_queue(queue, 120)
     finally:
         receiver.join(120)
     assert all(torch.equal(received[name], tensor.cpu()) for name, tensor in tensors.items())
@@ -168,7 +168,7 @@ def test_nccl_group_between_two_gpus():
         pytest.skip(f"needs two GPUs ({GPUS} here): NCCL refuses two ranks on one GPU")
     import multiprocessing
 
-    from weight_sync_receiver import receive_into_queue
+    from weight_sync_receiver import receive_into_queue, tensors_from_queue
 
     from nemo_gym.model_servers.engine_ext import weight_sync_worker as transport
 
@@ -185,7 +185,7 @@ def test_nccl_group_between_two_gpus():
         group = transport.WeightSyncGroup("nccl", store, 0, 2, timeout_s=120, device=torch.device("cuda:0"))
         group.check()
         transport.send_tensors(group, [("w", tensor)])
-        assert torch.equal(queue.get(timeout=120)["w"], tensor.cpu())
+        assert torch.equal(tensors_from_queue(queue, 120)["w"], tensor.cpu())
     finally:
         receiver.join(120)
 

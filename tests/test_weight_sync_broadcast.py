@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 from test_train_engine import fixed_batch, make_tiny_model  # noqa: E402
-from weight_sync_receiver import RENDEZVOUS_TIMEOUT_S, receive_into_queue  # noqa: E402
+from weight_sync_receiver import RENDEZVOUS_TIMEOUT_S, receive_into_queue, tensors_from_queue  # noqa: E402
 
 from nemo_gym.cli import main  # noqa: E402
 from nemo_gym.common.errors import ConfigError, ServerError  # noqa: E402
@@ -64,7 +64,7 @@ def test_gloo_group_broadcasts_every_dtype_between_two_processes():
         group = transport.WeightSyncGroup("gloo", store, 0, 2, timeout_s=RENDEZVOUS_TIMEOUT_S)
         group.check()
         assert transport.send_tensors(group, tensors.items()) == 70 + 12 + 8 + 48
-        received = queue.get(timeout=TIMEOUT_S)
+        received = tensors_from_queue(queue, TIMEOUT_S)
     finally:
         receiver.join(TIMEOUT_S)
     assert list(received) == list(tensors)

@@ -16,6 +16,7 @@ prefix-cache resets the routes asked for.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import socket
 import sys
@@ -39,8 +40,8 @@ def receive_into_queue(
     port: int, metas_json: str, queue: Any, backend: str = "gloo", device: str | None = None
 ) -> None:
     """Rank 1 of a two-process group (`backend`, on `device` for nccl) on 127.0.0.1:`port`: receive the tensors of
-    `metas_json` and put {name: tensor on the CPU} on `queue` (a multiprocessing target; this module imports no more
-    than torch, FastAPI and uvicorn)."""
+    `metas_json` and put {name: tensor on the CPU} on `queue`, read with `tensors_from_queue` (a multiprocessing
+    target; this module imports no more than torch, FastAPI and uvicorn)."""
     if device is not None:
         torch.cuda.set_device(torch.device(device))
     store = transport.tcp_store("127.0.0.1", port, 2, is_master=False, timeout_s=RENDEZVOUS_TIMEOUT_S)
@@ -48,12 +49,21 @@ def receive_into_queue(
         backend, store, 1, 2, timeout_s=RENDEZVOUS_TIMEOUT_S, device=torch.device(device) if device else None
     )
     group.check()
-    queue.put(
-        {
-            name: tensor.cpu().clone()
-            for name, tensor in transport.receive_tensors(group, transport.metas_from_json(metas_json))
-        }
-    )
+    received = {
+        name: tensor.cpu().clone()
+        for name, tensor in transport.receive_tensors(group, transport.metas_from_json(metas_json))
+    }
+    # as bytes, not tensors: a tensor put on a queue is shared through a file descriptor that this process hands out
+    # when the other one gets it (torch.multiprocessing), and this process may have ended by then ("Connection reset
+    # by peer" in the getter)
+    buffer = io.BytesIO()
+    torch.save(received, buffer)
+    queue.put(buffer.getvalue())
+
+
+def tensors_from_queue(queue: Any, timeout_s: float) -> dict[str, Any]:
+    """What `receive_into_queue` put on `queue`: {name: tensor}. Raises queue.Empty after `timeout_s` seconds."""
+    return torch.load(io.BytesIO(queue.get(timeout=timeout_s)))
 
 
 def open_and_answer(buffer_json: str, queue: Any) -> None:
