@@ -3,9 +3,8 @@ summary (with the main job's and the benchmark's targets), the engine python the
 without CUDA (setup, main_job and bench skip themselves saying why, the gpu tests skip), the benchmark's `--smoke` run
 (training and the syncs by path into a stand-in receiver on a tiny model) feeding the summary; and the lent GPU's
 flow: carry.sh refusing a checkout without .venv, the carried parts packed into device calls (device_calls.py),
-`device.sh stash`, the venv on top of a python
-that setup.sh makes there (overlay.py: a stand-in vLLM folder first, a carried wheel installed only when missing, the
-ng_* commands)."""
+`device.sh stash`, the venv on top of a python that setup.sh makes there (overlay.py: a stand-in vLLM folder first, a
+carried wheel installed only when missing, the ng_* commands)."""
 
 from __future__ import annotations
 

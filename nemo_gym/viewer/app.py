@@ -98,10 +98,10 @@ class _Views:
         row_ids = self.index.filter(row_filter)
         table = self.index.table(row_ids)
         if self.verdicts.verdicts:  # a column to sort by: which rollouts ng_health_check found unhealthy
-            pairs = zip(table["task_index"].tolist(), table["repeat"].tolist(), strict=True)
+            pairs = list(zip(table["task_index"].tolist(), table["repeat"].tolist(), strict=True))
             table.insert(table.columns.get_loc("reward") + 1, "health", [self.verdicts.label(t, r) for t, r in pairs])
             if health:
-                table = table[table["health"].str.split(":").str[0].isin(health)]
+                table = table[[(self.verdicts.verdicts.get(pair) or {}).get("verdict") in health for pair in pairs]]
         rewards = table["reward"].to_numpy(dtype=float)
         rated = rewards[np.isfinite(rewards)]
         mean = f"{rated.mean():.4f}" if rated.size else "n/a"
