@@ -273,7 +273,7 @@ def test_ng_init_environment_scaffolds_a_listed_runnable_environment(tmp_path, m
         not (tmp_path / "environments" / "other").exists() and not (tmp_path / "resources_servers" / "other").exists()
     )
     assert gym.gym_main(["env", "init", "--environment", "x", "--resources-server", "y"]) == 2
-    assert "give --environment or --resources-server" in capsys.readouterr().err
+    assert "give one of --environment, --benchmark or --resources-server" in capsys.readouterr().err
 
 
 def test_env_init_takes_0_7_0s_reward_options_and_its_profile(tmp_path, monkeypatch, capsys):
@@ -295,7 +295,7 @@ def test_env_init_takes_0_7_0s_reward_options_and_its_profile(tmp_path, monkeypa
         assert gym.gym_main(["env", "init", "--environment", "other", *extra]) == 2
         assert why in capsys.readouterr().err
     assert gym.gym_main(["env", "init", "--resources-server", "x", "--reward-range", "0", "1"]) == 2
-    assert "--profile and the reward options require --environment" in capsys.readouterr().err
+    assert "--profile and the reward options require --environment or --benchmark" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"reward_range \[1.0, 0.0\]: low must be below high"):
         environment.InitEnvironmentOptions(name="x", reward_range=(1, 0))
 

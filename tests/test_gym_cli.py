@@ -249,7 +249,7 @@ def test_ng_takes_gym_subcommands_and_still_our_command_names(routed, capsys):
     assert gym.ng_main(["version"]) == 0  # our `ng <command>`, as before
     assert capsys.readouterr().out.startswith("nemo_gym ")
     assert gym.ng_main(["ng_prepare_benchmark"]) == 2
-    assert "not supported: NeMo Gym 0.7.0's prepare_benchmark" in capsys.readouterr().err
+    assert "no dataset of the config has a prepare_script" in capsys.readouterr().err
     assert gym.ng_main([]) == 0
     out = capsys.readouterr().out
     assert "ng_validate" in out and "see gym --help" in out
@@ -361,10 +361,10 @@ def test_aggregate_rollouts_glob_order_dedup_and_no_match(tmp_path, capsys):
     assert "no shards matched input_glob" in capsys.readouterr().err
 
 
-# -- ng_prepare_benchmark (ng_list_benchmarks: tests/test_catalog.py) ----------------------------------------
-def test_prepare_benchmark_says_what_it_does_not_do(capsys):
+# -- ng_prepare_benchmark (tests/test_benchmark_scaffold.py; ng_list_benchmarks: tests/test_catalog.py) -----------
+def test_prepare_benchmark_of_a_benchmark_that_is_not_there_names_the_file(capsys):
     assert legacy.run("prepare_benchmark", ["+config_paths=[benchmarks/aime24/config.yaml]"]) == 2
-    assert "not supported" in capsys.readouterr().err
+    assert "benchmarks/aime24/config.yaml" in capsys.readouterr().err
 
 
 # -- ng_validate -----------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def _eval_run_command(args: argparse.Namespace) -> str:
 
 EVAL_ROUTES: dict[str, Route] = {
     "eval prepare": Route(
-        "Prepare benchmark data: not supported, says why (ng_prepare_benchmark).",
+        "Prepare benchmark data: run the prepare.py of each dataset of the config that has one (ng_prepare_benchmark).",
         "prepare_benchmark",
         (CONFIG, SELECTORS[0], SEARCH_DIR),
     ),

@@ -59,13 +59,16 @@ def _storage(hf: str, gitlab: str) -> Callable[[argparse.Namespace], str]:
 
 
 def _env_init_command(args: argparse.Namespace) -> str:
-    if args.environment and args.resources_server:
+    chosen = [f"--{flag}" for flag in ("environment", "benchmark", "resources_server") if getattr(args, flag)]
+    if len(chosen) > 1:
         raise GymUsageError(
-            "--environment scaffolds its own resources server: give --environment or --resources-server"
+            f"{' and '.join(chosen)}: each scaffolds its own resources server: give one of --environment, --benchmark"
+            " or --resources-server".replace("resources_server", "resources-server")
         )
-    if not args.environment and (args.profile or args.reward_range or args.higher_is_better is not None):
-        raise GymUsageError("--profile and the reward options require --environment")  # 0.7.0's rule
-    return "init_environment" if args.environment else "init_resources_server"
+    manifest = args.environment or args.benchmark
+    if not manifest and (args.profile or args.reward_range or args.higher_is_better is not None):
+        raise GymUsageError("--profile and the reward options require --environment or --benchmark")  # 0.7.0's rule
+    return "init_benchmark" if args.benchmark else "init_environment" if args.environment else "init_resources_server"
 
 
 def _profile(args: argparse.Namespace) -> list[str]:
@@ -212,12 +215,17 @@ ROUTES: dict[str, Route] = {
     ),
     "env init": Route(
         "Scaffold a resources server (ng_init_resources_server), or a manifest-backed environment and its server"
-        " (--environment: ng_init_environment).",
+        " (--environment: ng_init_environment), or a benchmark and its exact-answer server (--benchmark:"
+        " ng_init_benchmark).",
         _env_init_command,
         (
             RESOURCES_SERVER,
             value_flag("environment", "name", "Scaffold environments/NAME/ (manifest, config, data) and its server."),
-            refused("benchmark", "benchmark scaffolds (a prepare script, a canonical split) are not offered"),
+            value_flag(
+                "benchmark",
+                "name",
+                "Scaffold benchmarks/NAME/ (manifest, config, prompt, prepare.py, data), its server.",
+            ),
             PROFILE,
             refused(
                 "reuse-verifier",

@@ -9,7 +9,7 @@
 | ng_list_environments | list environments, search | `nemo_gym.datasets.catalog` |
 | ng_publish_environment | env publish | `nemo_gym.cli.publish` |
 | ng_materialize_prompts | dataset render | `nemo_gym.datasets.prompts` |
-| ng_prepare_benchmark | eval prepare | refused with the reason (`nemo_gym.datasets.benchmarks`) |
+| ng_prepare_benchmark | eval prepare | runs the config's prepare scripts (`nemo_gym.datasets.benchmarks`) |
 | ng_reinstall | (none) | `uv sync --extra dev`, as 0.7.0 runs it |
 | ng_validate | env validate | `nemo_gym.cli.validate` |
 
@@ -79,7 +79,8 @@ LEGACY_COMMANDS: dict[str, Command] = {
         ),
         Command(
             "prepare_benchmark",
-            "not supported: 0.7.0's gym eval prepare runs a benchmark's own prepare.py (network, 0.7.0 internals)",
+            "run the prepare() of each dataset of a config with a prepare_script (a benchmark's prepare.py), as"
+            " 0.7.0's gym eval prepare",
             "nemo_gym.datasets.benchmarks:PrepareBenchmarkOptions",
             "nemo_gym.datasets.benchmarks:prepare_benchmark_main",
             strict=False,

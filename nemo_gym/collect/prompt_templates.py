@@ -15,9 +15,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from nemo_gym.common.errors import ConfigError
+from nemo_gym.common.errors import ConfigError, DataError
 
-__all__ = ["PromptConfig", "apply_prompt", "load_prompt_config", "resolve_prompt_path", "search_roots"]
+__all__ = [
+    "PromptConfig",
+    "apply_prompt",
+    "load_prompt_config",
+    "prompted_row",
+    "resolve_prompt_path",
+    "search_roots",
+]
 
 
 class PromptConfig(BaseModel):
@@ -68,3 +75,26 @@ def apply_prompt(row: dict[str, Any], prompt: PromptConfig) -> dict[str, Any]:
     params = dict(params) if isinstance(params, dict) else {}
     params["input"] = messages
     return {**row, "responses_create_params": params}
+
+
+def prompted_row(row: dict[str, Any], prompt: PromptConfig, where: str) -> dict[str, Any]:
+    """`row` with its input built by `prompt` (NeMo Gym's collector and its collation of a
+    benchmark dataset: both at once are refused, as there).
+
+    Raises:
+        DataError: (`where: ...`) the row has `responses_create_params.input` already, or lacks a template field.
+    """
+    params = row.get("responses_create_params")
+    if isinstance(params, dict) and params.get("input"):
+        raise DataError(
+            f"{where}: has responses_create_params.input and +prompt_config builds it: they are mutually exclusive"
+            " (drop the prompt_config, or the rows' input)"
+        )
+    try:
+        return apply_prompt(row, prompt)
+    except KeyError as exc:
+        raise DataError(
+            f"{where}: the prompt template names the field {exc}, which the row lacks (its fields: {', '.join(row)})"
+        ) from None
+    except (IndexError, ValueError) as exc:  # a positional `{0}` or an unmatched brace in the template
+        raise DataError(f"{where}: the prompt template cannot be filled from the row: {exc}") from None

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from nemo_gym.collect.files import seed_problem
-from nemo_gym.collect.prompt_templates import PromptConfig, apply_prompt
+from nemo_gym.collect.prompt_templates import PromptConfig, prompted_row
 from nemo_gym.common.errors import DataError
 from nemo_gym.common.jsonl import AGENT_REF_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TASK_SOURCE_KEY, iter_jsonl
 from nemo_gym.serving.responses_params import unknown_keys
@@ -158,7 +158,7 @@ def read_tasks_with_lines(
             line_numbers.append(line_no)
             routing_keys.append(routing_key(row))
             where = f"{path}:{line_no}"
-            row = row if prompt is None else _prompted(row, prompt, where)
+            row = row if prompt is None else prompted_row(row, prompt, where)
             yield where, row if not agent_map else rerouted(row, agent_map)
 
     tasks = materialize_all(located(), agent_name, responses_create_params, path, stamp)
@@ -204,28 +204,6 @@ def rerouted(row: dict[str, Any], agent_map: dict[str, str]) -> dict[str, Any]:
     target = next((agent_map[key] for key in (name, row.get(TASK_SOURCE_KEY)) if key in agent_map), None)
     target = target or agent_map.get("_default")
     return {**row, AGENT_REF_KEY: {"name": target}} if target else row
-
-
-def _prompted(row: dict[str, Any], prompt: PromptConfig, where: str) -> dict[str, Any]:
-    """`row` with its input built by `prompt` (NeMo Gym's collector: both at once are refused, as there).
-
-    Raises:
-        DataError: (`where: ...`) the row has `responses_create_params.input` already, or lacks a template field.
-    """
-    params = row.get("responses_create_params")
-    if isinstance(params, dict) and params.get("input"):
-        raise DataError(
-            f"{where}: has responses_create_params.input and +prompt_config builds it: they are mutually exclusive"
-            " (drop the prompt_config, or the rows' input)"
-        )
-    try:
-        return apply_prompt(row, prompt)
-    except KeyError as exc:
-        raise DataError(
-            f"{where}: the prompt template names the field {exc}, which the row lacks (its fields: {', '.join(row)})"
-        ) from None
-    except (IndexError, ValueError) as exc:  # a positional `{0}` or an unmatched brace in the template
-        raise DataError(f"{where}: the prompt template cannot be filled from the row: {exc}") from None
 
 
 def check_seedable(tasks: Sequence[dict[str, Any]], where: Callable[[int], str]) -> None:

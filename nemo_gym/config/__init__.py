@@ -32,6 +32,7 @@ __all__ = [
     "parse_overrides",
     "load_config",
     "load_config_file",
+    "config_tree_root",
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
@@ -138,7 +139,7 @@ def _read_yaml(path: Path, cited_from: str) -> DictConfig:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def _tree_root(yaml_path: Path) -> Path | None:
+def config_tree_root(yaml_path: Path) -> Path | None:
     """The root of the server tree a YAML file belongs to: of a server folder's config (`<root>/<server_type>/<name>/
     configs/<file>.yaml`, `<name>` maybe nested; `nemo_gym.common.layout.server_tree_root`), e.g. in a NeMo Gym
     checkout or wheel, or of a catalog config (`<root>/environments/<name>/config.yaml`,
@@ -190,7 +191,7 @@ def _load_config_paths(
         _anchor_sibling_server_folders(cfg, path)
         nested = cfg.pop("config_paths", None)
         if nested:
-            root = _tree_root(path) or tree_root
+            root = config_tree_root(path) or tree_root
             merged = OmegaConf.merge(
                 merged, _load_config_paths(nested, f"{path}: config_paths", path.parent, seen + (path,), origins, root)
             )
@@ -218,7 +219,7 @@ def _anchor_sibling_server_folders(cfg: DictConfig, yaml_path: Path) -> None:
     the folders of NeMo Gym's wheel) names that tree's servers: each instance of it whose
     folder `<root>/<server_type>/<implementation>` exists runs from there (its `implementation_dir`, unless set),
     as NeMo Gym resolves a server folder next to its config. YAML files of this repository are left as they are."""
-    root = _tree_root(yaml_path)
+    root = config_tree_root(yaml_path)
     if root is None or root == REPO_ROOT:
         return
     for name, server_type, implementation, fields in instance_sections(OmegaConf.to_container(cfg, resolve=False)):

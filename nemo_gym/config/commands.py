@@ -151,6 +151,13 @@ COMMANDS: dict[str, Command] = {
             "nemo_gym.scaffold.environment:init_environment_main",
         ),
         Command(
+            "init_benchmark",
+            "scaffold a manifest-backed benchmark: benchmarks/<name>/ (manifest, config, prompt, prepare.py, data) and"
+            " its exact-answer resources server (NeMo Gym 0.7.0's gym env init --benchmark)",
+            "nemo_gym.scaffold.environment:InitBenchmarkOptions",
+            "nemo_gym.scaffold.environment:init_benchmark_main",
+        ),
+        Command(
             "init",
             "create a runnable project from a template: ng_init +template=<name> +name=<project> (+template=list shows"
             " them)",

@@ -1,34 +1,161 @@
-"""NeMo Gym 0.7.0's `gym eval prepare` (`ng_prepare_benchmark`), refused with the reason. Its benchmarks are listed by
-`ng_list_benchmarks` (`gym list benchmarks`): the benchmark entries of `nemo_gym.datasets.catalog`.
+"""`ng_prepare_benchmark` (NeMo Gym 0.7.0's `gym eval prepare`): run the `prepare()` of each dataset of a config that
+has a `prepare_script` (every `benchmark` dataset has one: 0.7.0's manifest rule), as 0.7.0's `prepare_benchmark`
+runs it: every script is checked first (it exists, it defines `prepare`), then each is imported and
+`prepare(**prepare_script_args)` is called, which must return the dataset's own `jsonl_fpath` (else the error says
+both). `+use_cached_prepared_benchmarks=true` skips a dataset whose file exists. Its benchmarks are listed by
+`ng_list_benchmarks` (`gym list benchmarks`); `ng_init_benchmark` scaffolds one whose prepare.py needs nothing else.
+
+Departures: a script is imported from its file (its tree's root on `sys.path`, so it may import its own siblings as
+0.7.0's dotted import does), not by a dotted name from the working directory; `prepare_dependencies` are checked, not
+installed (a missing one is named with the command that installs it); a script that imports a module of NeMo Gym
+0.7.0 itself (its benchmark folders' scripts import `nemo_gym.*` helpers nemo_gym does not have) is refused with that
+module named, and so is one that fails: nemo_gym ships no benchmark folders of its own.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import importlib.util
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.common.errors import ConfigError
+from nemo_gym.config import load_config, validation_problems
+from nemo_gym.datasets.prepare import Dataset, declared_datasets
 
-__all__ = ["PrepareBenchmarkOptions", "prepare_benchmark_main"]
+__all__ = ["PrepareBenchmarkOptions", "prepare_benchmark", "prepare_benchmark_main"]
+
+ALL_TYPES = ("train", "validation", "benchmark", "example")
 
 
 class PrepareBenchmarkOptions(BaseModel):
-    """Parameters of `ng_prepare_benchmark` (it runs nothing: see `prepare_benchmark_main`)."""
+    """Parameters of `ng_prepare_benchmark` (the rest of the config holds the server instances and their datasets)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
     config_paths: list[str] = Field(
         default_factory=list, description="the benchmark's config (benchmarks/<name>/config.yaml)"
     )
+    use_cached_prepared_benchmarks: bool = Field(
+        False, description="skip a dataset whose jsonl_fpath exists already (0.7.0's name)"
+    )
+    prepare_script_args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments passed to each prepare() (0.7.0's name)"
+    )
+
+
+def _missing_dependencies(dataset: Dataset) -> list[str]:
+    """The entries of the dataset's `prepare_dependencies` (requirement strings) not installed in this Python."""
+    missing = []
+    for entry in dataset.spec.model_extra.get("prepare_dependencies") or []:
+        try:
+            requirement = Requirement(str(entry))
+            installed = metadata.version(requirement.name)
+        except (InvalidRequirement, metadata.PackageNotFoundError):
+            missing.append(str(entry))
+            continue
+        if not requirement.specifier.contains(installed, prereleases=True):
+            missing.append(str(entry))
+    return missing
+
+
+def _script(dataset: Dataset) -> Path:
+    """The dataset's prepare script, checked.
+
+    Raises:
+        ConfigError: it is missing, or a prepare dependency is not installed.
+    """
+    script = dataset.file(str(dataset.spec.prepare_script))
+    if not script.is_file():
+        raise ConfigError(f"dataset {dataset.spec.name!r} of {dataset.agent}: its prepare_script {script} is missing")
+    if missing := _missing_dependencies(dataset):
+        raise ConfigError(
+            f"dataset {dataset.spec.name!r}: its prepare_dependencies {missing} are not installed; install them first:"
+            f" uv pip install --python {sys.executable} {' '.join(repr(m) for m in missing)}"
+        )
+    return script
+
+
+def _import(script: Path, root: Path | None) -> Any:
+    """The module of `script`, with `root` on `sys.path` while it is imported.
+
+    Raises:
+        ConfigError: it imports a module that is not installed (one of NeMo Gym 0.7.0 named so), or fails to import.
+    """
+    name = "_ng_prepare_" + "_".join(script.with_suffix("").parts[-3:]).replace("-", "_").replace(".", "_")
+    spec = importlib.util.spec_from_file_location(name, script)
+    assert spec is not None and spec.loader is not None  # a .py file path always has a spec
+    module = importlib.util.module_from_spec(spec)
+    added = root is not None and str(root) not in sys.path
+    if added:
+        sys.path.insert(0, str(root))
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("nemo_gym."):
+            raise ConfigError(
+                f"{script} imports {exc.name}, a module of NVIDIA NeMo Gym 0.7.0 that nemo_gym does not have: prepare"
+                " this benchmark with NeMo Gym 0.7.0 (gym eval prepare --benchmark NAME) and use the JSONL it writes"
+            ) from None
+        raise ConfigError(f"{script} imports {exc.name}, which is not installed here: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(f"{script} failed to import: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if added:
+            sys.path.remove(str(root))
+    if not callable(getattr(module, "prepare", None)):
+        raise ConfigError(f"{script} defines no prepare() function (the one ng_prepare_benchmark calls)")
+    return module
+
+
+def prepare_benchmark(argv: list[str]) -> dict[str, Path]:
+    """Prepare the datasets with a `prepare_script` of the config of `argv` (module docstring). Returns
+    `{dataset name: its file}`, those skipped as cached included.
+
+    Raises:
+        ConfigError: no such dataset in the config, a script that is missing, imports what is not installed, defines
+            no `prepare`, fails, or returns another path than the dataset's `jsonl_fpath`; a bad option.
+    """
+    loaded = load_config(argv, resolve=False)
+    try:
+        options = PrepareBenchmarkOptions.model_validate(loaded.values)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(validation_problems(PrepareBenchmarkOptions, exc, "+{key}"))) from exc
+    datasets = [d for d in declared_datasets(loaded, ALL_TYPES) if d.spec.prepare_script]
+    if not datasets:
+        raise ConfigError(
+            "no dataset of the config has a prepare_script (a benchmark dataset declares one); give the benchmark's"
+            " config: +config_paths=[benchmarks/<name>/config.yaml] (gym eval prepare --benchmark NAME)"
+        )
+    scripts = [_script(dataset) for dataset in datasets]  # every script checked before any runs, as 0.7.0
+    modules = [_import(script, dataset.root) for script, dataset in zip(scripts, datasets)]
+    prepared = {}
+    for dataset, script, module in zip(datasets, scripts, modules):
+        name = dataset.spec.name
+        if options.use_cached_prepared_benchmarks and dataset.path.is_file():
+            print(f"Skipping {name}: +use_cached_prepared_benchmarks=true and {dataset.path} exists")
+            prepared[name] = dataset.path
+            continue
+        print(f"Preparing dataset: {name} ({script})")
+        try:
+            output = module.prepare(**options.prepare_script_args)
+        except Exception as exc:
+            raise ConfigError(f"{script}: prepare() failed for dataset {name!r}: {type(exc).__name__}: {exc}") from exc
+        if output is None or Path(output).resolve() != dataset.path.resolve():
+            raise ConfigError(
+                f"{script}: prepare() returned {output}, not the dataset's jsonl_fpath {dataset.path}: a prepare script"
+                " writes the file its dataset names and returns its path"
+            )
+        rows = sum(1 for line in dataset.path.open(encoding="utf-8") if line.strip())
+        print(f"Dataset prepared at: {dataset.path} ({rows} rows)")
+        prepared[name] = dataset.path
+    return prepared
 
 
 def prepare_benchmark_main(argv: list[str]) -> int:
-    """`ng_prepare_benchmark`: not supported; always raises.
-
-    Raises:
-        ConfigError: naming what 0.7.0 does here and why we do not.
-    """
-    raise ConfigError(
-        "not supported: NeMo Gym 0.7.0's prepare_benchmark runs the benchmark's own prepare.py, which imports NeMo Gym"
-        " 0.7.0's internals and downloads the data from the network (Hugging Face and others); nemo_gym ships no"
-        " benchmark folders and runs no third-party prepare scripts. Prepare the data with NeMo Gym 0.7.0"
-        " (`gym eval prepare --benchmark NAME`), then use the JSONL it writes with ng_collect_rollouts or ng_eval."
-    )
+    """`ng_prepare_benchmark`'s main. Returns 0 (errors raise)."""
+    prepare_benchmark(argv)
+    return 0

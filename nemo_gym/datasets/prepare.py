@@ -19,7 +19,15 @@ decimals (3 when |x| < 1).
 `+should_download=true` fetches each missing dataset file from its registry source (`huggingface:
 {repo_id, artifact_fpath}` or `gitlab: {dataset_name, version, artifact_fpath}`, see
 `nemo_gym.datasets.sources`), checksum verified, into its `jsonl_fpath`; a missing file without a source is
-reported with where to put it.
+reported with where to put it; one a `prepare_script` writes (a benchmark's) is reported with the command that runs it
+(`ng_prepare_benchmark`, `nemo_gym.datasets.benchmarks`).
+
+A dataset's `prompt_config` (as NeMo Gym 0.7.0's benchmark datasets declare one: a prompt template,
+`nemo_gym.collect.prompt_templates`) builds each row's `responses_create_params.input` from the row's fields as the
+rows are read; a row that has an input already, or lacks a field the template names, is refused (0.7.0 applies it when
+collating a benchmark dataset, under the same rule). Relative paths of a dataset (`jsonl_fpath`, `prompt_config`,
+`prepare_script`) are found from the root of the tree of the YAML file that declares it (a catalog config names them
+from there, as 0.7.0's do), else the working directory, else this repository (`dataset_file`).
 """
 
 from __future__ import annotations
@@ -31,14 +39,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.collect.prompt_templates import PromptConfig, load_prompt_config, prompted_row
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import iter_lines
 from nemo_gym.common.layout import REPO_ROOT, SERVER_TYPES
-from nemo_gym.config import LoadedConfig, load_config, validation_problems
+from nemo_gym.config import LoadedConfig, config_tree_root, load_config, validation_problems
 from nemo_gym.datasets.sources import dataset_source, fetch_dataset
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
 
-__all__ = ["PrepareDataOptions", "DatasetSpec", "prepare_data", "prepare_main", "prepare_command"]
+__all__ = [
+    "Dataset",
+    "DatasetSpec",
+    "PrepareDataOptions",
+    "dataset_file",
+    "declared_datasets",
+    "prepare_command",
+    "prepare_data",
+    "prepare_main",
+    "read_rows",
+]
 
 MODE_TYPES = {"train_preparation": ("train", "validation", "benchmark"), "example_validation": ("example",)}
 
@@ -72,13 +91,36 @@ class DatasetSpec(BaseModel):
     num_repeats: int = Field(1, ge=1, description="times each row appears in the prepared file")
     license: str | None = Field(None, description="license of the data")
     huggingface_identifier: Any = Field(None, description="where the data can be downloaded from, if anywhere")
+    prepare_script: str | None = Field(
+        None, description="a Python file whose prepare() writes jsonl_fpath (ng_prepare_benchmark runs it)"
+    )
+    prompt_config: str | None = Field(
+        None, description="a prompt template that builds each row's responses_create_params.input from its fields"
+    )
 
 
 @dataclass
 class Dataset:
+    """A declared dataset: the instance that declares it, its entry, and its files (`dataset_file`)."""
+
     agent: str
     spec: DatasetSpec
     path: Path
+    root: Path | None = None  # the root of the tree of the YAML file that declares it
+
+    def file(self, raw: str) -> Path:
+        """One of its relative paths (`dataset_file`)."""
+        return dataset_file(raw, self.root)
+
+
+def dataset_file(raw: str, root: Path | None) -> Path:
+    """A dataset's file: absolute as given; else under `root` (the declaring YAML file's tree), the working directory
+    or this repository, the first where it exists (under this repository where none does)."""
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return path
+    bases = [base for base in (root, Path.cwd(), REPO_ROOT) if base is not None]
+    return next((base / path for base in bases if (base / path).exists()), REPO_ROOT / path)
 
 
 def declared_datasets(loaded: LoadedConfig, types: tuple[str, ...]) -> list[Dataset]:
@@ -99,8 +141,9 @@ def declared_datasets(loaded: LoadedConfig, types: tuple[str, ...]) -> list[Data
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ConfigError(f"{loaded.origin(name)}: key '{name}...datasets.{index}': {problems}") from exc
             if spec.type in types:
-                path = Path(spec.jsonl_fpath)
-                found.append(Dataset(name, spec, path if path.is_absolute() else REPO_ROOT / path))
+                origin = loaded.origin(name)
+                root = config_tree_root(Path(origin)) if origin != "<command line>" else None
+                found.append(Dataset(name, spec, dataset_file(spec.jsonl_fpath, root), root))
     return found
 
 
@@ -115,8 +158,9 @@ def _server_fields(value: Any) -> dict[str, Any] | None:
     return fields if isinstance(fields, dict) else None
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a dataset file, each checked.
+def read_rows(path: Path, prompt: PromptConfig | None = None) -> list[dict[str, Any]]:
+    """The rows of a dataset file, each checked; with `prompt` (the dataset's `prompt_config`), each row's input built
+    from it first.
 
     Raises:
         DataError: `file:line: [rule] message` for every bad row (at most 20 listed).
@@ -132,7 +176,14 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             continue
         if not isinstance(row, dict):
             problems.append(f"{path}:{number}: [json] a JSON {type(row).__name__}, not an object")
-        elif not isinstance(row.get("responses_create_params"), dict) or not isinstance(
+            continue
+        if prompt is not None:
+            try:
+                row = prompted_row(row, prompt, f"{path}:{number}: [prompt-config]")
+            except DataError as exc:
+                problems.append(str(exc))
+                continue
+        if not isinstance(row.get("responses_create_params"), dict) or not isinstance(
             row["responses_create_params"].get("input"), (str, list)
         ):
             problems.append(
@@ -173,6 +224,12 @@ def _missing(dataset: Dataset, should_download: bool) -> DataError:
 
 def _download(dataset: Dataset, should_download: bool) -> None:
     """Fetch a missing dataset file from its registry source, else raise DataError saying how to get it."""
+    if dataset.spec.prepare_script:
+        raise DataError(
+            f"{dataset.path}: dataset {dataset.spec.name!r} ({dataset.spec.type}) of {dataset.agent} is not prepared:"
+            f" its prepare_script {dataset.spec.prepare_script} writes it. Run it first: ng_prepare_benchmark with this"
+            " config (gym eval prepare --benchmark NAME, or --config)"
+        )
     source = None
     if should_download:
         source = dataset_source(dataset.spec.model_dump(), f"{dataset.agent}: dataset {dataset.spec.name!r}")
@@ -203,7 +260,8 @@ def prepare_data(loaded: LoadedConfig, options: PrepareDataOptions) -> dict[str,
     for kind in dict.fromkeys(d.spec.type for d in datasets):
         prepared, per_dataset = [], []
         for dataset in (d for d in datasets if d.spec.type == kind):
-            rows = read_rows(dataset.path)
+            prompt = dataset.spec.prompt_config
+            rows = read_rows(dataset.path, load_prompt_config(dataset.file(prompt)) if prompt else None)
             metrics = {**header(dataset), **dataset_metrics(rows)}
             per_dataset.append(metrics)
             if options.mode == "example_validation":

@@ -12,12 +12,24 @@ scaffold) and the catalog folder `environments/<name>/` beside it, holding
 
 `ng_list_environments` lists it (status experimental), `gym env start --environment <name>` starts it, and NeMo Gym
 0.7.0's `gym env validate <name>` accepts it as written.
+
+`ng_init_benchmark` (0.7.0's `gym env init --benchmark NAME`) lays out a benchmark the same way, as 0.7.0's benchmark
+scaffold does: an exact-answer resources server (`resources_servers/<name>/`, graded as 0.7.0's scaffold grades: the
+final answer's text equals `expected_answer`) and `benchmarks/<name>/` holding a manifest of kind `benchmark`
+(`canonical_split` left as a placeholder for its author), `config.yaml` with the one `benchmark` dataset (its
+`prepare_script` and `prompt_config`), `prompt.yaml` (the prompt template that builds each row's input from its
+`question`), `prepare.py` (its `prepare()` writes the dataset's rows from `data/source.jsonl`; run by
+`ng_prepare_benchmark`), `data/source.jsonl` and `data/example.jsonl` (the prepared rows), and `README.md`.
+`ng_list_benchmarks` lists it and `gym eval run --benchmark <name>` collects it.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from textwrap import dedent
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -25,9 +37,21 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.datasets.manifest import load_manifest
-from nemo_gym.scaffold.resources_server import init_resources_server, server_name
+from nemo_gym.scaffold.resources_server import (
+    EXACT_ANSWER_TEMPLATES,
+    TEMPLATES_DIR,
+    init_resources_server,
+    server_name,
+)
 
-__all__ = ["InitEnvironmentOptions", "init_environment", "init_environment_main"]
+__all__ = [
+    "InitBenchmarkOptions",
+    "InitEnvironmentOptions",
+    "init_benchmark",
+    "init_benchmark_main",
+    "init_environment",
+    "init_environment_main",
+]
 
 
 class InitEnvironmentOptions(BaseModel):
@@ -50,12 +74,20 @@ class InitEnvironmentOptions(BaseModel):
         return self
 
 
-def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict) -> dict:
+class InitBenchmarkOptions(InitEnvironmentOptions):
+    """Parameters of `ng_init_benchmark`."""
+
+    name: str = Field(description="the benchmark's name (a Python identifier): benchmarks/<name>/")
+    description: str = Field("Questions with one exact answer", description="one line on what the benchmark measures")
+    domain: str = Field("other", description="its domain (math, coding, agent, knowledge, games, ...: manifest.yaml)")
+
+
+def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: str = "environment") -> dict:
     return {
         "name": name,
         "version": "0.1.0",
         "experimental": True,
-        "kind": "environment",
+        "kind": kind,
         "integration_profile": "custom-gym-verifier",
         "domain": options.domain,
         "description": options.description,
@@ -84,6 +116,56 @@ def _readme(name: str, description: str) -> str:
     )
 
 
+def _scaffold(folder: Path, server: Path, write: Callable[[], None]) -> Path:
+    """`folder` once `write` has filled it and its manifest reads as the catalog reads it; on a failure neither
+    `folder` nor `server` is left behind (the error is raised)."""
+    try:
+        write()
+        load_manifest(folder / "manifest.yaml")
+    except (ConfigError, OSError):
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(server, ignore_errors=True)
+        raise
+    return folder
+
+
+def _dataset(name: str, kind: str, tree: str) -> dict:
+    dataset = {"name": name, "type": kind, "jsonl_fpath": f"{tree}/{name}/data/example.jsonl", "num_repeats": 1}
+    if kind == "benchmark":
+        dataset |= {"prepare_script": f"{tree}/{name}/prepare.py", "prompt_config": f"{tree}/{name}/prompt.yaml"}
+    return {**dataset, "license": "Apache 2.0"}
+
+
+def _config(name: str, dataset: dict) -> str:
+    """The catalog folder's `config.yaml`: the server's config with the agent's datasets replaced by `dataset`."""
+    config = {
+        "config_paths": [f"resources_servers/{name}/configs/{name}.yaml"],
+        f"{name}_simple_agent": {"responses_api_agents": {"simple_agent": {"datasets": [dataset]}}},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, templates: Path) -> tuple[Path, Path]:
+    """`(repo_root/tree/<name>, its new resources server folder)`.
+
+    Raises:
+        ConfigError: see `init_environment`.
+    """
+    try:
+        name = server_name(f"resources_servers/{options.name}")
+    except ConfigError as exc:  # named as the user gave it: +name (gym env init --environment/--benchmark NAME)
+        raise ConfigError(
+            str(exc).replace(f"+entrypoint=resources_servers/{options.name}", f"+name={options.name}")
+        ) from None
+    folder = repo_root / tree / name
+    if folder.exists():
+        raise ConfigError(f"{folder} exists already; not overwriting it. Choose another name or delete the folder.")
+    server = init_resources_server(
+        f"resources_servers/{name}", options.description, repo_root=repo_root, templates=templates
+    )
+    return folder, server
+
+
 def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_ROOT) -> Path:
     """Create `repo_root/environments/<name>/` and its resources server (module docstring). Returns the folder.
 
@@ -91,34 +173,108 @@ def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_
         ConfigError: a name that is not a Python identifier, a folder that exists already, or a manifest that breaks
             0.7.0's schema (a domain it does not know, ...); nothing is left behind then.
     """
-    name = server_name(f"resources_servers/{options.name}")
-    folder = repo_root / "environments" / name
-    if folder.exists():
-        raise ConfigError(f"{folder} exists already; not overwriting it. Choose another name or delete the folder.")
-    server = init_resources_server(f"resources_servers/{name}", options.description, repo_root=repo_root)
-    try:
-        dataset = {
-            "name": name,
-            "type": "example",
-            "jsonl_fpath": f"environments/{name}/data/example.jsonl",
-            "num_repeats": 1,
-            "license": "Apache 2.0",
-        }
-        config = {
-            "config_paths": [f"resources_servers/{name}/configs/{name}.yaml"],
-            f"{name}_simple_agent": {"responses_api_agents": {"simple_agent": {"datasets": [dataset]}}},
-        }
+    folder, server = _new_folder(repo_root, "environments", options, TEMPLATES_DIR)
+    name = folder.name
+    dataset = _dataset(name, "example", "environments")
+
+    def write() -> None:
         (folder / "data").mkdir(parents=True)
         shutil.copyfile(server / "data" / "example.jsonl", folder / "data" / "example.jsonl")
-        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        (folder / "manifest.yaml").write_text(yaml.safe_dump(_manifest(name, options, dataset), sort_keys=False))
+        (folder / "config.yaml").write_text(_config(name, dataset))
+        manifest = _manifest(name, options, dataset)
+        (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
         (folder / "README.md").write_text(_readme(name, options.description))
-        load_manifest(folder / "manifest.yaml")  # as the catalog reads it
-    except (ConfigError, OSError):
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(server, ignore_errors=True)
-        raise
-    return folder
+
+    return _scaffold(folder, server, write)
+
+
+PROMPT = "user: |-\n  Answer the question. Return only the final answer.\n\n  {question}\n"  # the server's rows'
+
+
+def _prepare_script(name: str) -> str:
+    return dedent(
+        f'''\
+        """Prepare the rows of the {name} benchmark: data/source.jsonl (a question and its expected answer a row)
+        checked and written to data/example.jsonl, the file its dataset names (jsonl_fpath). Run by
+        `ng_prepare_benchmark "+config_paths=[benchmarks/{name}/config.yaml]"` (`gym eval prepare --benchmark {name}`),
+        which calls prepare() and checks that it returns that file. Make it your benchmark's own: read or download
+        the source, write one JSON object a row with the fields prompt.yaml and the resources server read."""
+
+        import json
+        from pathlib import Path
+
+        BENCHMARK_DIR = Path(__file__).parent
+        SOURCE_PATH = BENCHMARK_DIR / "data" / "source.jsonl"
+        OUTPUT_PATH = BENCHMARK_DIR / "data" / "example.jsonl"
+
+
+        def prepare(source: str | Path = SOURCE_PATH, output: str | Path = OUTPUT_PATH) -> Path:
+            """Write the prepared rows to `output`; returns its path. Raises ValueError on a bad source row."""
+            source, output = Path(source), Path(output)
+            rows = []
+            with source.open(encoding="utf-8") as lines:
+                for number, line in enumerate(lines, start=1):
+                    if not line.strip():
+                        continue
+                    row = json.loads(line)
+                    if not (
+                        isinstance(row, dict)
+                        and isinstance(row.get("question"), str)
+                        and isinstance(row.get("expected_answer"), str)
+                    ):
+                        raise ValueError(f"{{source}}:{{number}}: a row needs a string question and expected_answer")
+                    rows.append({{"question": row["question"], "expected_answer": row["expected_answer"]}})
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text("".join(json.dumps(row) + "\\n" for row in rows), encoding="utf-8")
+            return output
+
+
+        if __name__ == "__main__":
+            print(prepare())
+        '''
+    )
+
+
+def _benchmark_readme(name: str, description: str) -> str:
+    return (
+        f"# {name}\n\n{description}\n\n"
+        f"A benchmark graded by the resources server `resources_servers/{name}/` (the final answer must equal"
+        " `expected_answer`). `prepare.py` writes its rows, `data/example.jsonl`, from `data/source.jsonl`;"
+        " `prompt.yaml` builds each row's input from its `question` when the rows are collated. `manifest.yaml` is its"
+        f" catalog entry (`ng_list_benchmarks +name={name}`); `config.yaml` its composition.\n\n"
+        f"Prepare it: `gym eval prepare --benchmark {name}`. Run it: `gym eval run --benchmark {name} --split benchmark"
+        f" --model-type vllm_model --output results/{name}/rollouts.jsonl`, then `ng_reward_profile` on the rollouts.\n"
+    )
+
+
+def init_benchmark(options: InitBenchmarkOptions, *, repo_root: Path = REPO_ROOT) -> Path:
+    """Create `repo_root/benchmarks/<name>/` and its exact-answer resources server (module docstring). Returns the
+    folder.
+
+    Raises:
+        ConfigError: as `init_environment`; nothing is left behind then.
+    """
+    folder, server = _new_folder(repo_root, "benchmarks", options, EXACT_ANSWER_TEMPLATES)
+    name = folder.name
+    dataset = _dataset(name, "benchmark", "benchmarks")
+    rows = [json.loads(line) for line in (server / "data" / "example.jsonl").read_text().splitlines() if line]
+    source = "".join(
+        json.dumps({"question": r["question"], "expected_answer": r["expected_answer"]}) + "\n" for r in rows
+    )
+
+    def write() -> None:
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "source.jsonl").write_text(source)
+        (folder / "data" / "example.jsonl").write_text(source)  # what prepare.py writes from it
+        (folder / "prompt.yaml").write_text(PROMPT)
+        (folder / "prepare.py").write_text(_prepare_script(name))
+        (folder / "config.yaml").write_text(_config(name, dataset))
+        manifest = _manifest(name, options, dataset, kind="benchmark")
+        manifest |= {"canonical_split": "TODO", "standard_prompt_config": dataset["prompt_config"]}
+        (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        (folder / "README.md").write_text(_benchmark_readme(name, options.description))
+
+    return _scaffold(folder, server, write)
 
 
 def init_environment_main(options: InitEnvironmentOptions) -> int:
@@ -133,4 +289,20 @@ def init_environment_main(options: InitEnvironmentOptions) -> int:
     print(f"  gym env test {name}          # its server's tests and verifier cases")
     print(f"  gym env start --environment {name} --model-type vllm_model")
     print(f"  gym env publish {name}       # once manifest.yaml names its authors")
+    return 0
+
+
+def init_benchmark_main(options: InitBenchmarkOptions) -> int:
+    """`ng_init_benchmark`: create it, print what and the next steps. Returns 0 (errors raise)."""
+    folder = init_benchmark(options)
+    name = folder.name
+    print(f"Created benchmarks/{name}/ (manifest.yaml, config.yaml, prompt.yaml, prepare.py, data/, README.md)")
+    print(f"    and resources_servers/{name}/ (an exact-answer verifier)")
+    print("Next steps:")
+    print(f"  edit benchmarks/{name}/prepare.py and data/source.jsonl, and canonical_split in manifest.yaml")
+    print(f"  gym eval prepare --benchmark {name}     # runs prepare.py")
+    print(f"  gym env validate {name}                 # the manifest against its config and data")
+    print(f"  gym env test {name}                     # its server's tests and verifier cases")
+    print(f"  gym eval run --benchmark {name} --split benchmark --model-type vllm_model \\")
+    print(f"      --output results/{name}/rollouts.jsonl")
     return 0

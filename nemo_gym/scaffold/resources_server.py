@@ -18,9 +18,11 @@ from nemo_gym.common.jsonl import read_jsonl
 from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.env.dataset_metrics import dataset_metrics, metrics_path
 
-__all__ = ["InitOptions", "init_resources_server", "init_main", "TEMPLATES_DIR"]
+__all__ = ["EXACT_ANSWER_TEMPLATES", "InitOptions", "init_resources_server", "init_main", "TEMPLATES_DIR"]
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "resources_server"
+# the exact-answer server of `ng_init_benchmark` (no tools; `expected_answer` a string), the same files
+EXACT_ANSWER_TEMPLATES = TEMPLATES_DIR.parent / "exact_answer_server"
 
 # template file → path inside the new server folder ({name} is the server name)
 FILES = {
@@ -85,9 +87,14 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 def init_resources_server(
-    entrypoint: str, description: str = "Word counting with a tool", *, repo_root: Path = REPO_ROOT
+    entrypoint: str,
+    description: str = "Word counting with a tool",
+    *,
+    repo_root: Path = REPO_ROOT,
+    templates: Path = TEMPLATES_DIR,
 ) -> Path:
-    """Create the server folder `repo_root/entrypoint` from the templates. Returns the folder.
+    """Create the server folder `repo_root/entrypoint` from the templates of `templates` (`TEMPLATES_DIR`: the word
+    counter; `EXACT_ANSWER_TEMPLATES`: exact-answer grading). Returns the folder.
 
     Raises:
         ConfigError: bad entrypoint or name (see `server_name`), or the folder exists already.
@@ -102,7 +109,7 @@ def init_resources_server(
     for template, target in FILES.items():
         path = folder / target.format(name=name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render((TEMPLATES_DIR / template).read_text(), values))
+        path.write_text(render((templates / template).read_text(), values))
     write_example_metrics(folder)
     return folder
 
