@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 
 from nemo_gym.cli import gym_router as gym
 from nemo_gym.cli import legacy
@@ -57,6 +58,7 @@ def test_ng_init_benchmark_scaffolds_a_benchmark_that_is_listed_prepared_validat
     # ng_prepare_benchmark runs prepare.py: a row added to the source reaches the prepared file
     with (folder / "data" / "source.jsonl").open("a") as rows:
         rows.write(json.dumps({"question": "What is 2 + 2?", "expected_answer": "4"}) + "\n")
+    (folder / "data" / "example.jsonl").unlink()  # to be written into the benchmark's tree, wherever the command runs
     elsewhere = tmp_path / "elsewhere"  # paths found from the benchmark's tree, not the working directory
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -225,3 +227,42 @@ def test_0_7_0_validates_and_prepares_our_benchmark_scaffold(tmp_path):
     validated = theirs("env", "validate", "capitals")
     assert "Manifest: capitals 0.1.0 kind=benchmark profile=custom-gym-verifier" in validated
     assert "capitals: 5 rows (benchmark)" in validated
+
+
+@pytest.mark.integration
+@pytest.mark.peer
+@pytest.mark.timeout(600)
+def test_0_7_0s_own_benchmark_is_prepared_and_collated_as_0_7_0_does(tmp_path):
+    """0.7.0's `benchmarks/answer-judge` (its prepare.py writes its rows without the network; its prompt template is
+    `benchmarks/prompts/judge/math.yaml`; its verifier `math_proof_judgement`), copied into a tree of ours and one of
+    0.7.0's: our `gym eval prepare --benchmark answer-judge` writes the file 0.7.0's writes, byte for byte, and our
+    `ng_prepare_data` collates the rows 0.7.0's `gym dataset collate` does, prompt applied (0.7.0 routes a row by
+    `task_source`, ours by `agent_ref`: the one field that differs)."""
+    site = peer07_site_packages()
+    trees = {who: tmp_path / who for who in ("ours", "theirs")}
+    for tree in trees.values():
+        for part in ("benchmarks/answer-judge", "benchmarks/prompts", "resources_servers/math_proof_judgement"):
+            shutil.copytree(site / part, tree / part)
+    data = Path("benchmarks/answer-judge/data/answer-judge_benchmark.jsonl")
+
+    def run(argv: list[str], tree: Path, **env) -> None:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tree, env=env or None)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    theirs_gym = [str(peer07_venv() / "bin" / "gym")]
+    run([*theirs_gym, "eval", "prepare", "--benchmark", "answer-judge"], trees["theirs"], **peer07_env())
+    run([str(OURS / "gym"), "eval", "prepare", "--benchmark", "answer-judge"], trees["ours"])
+    assert (trees["ours"] / data).read_bytes() == (trees["theirs"] / data).read_bytes()
+    config = "benchmarks/answer-judge/config.yaml"
+    run([*theirs_gym, "dataset", "collate", "--config", config, "--mode", "train_preparation", "--output-dir",
+         str(tmp_path / "collated_theirs")], trees["theirs"], **peer07_env())  # fmt: skip
+    run([str(OURS / "ng_prepare_data"), f"+config_paths=[{config}]", "+mode=train_preparation",
+         f"+output_dirpath={tmp_path / 'collated_ours'}"], trees["ours"])  # fmt: skip
+
+    def rows(folder: str) -> list[dict]:
+        lines = (tmp_path / folder / "benchmark.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k not in ("agent_ref", "task_source")} for line in lines]
+
+    ours, theirs = rows("collated_ours"), rows("collated_theirs")
+    assert len(ours) == 12 and ours == theirs
+    assert ours[0]["responses_create_params"]["input"][0]["content"].startswith("You will be asked to look at")

@@ -115,12 +115,13 @@ class Dataset:
 
 def dataset_file(raw: str, root: Path | None) -> Path:
     """A dataset's file: absolute as given; else under `root` (the declaring YAML file's tree), the working directory
-    or this repository, the first where it exists (under this repository where none does)."""
+    or this repository, the first where it exists (under `root`, else this repository, where none does: a file to be
+    prepared or downloaded goes into the tree that declares it)."""
     path = Path(raw).expanduser()
     if path.is_absolute():
         return path
     bases = [base for base in (root, Path.cwd(), REPO_ROOT) if base is not None]
-    return next((base / path for base in bases if (base / path).exists()), REPO_ROOT / path)
+    return next((base / path for base in bases if (base / path).exists()), (root or REPO_ROOT) / path)
 
 
 def declared_datasets(loaded: LoadedConfig, types: tuple[str, ...]) -> list[Dataset]:
