@@ -18,10 +18,11 @@ from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
 from nemo_gym.cli import gym_router as gym
 from nemo_gym.cli import legacy
 from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.layout import REPO_ROOT
 from nemo_gym.config import load_config
 from nemo_gym.datasets.catalog import catalog_entries
 from nemo_gym.datasets.prepare import PrepareDataOptions, prepare_data
-from nemo_gym.scaffold.environment import InitBenchmarkOptions, init_benchmark
+from nemo_gym.scaffold.environment import InitBenchmarkOptions, InitEnvironmentOptions, init_benchmark, init_environment
 
 OURS = Path(sys.executable).parent  # our console scripts
 PROMPT = "Answer the question. Return only the final answer.\n\n{}"
@@ -92,6 +93,71 @@ def test_gym_env_init_benchmark_takes_0_7_0s_options(tmp_path, monkeypatch, caps
     assert (manifest["kind"], manifest["canonical_split"]) == ("benchmark", "TODO")  # for its author (gym env publish)
     assert gym.gym_main(["env", "init", "--benchmark", "x", "--environment", "y"]) == 2
     assert "--environment and --benchmark: each scaffolds its own resources server" in capsys.readouterr().err
+    assert gym.gym_main(["env", "init", "--resources-server", "x", "--reuse-verifier", "mcqa"]) == 2
+    assert "--reuse-verifier and the reward options require --environment or --benchmark" in capsys.readouterr().err
+    assert gym.gym_main(["env", "init", "--benchmark", "reusing", "--reuse-verifier", "mcqa"]) == 0
+    assert "graded by resources_servers/mcqa/ (reused: nothing written there)" in capsys.readouterr().out
+
+
+MCQA_ROWS = [json.loads(line) for line in (REPO_ROOT / "resources_servers/mcqa/data/example.jsonl").open()]
+
+
+def test_reuse_verifier_grades_a_benchmark_or_an_environment_with_an_existing_server(tmp_path, monkeypatch, capsys):
+    """`--reuse-verifier mcqa`: no server is scaffolded; the config takes mcqa's and moves its agent under the
+    workload's name with the workload's dataset; the rows start as mcqa's example rows, a benchmark's carrying their
+    own input (prompt_source: prepared, no prompt.yaml)."""
+    folder = init_benchmark(InitBenchmarkOptions(name="mcq_bench", reuse_verifier="mcqa"), repo_root=tmp_path)
+    assert not (tmp_path / "resources_servers").exists()
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == [
+        "README.md", "config.yaml", "data/example.jsonl", "data/source.jsonl", "manifest.yaml", "prepare.py",
+    ]  # fmt: skip
+    manifest = yaml.safe_load((folder / "manifest.yaml").read_text())
+    assert (manifest["resources_server"], manifest["prompt_source"]) == ("mcqa", "prepared")
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert config["config_paths"] == ["resources_servers/mcqa/configs/mcqa.yaml"]
+    assert config["mcq_bench_simple_agent"]["_inherit_from"] == "mcqa_simple_agent"
+    (folder / "data" / "example.jsonl").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert prepare([f"+config_paths=[{folder / 'config.yaml'}]"]) == 0
+    collated = collate(folder / "config.yaml", tmp_path / "prepared")
+    assert [{k: v for k, v in row.items() if k != "agent_ref"} for row in collated] == MCQA_ROWS
+    assert {row["agent_ref"]["name"] for row in collated} == {"mcq_bench_simple_agent"}
+    capsys.readouterr()
+    assert gym.gym_main(["env", "validate", "mcq_bench"]) == 0
+    assert "resources_server: mcqa -> mcqa" in capsys.readouterr().out
+    env = init_environment(InitEnvironmentOptions(name="mcq_env", reuse_verifier="mcqa"), repo_root=tmp_path)
+    assert [json.loads(line) for line in (env / "data" / "example.jsonl").open()] == MCQA_ROWS
+    assert gym.gym_main(["env", "validate", "mcq_env"]) == 0
+    assert "mcq_env: 5 rows (example)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        (
+            None,
+            r"--reuse-verifier mcqq: no resources_servers/mcqq/configs/mcqq\.yaml under .* \(did you mean 'mcqa'\?\)",
+        ),
+        ({"a": {"resources_servers": {"mcqq": {}}}, "b": {"resources_servers": {"mcqq": {}}}}, "exactly one resources"),
+        (
+            {"a": {"resources_servers": {"mcqq": {}}}, "m": {"responses_api_models": {"x": {}}}},
+            "declares a model server",
+        ),
+        (
+            {"a": {"resources_servers": {"mcqq": {}}}, "g": {"responses_api_agents": {"simple_agent": {}}}},
+            "its simple_agent g must name the resources server instance a",
+        ),
+        ({"a": {"resources_servers": {"mcqq": {}}}}, r"data/example\.jsonl is missing"),
+    ],
+    ids=["missing", "two-servers", "model", "agent", "no-rows"],
+)
+def test_a_verifier_that_cannot_be_reused_is_named_with_the_rule_and_nothing_is_written(tmp_path, config, error):
+    if config is not None:
+        (tmp_path / "resources_servers/mcqq/configs").mkdir(parents=True)
+        (tmp_path / "resources_servers/mcqq/configs/mcqq.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=error):
+        init_benchmark(InitBenchmarkOptions(name="b", reuse_verifier="mcqq"), repo_root=tmp_path)
+    assert not (tmp_path / "benchmarks").exists()
 
 
 def _config(tmp_path: Path, *datasets: dict) -> Path:
@@ -187,7 +253,8 @@ def test_a_benchmark_datasets_prompt_config_builds_each_rows_input_and_its_error
 @pytest.mark.integration
 def test_the_scaffolded_benchmark_is_tested_and_run_by_gym_eval_run(tmp_path):
     """Its server's tests and verifier cases pass (`gym env test NAME`), and `gym eval run --benchmark NAME --split
-    benchmark` collects its prepared rows through its servers (the scripted model answering 42: one right)."""
+    benchmark` collects its prepared rows through its servers (the scripted model answering 42: one right); and so
+    for a benchmark graded by mcqa (`--reuse-verifier mcqa`, the model answering \\boxed{B})."""
     init_benchmark(InitBenchmarkOptions(name="capitals"), repo_root=tmp_path)
 
     def gym_run(*argv: str) -> subprocess.CompletedProcess:
@@ -205,6 +272,14 @@ def test_the_scaffolded_benchmark_is_tested_and_run_by_gym_eval_run(tmp_path):
     assert sorted((r["reward"], r["expected_answer"]) for r in rollouts)[-1] == (1.0, "42")
     assert sum(r["reward"] for r in rollouts) == 1.0
     assert {r["responses_create_params"]["input"][0]["content"] for r in rollouts} >= {PROMPT.format("What is 6 x 7?")}
+    # one graded by mcqa (--reuse-verifier): its rows, its grading (the letter in the box)
+    init_benchmark(InitBenchmarkOptions(name="mcq_bench", reuse_verifier="mcqa"), repo_root=tmp_path)
+    out = tmp_path / "results" / "mcq.jsonl"
+    reply = "+policy_model.responses_api_models.scripted_model.default_reply='\\boxed{B}'"
+    gym_run("eval", "run", "--benchmark", "mcq_bench", "--split", "benchmark", "--model-type", "scripted_model",
+            "--output", str(out), reply)  # fmt: skip
+    rollouts = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["_ng_task_index"])
+    assert [r["reward"] for r in rollouts] == [float(row["expected_answer"] == "B") for row in MCQA_ROWS]
 
 
 @pytest.mark.integration
@@ -212,7 +287,7 @@ def test_the_scaffolded_benchmark_is_tested_and_run_by_gym_eval_run(tmp_path):
 @pytest.mark.timeout(600)
 def test_0_7_0_validates_and_prepares_our_benchmark_scaffold(tmp_path):
     """0.7.0's `gym env validate NAME` passes our benchmark scaffold, and its `gym eval prepare --benchmark NAME` runs
-    our prepare.py into the file the dataset names."""
+    our prepare.py into the file the dataset names; it passes one that reuses mcqa too."""
     folder = init_benchmark(InitBenchmarkOptions(name="capitals"), repo_root=tmp_path)
     (folder / "data" / "example.jsonl").unlink()
 
@@ -227,6 +302,9 @@ def test_0_7_0_validates_and_prepares_our_benchmark_scaffold(tmp_path):
     validated = theirs("env", "validate", "capitals")
     assert "Manifest: capitals 0.1.0 kind=benchmark profile=custom-gym-verifier" in validated
     assert "capitals: 5 rows (benchmark)" in validated
+    init_benchmark(InitBenchmarkOptions(name="mcq_bench", reuse_verifier="mcqa"), repo_root=tmp_path)
+    validated = theirs("env", "validate", "mcq_bench")  # its config names 0.7.0's own mcqa there
+    assert "resources_server: mcqa -> mcqa" in validated and "mcq_bench: 5 rows (benchmark)" in validated
 
 
 @pytest.mark.integration

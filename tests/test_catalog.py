@@ -290,12 +290,13 @@ def test_env_init_takes_0_7_0s_reward_options_and_its_profile(tmp_path, monkeypa
     capsys.readouterr()
     for extra, why in (
         (["--profile", "external-agent-loop"], "--profile external-agent-loop is not supported: the scaffold is"),
-        (["--reuse-verifier", "mcqa"], "--reuse-verifier is not supported"),
     ):
         assert gym.gym_main(["env", "init", "--environment", "other", *extra]) == 2
         assert why in capsys.readouterr().err
     assert gym.gym_main(["env", "init", "--resources-server", "x", "--reward-range", "0", "1"]) == 2
-    assert "--profile and the reward options require --environment or --benchmark" in capsys.readouterr().err
+    assert "--profile, --reuse-verifier and the reward options require --environment or --benchmark" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(ValueError, match=r"reward_range \[1.0, 0.0\]: low must be below high"):
         environment.InitEnvironmentOptions(name="x", reward_range=(1, 0))
 

@@ -66,8 +66,10 @@ def _env_init_command(args: argparse.Namespace) -> str:
             " or --resources-server".replace("resources_server", "resources-server")
         )
     manifest = args.environment or args.benchmark
-    if not manifest and (args.profile or args.reward_range or args.higher_is_better is not None):
-        raise GymUsageError("--profile and the reward options require --environment or --benchmark")  # 0.7.0's rule
+    if not manifest and (args.profile or args.reward_range or args.higher_is_better is not None or args.reuse_verifier):
+        raise GymUsageError(  # 0.7.0's rule
+            "--profile, --reuse-verifier and the reward options require --environment or --benchmark"
+        )
     return "init_benchmark" if args.benchmark else "init_environment" if args.environment else "init_resources_server"
 
 
@@ -227,9 +229,10 @@ ROUTES: dict[str, Route] = {
                 "Scaffold benchmarks/NAME/ (manifest, config, prompt, prepare.py, data), its server.",
             ),
             PROFILE,
-            refused(
+            value_flag(
                 "reuse-verifier",
-                "the scaffold writes its own resources server; to reuse one, name it in the config's resources_server",
+                "reuse_verifier",
+                "Grade it with this existing resources server (resources_servers/NAME/) instead of a new one.",
             ),
             REWARD_RANGE,
             REWARD_DIRECTION,

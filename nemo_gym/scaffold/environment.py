@@ -21,6 +21,11 @@ final answer's text equals `expected_answer`) and `benchmarks/<name>/` holding a
 `question`), `prepare.py` (its `prepare()` writes the dataset's rows from `data/source.jsonl`; run by
 `ng_prepare_benchmark`), `data/source.jsonl` and `data/example.jsonl` (the prepared rows), and `README.md`.
 `ng_list_benchmarks` lists it and `gym eval run --benchmark <name>` collects it.
+
+With `+reuse_verifier=<server>` (`--reuse-verifier`), either is graded by an existing resources server instead of a
+scaffolded one (`nemo_gym.scaffold.reused_verifier`): nothing is written under resources_servers/, the config takes the
+server's config and its agent, and the workload's rows start as the server's example rows; a benchmark's rows then
+carry their own input (`prompt_source: prepared`: no prompt.yaml, and prepare.py checks each row has one).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
 
@@ -43,6 +49,7 @@ from nemo_gym.scaffold.resources_server import (
     init_resources_server,
     server_name,
 )
+from nemo_gym.scaffold.reused_verifier import ReusedVerifier, reused_verifier
 
 __all__ = [
     "InitBenchmarkOptions",
@@ -66,6 +73,9 @@ class InitEnvironmentOptions(BaseModel):
         (0.0, 1.0), description="the declared inclusive reward range [low, high] (manifest.yaml's reward.range)"
     )
     higher_is_better: bool = Field(True, description="whether a higher reward is better (reward.higher_is_better)")
+    reuse_verifier: str | None = Field(
+        None, description="an existing resources server (resources_servers/<name>/) to grade it; none is scaffolded"
+    )
 
     @model_validator(mode="after")
     def _ordered_range(self) -> InitEnvironmentOptions:
@@ -83,6 +93,7 @@ class InitBenchmarkOptions(InitEnvironmentOptions):
 
 
 def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: str = "environment") -> dict:
+    server = options.reuse_verifier or name
     return {
         "name": name,
         "version": "0.1.0",
@@ -96,7 +107,7 @@ def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: s
         "authors": options.authors,
         "reward": {"range": list(options.reward_range), "higher_is_better": options.higher_is_better},
         "determinism": "seeded",
-        "resources_server": name,
+        "resources_server": server,
         "agent_server": "simple_agent",
         "datasets": [{k: v for k, v in dataset.items() if k != "license"}],
         "model_server": "policy_model",
@@ -116,37 +127,56 @@ def _readme(name: str, description: str) -> str:
     )
 
 
-def _scaffold(folder: Path, server: Path, write: Callable[[], None]) -> Path:
+def _scaffold(folder: Path, grader: _Grader, write: Callable[[], None]) -> Path:
     """`folder` once `write` has filled it and its manifest reads as the catalog reads it; on a failure neither
-    `folder` nor `server` is left behind (the error is raised)."""
+    `folder` nor a scaffolded server is left behind (the error is raised)."""
     try:
         write()
         load_manifest(folder / "manifest.yaml")
     except (ConfigError, OSError):
         shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(server, ignore_errors=True)
+        if grader.reused is None:
+            shutil.rmtree(grader.folder, ignore_errors=True)
         raise
     return folder
 
 
-def _dataset(name: str, kind: str, tree: str) -> dict:
+def _dataset(name: str, kind: str, tree: str, *, prompted: bool = True) -> dict:
+    """The workload's one dataset; a benchmark's names its prepare script and, when `prompted`, its prompt."""
     dataset = {"name": name, "type": kind, "jsonl_fpath": f"{tree}/{name}/data/example.jsonl", "num_repeats": 1}
     if kind == "benchmark":
-        dataset |= {"prepare_script": f"{tree}/{name}/prepare.py", "prompt_config": f"{tree}/{name}/prompt.yaml"}
+        dataset["prepare_script"] = f"{tree}/{name}/prepare.py"
+        dataset |= {"prompt_config": f"{tree}/{name}/prompt.yaml"} if prompted else {}
     return {**dataset, "license": "Apache 2.0"}
 
 
-def _config(name: str, dataset: dict) -> str:
-    """The catalog folder's `config.yaml`: the server's config with the agent's datasets replaced by `dataset`."""
-    config = {
-        "config_paths": [f"resources_servers/{name}/configs/{name}.yaml"],
-        f"{name}_simple_agent": {"responses_api_agents": {"simple_agent": {"datasets": [dataset]}}},
-    }
-    return yaml.safe_dump(config, sort_keys=False)
+@dataclass(frozen=True)
+class _Grader:
+    """The resources server of a workload: `folder`, scaffolded now, or `reused`."""
+
+    folder: Path
+    reused: ReusedVerifier | None = None
+
+    @property
+    def examples(self) -> Path:
+        return self.reused.examples if self.reused else self.folder / "data" / "example.jsonl"
+
+    def config(self, name: str, dataset: dict) -> str:
+        """The catalog folder's `config.yaml`: the server's config with its agent's datasets replaced by `dataset`
+        (the reused server's agent taken under the workload's name)."""
+        if self.reused is None:
+            config_paths, agent = [f"resources_servers/{name}/configs/{name}.yaml"], {"datasets": [dataset]}
+            entry = {"responses_api_agents": {"simple_agent": agent}}
+        else:
+            config_paths, entry = [self.reused.config_reference], self.reused.agent_entry(dataset)
+        instance = f"{name}_simple_agent"
+        if self.reused is not None and instance == self.reused.agent_instance:  # a name of its own, as 0.7.0
+            instance = f"{name}_catalog_agent"
+        return yaml.safe_dump({"config_paths": config_paths, instance: entry}, sort_keys=False)
 
 
-def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, templates: Path) -> tuple[Path, Path]:
-    """`(repo_root/tree/<name>, its new resources server folder)`.
+def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, templates: Path) -> tuple[Path, _Grader]:
+    """`(repo_root/tree/<name>, its resources server: scaffolded from `templates`, or the reused one)`.
 
     Raises:
         ConfigError: see `init_environment`.
@@ -160,10 +190,12 @@ def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, tem
     folder = repo_root / tree / name
     if folder.exists():
         raise ConfigError(f"{folder} exists already; not overwriting it. Choose another name or delete the folder.")
+    if options.reuse_verifier:
+        return folder, _Grader(folder, reused_verifier(options.reuse_verifier, repo_root))
     server = init_resources_server(
         f"resources_servers/{name}", options.description, repo_root=repo_root, templates=templates
     )
-    return folder, server
+    return folder, _Grader(server)
 
 
 def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_ROOT) -> Path:
@@ -173,32 +205,34 @@ def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_
         ConfigError: a name that is not a Python identifier, a folder that exists already, or a manifest that breaks
             0.7.0's schema (a domain it does not know, ...); nothing is left behind then.
     """
-    folder, server = _new_folder(repo_root, "environments", options, TEMPLATES_DIR)
+    folder, grader = _new_folder(repo_root, "environments", options, TEMPLATES_DIR)
     name = folder.name
     dataset = _dataset(name, "example", "environments")
 
     def write() -> None:
         (folder / "data").mkdir(parents=True)
-        shutil.copyfile(server / "data" / "example.jsonl", folder / "data" / "example.jsonl")
-        (folder / "config.yaml").write_text(_config(name, dataset))
+        shutil.copyfile(grader.examples, folder / "data" / "example.jsonl")
+        (folder / "config.yaml").write_text(grader.config(name, dataset))
         manifest = _manifest(name, options, dataset)
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
         (folder / "README.md").write_text(_readme(name, options.description))
 
-    return _scaffold(folder, server, write)
+    return _scaffold(folder, grader, write)
 
 
 PROMPT = "user: |-\n  Answer the question. Return only the final answer.\n\n  {question}\n"  # the server's rows'
 
 
-def _prepare_script(name: str) -> str:
+def _prepare_script(name: str, required: tuple[str, ...]) -> str:
+    """prepare.py of benchmark `name`: it copies data/source.jsonl to the prepared file, each row checked to have
+    `required` (the prompt's and the verifier's fields, or a prepared row's `responses_create_params`)."""
     return dedent(
         f'''\
-        """Prepare the rows of the {name} benchmark: data/source.jsonl (a question and its expected answer a row)
-        checked and written to data/example.jsonl, the file its dataset names (jsonl_fpath). Run by
+        """Prepare the rows of the {name} benchmark: data/source.jsonl checked (each row a JSON object with
+        {", ".join(required)}) and written to data/example.jsonl, the file its dataset names (jsonl_fpath). Run by
         `ng_prepare_benchmark "+config_paths=[benchmarks/{name}/config.yaml]"` (`gym eval prepare --benchmark {name}`),
         which calls prepare() and checks that it returns that file. Make it your benchmark's own: read or download
-        the source, write one JSON object a row with the fields prompt.yaml and the resources server read."""
+        the source, write one JSON object a row with the fields the prompt and the resources server read."""
 
         import json
         from pathlib import Path
@@ -206,6 +240,7 @@ def _prepare_script(name: str) -> str:
         BENCHMARK_DIR = Path(__file__).parent
         SOURCE_PATH = BENCHMARK_DIR / "data" / "source.jsonl"
         OUTPUT_PATH = BENCHMARK_DIR / "data" / "example.jsonl"
+        REQUIRED_FIELDS = {required!r}
 
 
         def prepare(source: str | Path = SOURCE_PATH, output: str | Path = OUTPUT_PATH) -> Path:
@@ -217,13 +252,9 @@ def _prepare_script(name: str) -> str:
                     if not line.strip():
                         continue
                     row = json.loads(line)
-                    if not (
-                        isinstance(row, dict)
-                        and isinstance(row.get("question"), str)
-                        and isinstance(row.get("expected_answer"), str)
-                    ):
-                        raise ValueError(f"{{source}}:{{number}}: a row needs a string question and expected_answer")
-                    rows.append({{"question": row["question"], "expected_answer": row["expected_answer"]}})
+                    if not isinstance(row, dict) or any(field not in row for field in REQUIRED_FIELDS):
+                        raise ValueError(f"{{source}}:{{number}}: a row needs the fields {{REQUIRED_FIELDS}}")
+                    rows.append(row)
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text("".join(json.dumps(row) + "\\n" for row in rows), encoding="utf-8")
             return output
@@ -235,12 +266,18 @@ def _prepare_script(name: str) -> str:
     )
 
 
-def _benchmark_readme(name: str, description: str) -> str:
+def _benchmark_readme(name: str, description: str, grader: _Grader) -> str:
+    server = grader.reused.name if grader.reused else name
+    rows = (
+        "`prepare.py` writes its rows, `data/example.jsonl`, from `data/source.jsonl`; `prompt.yaml` builds each"
+        " row's input from its `question` when the rows are collated."
+        if grader.reused is None
+        else "`prepare.py` writes its rows, `data/example.jsonl`, from `data/source.jsonl` (at first the server's"
+        " example rows, each with its input)."
+    )
     return (
         f"# {name}\n\n{description}\n\n"
-        f"A benchmark graded by the resources server `resources_servers/{name}/` (the final answer must equal"
-        " `expected_answer`). `prepare.py` writes its rows, `data/example.jsonl`, from `data/source.jsonl`;"
-        " `prompt.yaml` builds each row's input from its `question` when the rows are collated. `manifest.yaml` is its"
+        f"A benchmark graded by the resources server `resources_servers/{server}/`. {rows} `manifest.yaml` is its"
         f" catalog entry (`ng_list_benchmarks +name={name}`); `config.yaml` its composition.\n\n"
         f"Prepare it: `gym eval prepare --benchmark {name}`. Run it: `gym eval run --benchmark {name} --split benchmark"
         f" --model-type vllm_model --output results/{name}/rollouts.jsonl`, then `ng_reward_profile` on the rollouts.\n"
@@ -248,33 +285,45 @@ def _benchmark_readme(name: str, description: str) -> str:
 
 
 def init_benchmark(options: InitBenchmarkOptions, *, repo_root: Path = REPO_ROOT) -> Path:
-    """Create `repo_root/benchmarks/<name>/` and its exact-answer resources server (module docstring). Returns the
-    folder.
+    """Create `repo_root/benchmarks/<name>/` and its exact-answer resources server, or with `reuse_verifier` graded by
+    that server (module docstring). Returns the folder.
 
     Raises:
-        ConfigError: as `init_environment`; nothing is left behind then.
+        ConfigError: as `init_environment`, or a server to reuse that is not there or not reusable
+            (`nemo_gym.scaffold.reused_verifier`); nothing is left behind then.
     """
-    folder, server = _new_folder(repo_root, "benchmarks", options, EXACT_ANSWER_TEMPLATES)
+    folder, grader = _new_folder(repo_root, "benchmarks", options, EXACT_ANSWER_TEMPLATES)
     name = folder.name
-    dataset = _dataset(name, "benchmark", "benchmarks")
-    rows = [json.loads(line) for line in (server / "data" / "example.jsonl").read_text().splitlines() if line]
-    source = "".join(
-        json.dumps({"question": r["question"], "expected_answer": r["expected_answer"]}) + "\n" for r in rows
-    )
+    prompted = grader.reused is None  # a reused server's rows carry their input
+    dataset = _dataset(name, "benchmark", "benchmarks", prompted=prompted)
+    rows = [json.loads(line) for line in grader.examples.read_text().splitlines() if line.strip()]
+    if prompted:  # the source rows are the fields the prompt and the verifier read
+        rows = [{"question": r["question"], "expected_answer": r["expected_answer"]} for r in rows]
+    source = "".join(json.dumps(row) + "\n" for row in rows)
+    required = ("question", "expected_answer") if prompted else ("responses_create_params",)
 
     def write() -> None:
         (folder / "data").mkdir(parents=True)
         (folder / "data" / "source.jsonl").write_text(source)
         (folder / "data" / "example.jsonl").write_text(source)  # what prepare.py writes from it
-        (folder / "prompt.yaml").write_text(PROMPT)
-        (folder / "prepare.py").write_text(_prepare_script(name))
-        (folder / "config.yaml").write_text(_config(name, dataset))
-        manifest = _manifest(name, options, dataset, kind="benchmark")
-        manifest |= {"canonical_split": "TODO", "standard_prompt_config": dataset["prompt_config"]}
+        (folder / "prepare.py").write_text(_prepare_script(name, required))
+        (folder / "config.yaml").write_text(grader.config(name, dataset))
+        manifest = _manifest(name, options, dataset, kind="benchmark") | {"canonical_split": "TODO"}
+        if prompted:
+            (folder / "prompt.yaml").write_text(PROMPT)
+            manifest["standard_prompt_config"] = dataset["prompt_config"]
+        else:
+            manifest["prompt_source"] = "prepared"
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-        (folder / "README.md").write_text(_benchmark_readme(name, options.description))
+        (folder / "README.md").write_text(_benchmark_readme(name, options.description, grader))
 
-    return _scaffold(folder, server, write)
+    return _scaffold(folder, grader, write)
+
+
+def _graded_by(name: str, options: InitEnvironmentOptions, scaffolded: str) -> str:
+    if options.reuse_verifier:
+        return f"    graded by resources_servers/{options.reuse_verifier}/ (reused: nothing written there)"
+    return f"    and resources_servers/{name}/ ({scaffolded})"
 
 
 def init_environment_main(options: InitEnvironmentOptions) -> int:
@@ -282,7 +331,7 @@ def init_environment_main(options: InitEnvironmentOptions) -> int:
     folder = init_environment(options)
     name = folder.name
     print(f"Created environments/{name}/ (manifest.yaml, config.yaml, data/example.jsonl, README.md)")
-    print(f"    and resources_servers/{name}/ (ng_init_resources_server's scaffold)")
+    print(_graded_by(name, options, "ng_init_resources_server's scaffold"))
     print("Next steps:")
     print(f"  ng_list_environments +name={name}")
     print(f"  gym env validate {name}      # the manifest against its config and data")
@@ -296,8 +345,11 @@ def init_benchmark_main(options: InitBenchmarkOptions) -> int:
     """`ng_init_benchmark`: create it, print what and the next steps. Returns 0 (errors raise)."""
     folder = init_benchmark(options)
     name = folder.name
-    print(f"Created benchmarks/{name}/ (manifest.yaml, config.yaml, prompt.yaml, prepare.py, data/, README.md)")
-    print(f"    and resources_servers/{name}/ (an exact-answer verifier)")
+    files = "manifest.yaml, config.yaml, prepare.py, data/, README.md" + (
+        "" if options.reuse_verifier else ", prompt.yaml"
+    )
+    print(f"Created benchmarks/{name}/ ({files})")
+    print(_graded_by(name, options, "an exact-answer verifier"))
     print("Next steps:")
     print(f"  edit benchmarks/{name}/prepare.py and data/source.jsonl, and canonical_split in manifest.yaml")
     print(f"  gym eval prepare --benchmark {name}     # runs prepare.py")
