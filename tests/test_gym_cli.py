@@ -440,8 +440,10 @@ def test_e2e_splits_its_arguments_and_refuses_an_input_file():
         e2e.split_arguments(["+split=train", "+input_jsonl_fpath=i.jsonl"])
     with pytest.raises(ConfigError, match="example datasets are validated"):
         e2e.split_arguments(["+split=example"])
-    with pytest.raises(ConfigError, match=r"\+split must be one of"):
+    with pytest.raises(ConfigError, match=r"\+split is required \(gym eval run --split\)"):
         e2e.split_arguments([])
+    with pytest.raises(ConfigError, match=r"\+split must be one of train, validation, benchmark, got 'test'"):
+        e2e.split_arguments(["+split=test"])
 
 
 def test_e2e_prepares_the_split_starts_the_servers_collects_and_stops_them(tmp_path, monkeypatch):

@@ -55,6 +55,11 @@ def split_arguments(argv: list[str]) -> tuple[dict[str, str], list[str], list[st
         else:
             (collect if key in COLLECT_KEYS else config).append(arg)
     split = own.get("split")
+    if split is None:
+        raise ConfigError(
+            f"+split is required (gym eval run --split): which datasets of the config to collect, one of"
+            f" {', '.join(SPLITS)} (a benchmark's are of type benchmark)"
+        )
     if split not in SPLITS:
         hint = " (example datasets are validated with ng_prepare_data, not collected)" if split == "example" else ""
         raise ConfigError(f"+split must be one of {', '.join(SPLITS)}, got {split!r}{hint}")
