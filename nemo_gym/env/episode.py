@@ -76,21 +76,6 @@ def episode_record(
     return capture.record(conversation, completed=stop_reason is StopReason.completed, resolved=resolved)
 
 
-def run_answer(
-    verified: dict[str, Any],
-    stop_reason: StopReason,
-    row: dict[str, Any],
-    response: dict[str, Any],
-    capture: TrajectoryCapture | None,
-) -> dict[str, Any]:
-    """An agent's `/run` answer: the verify answer with the episode's `stop_reason`, and, when the episode was
-    captured, its `ng_trajectory` record (`episode_record`)."""
-    answer = {**verified, "stop_reason": stop_reason.value}
-    if capture is not None:
-        answer[NG_TRAJECTORY_KEY] = episode_record(capture, row, response, stop_reason, verified.get("resolved"))
-    return answer
-
-
 class EndedEpisode(NamedTuple):
     """An episode that ran to its end: its dataset `row`, its final `response` (a Responses API object), and how it
     ended."""
@@ -98,6 +83,15 @@ class EndedEpisode(NamedTuple):
     row: dict[str, Any]
     response: dict[str, Any]
     stop_reason: StopReason
+
+
+def run_answer(verified: dict[str, Any], ended: EndedEpisode, capture: TrajectoryCapture | None) -> dict[str, Any]:
+    """An agent's `/run` answer: the verify answer of the `ended` episode with its `stop_reason`, and, when the
+    episode was captured, its `ng_trajectory` record (`episode_record`)."""
+    answer = {**verified, "stop_reason": ended.stop_reason.value}
+    if capture is not None:
+        answer[NG_TRAJECTORY_KEY] = episode_record(capture, *ended, verified.get("resolved"))
+    return answer
 
 
 def failed_run_answer(

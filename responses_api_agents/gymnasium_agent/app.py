@@ -84,21 +84,21 @@ class GymnasiumAgent(AgentServer):
         await self.client.post(env, "/seed_session", row, session_id=session_id, cookies=cookies)
         try:
             try:
-                response, stop_reason = await self.episode(row, session_id, cookies, capture)
+                ended = EndedEpisode(row, *await self.episode(row, session_id, cookies, capture))
             except ServerError as exc:  # with the record of the calls made so far when captured
                 return failed_run_answer(exc, capture)
             try:
                 verified = await self.client.post(
-                    env, "/verify", {**row, "response": response}, session_id=session_id, cookies=cookies
+                    env, "/verify", {**row, "response": ended.response}, session_id=session_id, cookies=cookies
                 )
             except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
-                return failed_run_answer(exc, capture, EndedEpisode(row, response, stop_reason))
+                return failed_run_answer(exc, capture, ended)
         finally:
             try:
                 await self.client.post(env, "/close_session", {}, session_id=session_id, cookies=cookies, timeout_s=10)
             except Exception:  # closing is best effort
                 pass
-        return run_answer(verified, stop_reason, row, response, capture)
+        return run_answer(verified, ended, capture)
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         raise HTTPException(422, "gymnasium_agent needs a dataset row (its reset fields): POST /run")

@@ -121,19 +121,19 @@ class SimpleAgent(AgentServer):
         try:
             tools = ToolRoutes(self.client, resources, session_id, cookies)
             try:
-                response, stop_reason = await self.loop(row["responses_create_params"], session_id, tools, capture)
+                ended = EndedEpisode(row, *await self.loop(row["responses_create_params"], session_id, tools, capture))
             except ServerError as exc:  # with the record of the calls made so far when captured
                 return failed_run_answer(exc, capture)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
                 verified = await self.client.post(
                     resources,
                     "/verify?close_session=true",
-                    {**row, "response": response},
+                    {**row, "response": ended.response},
                     session_id=session_id,
                     cookies=cookies,
                 )
             except ServerError as exc:  # the trajectory it failed on goes with the failure, to debug the verifier
-                return failed_run_answer(exc, capture, EndedEpisode(row, response, stop_reason))
+                return failed_run_answer(exc, capture, ended)
         finally:
             if verified is None:  # the rollout failed before its verify answer: the session is still open
                 try:
@@ -143,7 +143,7 @@ class SimpleAgent(AgentServer):
                 except Exception:  # closing is best effort; NeMo Gym servers have no such route
                     pass
         # a tool error or parse error still set here means the steps ran out after it: incomplete, as max_steps
-        return run_answer(verified, stop_reason, row, response, capture)
+        return run_answer(verified, ended, capture)
 
     async def responses(self, body: dict[str, Any], *, session_id: str | None = None) -> dict[str, Any]:
         if not self.config.execute_tools:
