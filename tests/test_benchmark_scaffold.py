@@ -113,6 +113,7 @@ def test_reuse_verifier_grades_a_benchmark_or_an_environment_with_an_existing_se
     ]  # fmt: skip
     manifest = yaml.safe_load((folder / "manifest.yaml").read_text())
     assert (manifest["resources_server"], manifest["prompt_source"]) == ("mcqa", "prepared")
+    assert manifest["description"] == "Graded by the mcqa resources server"
     config = yaml.safe_load((folder / "config.yaml").read_text())
     assert config["config_paths"] == ["resources_servers/mcqa/configs/mcqa.yaml"]
     assert config["mcq_bench_simple_agent"]["_inherit_from"] == "mcqa_simple_agent"

@@ -83,6 +83,13 @@ class InitEnvironmentOptions(BaseModel):
             raise ValueError(f"reward_range {list(self.reward_range)}: low must be below high")
         return self
 
+    @property
+    def said(self) -> str:
+        """Its description: as given, else the default of the scaffolded server, or the server it reuses."""
+        if self.reuse_verifier and "description" not in self.model_fields_set:
+            return f"Graded by the {self.reuse_verifier} resources server"
+        return self.description
+
 
 class InitBenchmarkOptions(InitEnvironmentOptions):
     """Parameters of `ng_init_benchmark`."""
@@ -101,7 +108,7 @@ def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: s
         "kind": kind,
         "integration_profile": "custom-gym-verifier",
         "domain": options.domain,
-        "description": options.description,
+        "description": options.said,
         "modality": "text",
         "licensing": "Apache-2.0",
         "authors": options.authors,
@@ -215,7 +222,7 @@ def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_
         (folder / "config.yaml").write_text(grader.config(name, dataset))
         manifest = _manifest(name, options, dataset)
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-        (folder / "README.md").write_text(_readme(name, options.description))
+        (folder / "README.md").write_text(_readme(name, options.said))
 
     return _scaffold(folder, grader, write)
 
@@ -315,7 +322,7 @@ def init_benchmark(options: InitBenchmarkOptions, *, repo_root: Path = REPO_ROOT
         else:
             manifest["prompt_source"] = "prepared"
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-        (folder / "README.md").write_text(_benchmark_readme(name, options.description, grader))
+        (folder / "README.md").write_text(_benchmark_readme(name, options.said, grader))
 
     return _scaffold(folder, grader, write)
 
