@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -223,6 +224,27 @@ def test_prepare_benchmark_passes_its_arguments_and_skips_what_is_prepared_when_
     assert "no dataset of the config has a prepare_script" in capsys.readouterr().err
     assert prepare([f"+config_paths=[{config}]", "+use_cached_prepared_benchmarks=maybe"]) == 2
     assert "use_cached_prepared_benchmarks" in capsys.readouterr().err
+
+
+PID = """
+import os
+from pathlib import Path
+def prepare():
+    out = Path(__file__).with_suffix(".jsonl")
+    out.write_text('{"pid": %d}\\n' % os.getpid())
+    return out
+"""
+
+
+def test_prepare_benchmark_runs_scripts_in_processes_of_their_own_when_told(tmp_path, capsys):
+    datasets = [_dataset(tmp_path, name, PID) for name in ("a", "b")]
+    assert prepare([f"+config_paths=[{_config(tmp_path, *datasets)}]", "+num_prepare_benchmark_processes=2"]) == 0
+    pids = {json.loads((tmp_path / f"{name}.jsonl").read_text())["pid"] for name in ("a", "b")}
+    assert os.getpid() not in pids and len(pids) >= 1
+    failing = _dataset(tmp_path, "c", "def prepare():\n    raise ValueError('bad row 3')\n")
+    config = _config(tmp_path, *datasets, failing)
+    assert prepare([f"+config_paths=[{config}]", "+num_prepare_benchmark_processes=2"]) == 2
+    assert "c.py: prepare() failed for dataset 'c': ValueError: bad row 3" in capsys.readouterr().err
 
 
 def test_a_benchmark_datasets_prompt_config_builds_each_rows_input_and_its_errors_name_the_line(tmp_path):

@@ -2,8 +2,10 @@
 has a `prepare_script` (every `benchmark` dataset has one: 0.7.0's manifest rule), as 0.7.0's `prepare_benchmark`
 runs it: every script is checked first (it exists, it defines `prepare`), then each is imported and
 `prepare(**prepare_script_args)` is called, which must return the dataset's own `jsonl_fpath` (else the error says
-both). `+use_cached_prepared_benchmarks=true` skips a dataset whose file exists. Its benchmarks are listed by
-`ng_list_benchmarks` (`gym list benchmarks`); `ng_init_benchmark` scaffolds one whose prepare.py needs nothing else.
+both). `+use_cached_prepared_benchmarks=true` skips a dataset whose file exists;
+`+num_prepare_benchmark_processes=N` runs up to N scripts at once, each in a process of its own. Its benchmarks are
+listed by `ng_list_benchmarks` (`gym list benchmarks`); `ng_init_benchmark` scaffolds one whose prepare.py needs
+nothing else.
 
 Departures: a script is imported from its file (its tree's root on `sys.path`, so it may import its own siblings as
 0.7.0's dotted import does), not by a dotted name from the working directory; `prepare_dependencies` are checked, not
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,9 @@ class PrepareBenchmarkOptions(BaseModel):
     )
     prepare_script_args: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments passed to each prepare() (0.7.0's name)"
+    )
+    num_prepare_benchmark_processes: int = Field(
+        1, ge=1, description="how many prepare scripts run at once, each in its own process (0.7.0's name)"
     )
 
 
@@ -111,6 +117,24 @@ def _import(script: Path, root: Path | None) -> Any:
     return module
 
 
+def _call(module: Any, script: Path, name: str, args: dict[str, Any]) -> str:
+    """The path `module.prepare(**args)` returned, as a string ('' for None).
+
+    Raises:
+        ConfigError: prepare() failed, naming the script, the dataset and the error.
+    """
+    try:
+        output = module.prepare(**args)
+    except Exception as exc:
+        raise ConfigError(f"{script}: prepare() failed for dataset {name!r}: {type(exc).__name__}: {exc}") from None
+    return "" if output is None else str(output)
+
+
+def _call_in_worker(script: Path, root: Path | None, name: str, args: dict[str, Any]) -> str:
+    """`_call` in a worker process: the script imported there."""
+    return _call(_import(script, root), script, name, args)
+
+
 def prepare_benchmark(argv: list[str]) -> dict[str, Path]:
     """Prepare the datasets with a `prepare_script` of the config of `argv` (module docstring). Returns
     `{dataset name: its file}`, those skipped as cached included.
@@ -132,26 +156,30 @@ def prepare_benchmark(argv: list[str]) -> dict[str, Path]:
         )
     scripts = [_script(dataset) for dataset in datasets]  # every script checked before any runs, as 0.7.0
     modules = [_import(script, dataset.root) for script, dataset in zip(scripts, datasets)]
-    prepared = {}
+    prepared, runs = {}, []
     for dataset, script, module in zip(datasets, scripts, modules):
-        name = dataset.spec.name
         if options.use_cached_prepared_benchmarks and dataset.path.is_file():
-            print(f"Skipping {name}: +use_cached_prepared_benchmarks=true and {dataset.path} exists")
-            prepared[name] = dataset.path
-            continue
-        print(f"Preparing dataset: {name} ({script})")
-        try:
-            output = module.prepare(**options.prepare_script_args)
-        except Exception as exc:
-            raise ConfigError(f"{script}: prepare() failed for dataset {name!r}: {type(exc).__name__}: {exc}") from exc
-        if output is None or Path(output).resolve() != dataset.path.resolve():
+            print(f"Skipping {dataset.spec.name}: +use_cached_prepared_benchmarks=true and {dataset.path} exists")
+            prepared[dataset.spec.name] = dataset.path
+        else:
+            print(f"Preparing dataset: {dataset.spec.name} ({script})")
+            runs.append((dataset, script, module))
+    args = options.prepare_script_args
+    if options.num_prepare_benchmark_processes > 1 and len(runs) > 1:
+        with ProcessPoolExecutor(min(options.num_prepare_benchmark_processes, len(runs))) as pool:
+            calls = [pool.submit(_call_in_worker, script, d.root, d.spec.name, args) for d, script, _ in runs]
+            outputs = [call.result() for call in calls]
+    else:
+        outputs = [_call(module, script, d.spec.name, args) for d, script, module in runs]
+    for (dataset, script, _), output in zip(runs, outputs):
+        if not output or Path(output).resolve() != dataset.path.resolve():
             raise ConfigError(
-                f"{script}: prepare() returned {output}, not the dataset's jsonl_fpath {dataset.path}: a prepare script"
-                " writes the file its dataset names and returns its path"
+                f"{script}: prepare() returned {output or None}, not the dataset's jsonl_fpath {dataset.path}: a"
+                " prepare script writes the file its dataset names and returns its path"
             )
         rows = sum(1 for line in dataset.path.open(encoding="utf-8") if line.strip())
         print(f"Dataset prepared at: {dataset.path} ({rows} rows)")
-        prepared[name] = dataset.path
+        prepared[dataset.spec.name] = dataset.path
     return prepared
 
 
