@@ -82,10 +82,7 @@ def test_ng_init_benchmark_scaffolds_a_benchmark_that_is_listed_prepared_validat
 
 
 def test_gym_env_init_benchmark_takes_0_7_0s_options(tmp_path, monkeypatch, capsys):
-    from nemo_gym.scaffold import environment
-
-    scaffold = environment.init_benchmark  # into tmp_path, not this checkout
-    monkeypatch.setattr(environment, "init_benchmark", lambda options: scaffold(options, repo_root=tmp_path))
+    monkeypatch.chdir(tmp_path)  # written under the current directory, as 0.7.0 writes it
     argv = ["env", "init", "--benchmark", "scored", "--reward-range", "0", "10", "--profile", "custom-gym-verifier"]
     assert gym.gym_main(argv) == 0
     assert "gym eval prepare --benchmark scored" in capsys.readouterr().out

@@ -281,8 +281,7 @@ def test_env_init_takes_0_7_0s_reward_options_and_its_profile(tmp_path, monkeypa
     manifest declares that range and direction; another profile, or those options without --environment, exit 2."""
     from nemo_gym.scaffold import environment
 
-    scaffold = environment.init_environment  # into tmp_path, not this checkout
-    monkeypatch.setattr(environment, "init_environment", lambda options: scaffold(options, repo_root=tmp_path))
+    monkeypatch.chdir(tmp_path)  # written under the current directory, as 0.7.0 writes it
     argv = ["env", "init", "--environment", "scored", "--reward-range", "-1", "2.5", "--lower-is-better"]
     assert gym.gym_main([*argv, "--profile", "custom-gym-verifier"]) == 0
     manifest = yaml.safe_load((tmp_path / "environments" / "scored" / "manifest.yaml").read_text())

@@ -334,8 +334,9 @@ def _graded_by(name: str, options: InitEnvironmentOptions, scaffolded: str) -> s
 
 
 def init_environment_main(options: InitEnvironmentOptions) -> int:
-    """`ng_init_environment`: create it, print what and the next steps. Returns 0 (errors raise)."""
-    folder = init_environment(options)
+    """`ng_init_environment`: create it under the current directory (as 0.7.0), print what and the next steps.
+    Returns 0 (errors raise)."""
+    folder = init_environment(options, repo_root=Path.cwd())
     name = folder.name
     print(f"Created environments/{name}/ (manifest.yaml, config.yaml, data/example.jsonl, README.md)")
     print(_graded_by(name, options, "ng_init_resources_server's scaffold"))
@@ -349,8 +350,9 @@ def init_environment_main(options: InitEnvironmentOptions) -> int:
 
 
 def init_benchmark_main(options: InitBenchmarkOptions) -> int:
-    """`ng_init_benchmark`: create it, print what and the next steps. Returns 0 (errors raise)."""
-    folder = init_benchmark(options)
+    """`ng_init_benchmark`: create it under the current directory (as 0.7.0), print what and the next steps. Returns 0
+    (errors raise)."""
+    folder = init_benchmark(options, repo_root=Path.cwd())
     name = folder.name
     files = "manifest.yaml, config.yaml, prepare.py, data/, README.md" + (
         "" if options.reuse_verifier else ", prompt.yaml"
