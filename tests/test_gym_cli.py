@@ -199,7 +199,7 @@ def test_subcommand_runs_our_command_with_translated_flags(argv, expected, route
     assert routed == [(name, config + [a for a in args if a not in config])]
 
 
-def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, monkeypatch, routed):
+def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, monkeypatch, routed, capsys):
     (tmp_path / "resources_servers/foo/configs").mkdir(parents=True)
     (tmp_path / "resources_servers/foo/configs/foo.yaml").write_text("{}\n")
     (tmp_path / "benchmarks/b1").mkdir(parents=True)
@@ -209,6 +209,9 @@ def test_selectors_resolve_a_named_component_under_the_search_roots(tmp_path, mo
     assert gym.gym_main(argv) == 0
     foo, b1 = tmp_path / "resources_servers/foo/configs/foo.yaml", tmp_path / "benchmarks/b1/config.yaml"
     assert routed == [("run", [f"+config_paths=[{b1},{foo}]", "+a=1"])]
+    assert gym.gym_main(["eval", "prepare", "--search-dir", str(tmp_path), "--benchmark", "b1x"]) == 2
+    assert "--benchmark b1x names benchmarks/b1x/config.yaml, which is in none of" in (err := capsys.readouterr().err)
+    assert "(did you mean 'b1'?)" in err
 
 
 @pytest.mark.parametrize(

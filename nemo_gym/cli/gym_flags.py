@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemo_gym.common.layout import REPO_ROOT
+from nemo_gym.config import did_you_mean
 
 __all__ = [
     "ALLOW_UNSUPPORTED_PAIRING",
@@ -161,9 +162,10 @@ def asset_config_path(flag: str, value: str, roots: list[Path]) -> str:
         for root in roots:
             if (root / candidate).is_file():
                 return str((root / candidate).resolve())
+    known = {folder.name for root in roots if (root / parent).is_dir() for folder in (root / parent).iterdir()}
     raise GymUsageError(
-        f"--{flag} {value} names {relative}, which is in none of {', '.join(str(r) for r in roots)} (add a root with"
-        " --search-dir, or pass --config PATH)"
+        f"--{flag} {value} names {relative}, which is in none of {', '.join(str(r) for r in roots)}"
+        f"{did_you_mean(name, known)} (add a root with --search-dir, or pass --config PATH)"
     )
 
 
