@@ -272,7 +272,8 @@ def test_a_benchmark_datasets_prompt_config_builds_each_rows_input_and_its_error
 @pytest.mark.long
 @pytest.mark.integration
 def test_the_scaffolded_benchmark_is_tested_and_run_by_gym_eval_run(tmp_path):
-    """Its server's tests and verifier cases pass (`gym env test NAME`), and `gym eval run --benchmark NAME --split
+    """Its server's tests and verifier cases pass (`gym env test NAME`), `gym env publish NAME` passes it once its
+    placeholders (authors, canonical_split) are replaced, and `gym eval run --benchmark NAME --split
     benchmark` collects its prepared rows through its servers (the scripted model answering 42: one right); and so
     for a benchmark graded by mcqa (`--reuse-verifier mcqa`, the model answering \\boxed{B})."""
     init_benchmark(InitBenchmarkOptions(name="capitals"), repo_root=tmp_path)
@@ -283,6 +284,9 @@ def test_the_scaffolded_benchmark_is_tested_and_run_by_gym_eval_run(tmp_path):
         return done
 
     assert "verifier cases: 3 passed, 0 failed" in gym_run("env", "test", "capitals").stdout
+    manifest = tmp_path / "benchmarks" / "capitals" / "manifest.yaml"  # publishable once its placeholders are gone
+    manifest.write_text(manifest.read_text().replace("- TODO", "- Ada Lovelace").replace(": TODO", ": test"))
+    assert json.loads(gym_run("env", "publish", "capitals", "--json").stdout)["kind"] == "benchmark"
     out = tmp_path / "results" / "rollouts.jsonl"
     reply = "+policy_model.responses_api_models.scripted_model.default_reply='42'"
     done = gym_run("eval", "run", "--benchmark", "capitals", "--split", "benchmark", "--model-type", "scripted_model",
