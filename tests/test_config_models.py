@@ -62,3 +62,17 @@ def test_trainer_unknown_key_message():
         p.startswith("trainer.num_step: not a key of trainer (did you mean 'num_steps'?); its keys: algorithm,")
         for p in problems
     )
+
+
+def test_an_unknown_section_key_gets_the_one_key_of_its_role_before_the_closest_spelling():
+    class Files(BaseModel, extra="forbid"):
+        output_dirpath: str = ""
+        rollouts_jsonl_fpath: str = ""
+
+    class Top(BaseModel, extra="forbid"):
+        files: Files
+
+    with pytest.raises(ValidationError) as caught:
+        Top.model_validate({"files": {"output_jsonl_fpath": "x"}})  # NeMo Gym's name for an output file
+    [problem] = validation_problems(Top, caught.value)
+    assert problem.startswith("files.output_jsonl_fpath: not a key of files (did you mean 'output_dirpath'?)")

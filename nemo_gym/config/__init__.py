@@ -36,6 +36,7 @@ __all__ = [
     "mask_secrets",
     "is_secret_key",
     "did_you_mean",
+    "closest_parameter",
     "validation_problems",
     "server_sections",
     "instance_sections",
@@ -51,6 +52,14 @@ def did_you_mean(word: str, choices: Any) -> str:
     """' (did you mean X?)' when a close match exists, else ''."""
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def closest_parameter(key: str, known: Any) -> str:
+    """' (did you mean X?)' for an unknown parameter or config key `key`: the one known name whose first word is the
+    key's (given `output_jsonl_fpath`, `output_dirpath`: the same role, where the spelling is closer to
+    `rollouts_jsonl_fpath`), else the closest spelling (`did_you_mean`)."""
+    same_role = [str(name) for name in known if str(name).split("_")[0] == key.split("_")[0]]
+    return f" (did you mean {same_role[0]!r}?)" if len(same_role) == 1 else did_you_mean(key, known)
 
 
 def _section_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -82,7 +91,7 @@ def validation_problems(model: type[BaseModel], exc: ValidationError, key_format
             continue
         keys = [info.alias or name for name, info in section.model_fields.items()]
         parent = f" of {key.rpartition('.')[0]}" if "." in key else ""
-        problems.append(f"{key}: not a key{parent}{did_you_mean(str(loc[-1]), keys)}; its keys: {', '.join(keys)}")
+        problems.append(f"{key}: not a key{parent}{closest_parameter(str(loc[-1]), keys)}; its keys: {', '.join(keys)}")
     return problems
 
 

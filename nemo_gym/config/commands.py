@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.common.errors import NemoGymError
-from nemo_gym.config import did_you_mean, parse_overrides, validation_problems
+from nemo_gym.config import closest_parameter, did_you_mean, parse_overrides, validation_problems
 
 __all__ = ["COMMANDS", "Command", "dispatch", "format_help", "main", "parse_options", "unknown_command"]
 
@@ -409,14 +409,6 @@ def _positional_values(command: Command, argv: list[str]) -> tuple[list[str], di
     return [arg for arg in argv if arg not in bare], dict(zip(command.positional, bare))
 
 
-def _closest_parameter(key: str, known: set[str]) -> str:
-    """' (did you mean X?)' for unknown parameter `key`: the one parameter whose first word is the key's (given
-    `+output_jsonl_fpath`, `output_dirpath`: the same role, where the spelling is closer to `rollouts_jsonl_fpath`),
-    else the closest spelling (`did_you_mean`)."""
-    same_role = [name for name in known if name.split("_")[0] == key.split("_")[0]]
-    return f" (did you mean {same_role[0]!r}?)" if len(same_role) == 1 else did_you_mean(key, known)
-
-
 def parse_options(command: Command, argv: list[str]) -> BaseModel:
     """The validated options of a strict command from its arguments.
 
@@ -443,7 +435,7 @@ def parse_options(command: Command, argv: list[str]) -> BaseModel:
             )
         if key not in known:
             raise NemoGymError(
-                f"ng_{command.name}: unknown parameter +{key}{_closest_parameter(key, known)}. Parameters:"
+                f"ng_{command.name}: unknown parameter +{key}{closest_parameter(key, known)}. Parameters:"
                 f" {', '.join(sorted(known))} (see +help=true)"
             )
     try:
