@@ -171,6 +171,14 @@ def test_rejects_bad_names(tmp_path: Path, entrypoint: str, message: str) -> Non
     assert not (tmp_path / "resources_servers").exists()
 
 
+def test_cli_creates_the_folder_under_the_current_directory(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # a project of the user's: the folder lands there, not in this checkout
+    assert main("init_resources_server", ["+entrypoint=resources_servers/cwd_server"]) == 0
+    assert (tmp_path / "resources_servers/cwd_server/app.py").is_file()
+    assert not (REPO / "resources_servers" / "cwd_server").exists()
+    assert "ng_test +entrypoint=resources_servers/cwd_server" in capsys.readouterr().out
+
+
 def test_cli_rejects_a_bad_name_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main("init_resources_server", ["+entrypoint=resources_servers/my-env"]) == 2
     assert "not a Python identifier" in capsys.readouterr().err

@@ -131,8 +131,11 @@ def write_example_metrics(folder: Path) -> Path:
 
 
 def init_main(options: InitOptions) -> int:
-    folder = init_resources_server(options.entrypoint, options.description)
-    rel = folder.relative_to(REPO_ROOT)
+    """`ng_init_resources_server`: the folder created under the current directory (as NeMo Gym creates it: the
+    repository's root when run there, else the user's project), what it holds and the next steps. Returns 0."""
+    root = Path.cwd()
+    folder = init_resources_server(options.entrypoint, options.description, repo_root=root)
+    rel = folder.relative_to(root)
     print(f"Created {rel}/ with:")
     for target in [*FILES.values(), "data/example_metrics.json"]:
         print(f"  {rel}/{target.format(name=folder.name)}")
