@@ -126,6 +126,8 @@ def test_reuse_verifier_grades_a_benchmark_or_an_environment_with_an_existing_se
     assert "resources_server: mcqa -> mcqa" in capsys.readouterr().out
     env = init_environment(InitEnvironmentOptions(name="mcq_env", reuse_verifier="mcqa"), repo_root=tmp_path)
     assert [json.loads(line) for line in (env / "data" / "example.jsonl").open()] == MCQA_ROWS
+    assert "resources server `resources_servers/mcqa/`" in (env / "README.md").read_text()
+    assert "graded by the resources server `resources_servers/mcqa/`" in (folder / "README.md").read_text()
     assert gym.gym_main(["env", "validate", "mcq_env"]) == 0
     assert "mcq_env: 5 rows (example)" in capsys.readouterr().out
 

@@ -122,14 +122,14 @@ def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: s
     }
 
 
-def _readme(name: str, description: str) -> str:
+def _readme(name: str, description: str, grader: _Grader) -> str:
     return (
         f"# {name}\n\n{description}\n\n"
-        f"The environment of the resources server `resources_servers/{name}/` (its tools and `verify`), with the rows"
-        f" of `data/example.jsonl`. `manifest.yaml` is its catalog entry (`ng_list_environments +name={name}`);"
-        " `config.yaml` its composition.\n\n"
+        f"The environment of the resources server `resources_servers/{grader.server(name)}/` (its tools and `verify`),"
+        f" with the rows of `data/example.jsonl`. `manifest.yaml` is its catalog entry (`ng_list_environments"
+        f" +name={name}`); `config.yaml` its composition.\n\n"
         f"Start it: `gym env start --environment {name} --model-type vllm_model`, then collect rollouts with"
-        f" `ng_collect_rollouts +agent_name={name}_simple_agent"
+        f" `ng_collect_rollouts +agent_name={grader.agent(name)}"
         f" +input_jsonl_fpath=environments/{name}/data/example.jsonl +output_jsonl_fpath=results/rollouts.jsonl`.\n"
     )
 
@@ -142,7 +142,7 @@ def _scaffold(folder: Path, grader: _Grader, write: Callable[[], None]) -> Path:
         load_manifest(folder / "manifest.yaml")
     except (ConfigError, OSError):
         shutil.rmtree(folder, ignore_errors=True)
-        if grader.reused is None:
+        if grader.folder is not None:
             shutil.rmtree(grader.folder, ignore_errors=True)
         raise
     return folder
@@ -159,14 +159,23 @@ def _dataset(name: str, kind: str, tree: str, *, prompted: bool = True) -> dict:
 
 @dataclass(frozen=True)
 class _Grader:
-    """The resources server of a workload: `folder`, scaffolded now, or `reused`."""
+    """The resources server of a workload: scaffolded now in `folder`, or `reused` (`folder` is then None)."""
 
-    folder: Path
+    folder: Path | None
     reused: ReusedVerifier | None = None
 
     @property
     def examples(self) -> Path:
         return self.reused.examples if self.reused else self.folder / "data" / "example.jsonl"
+
+    def server(self, name: str) -> str:
+        """The server's name: resources_servers/<it>/."""
+        return self.reused.name if self.reused else name
+
+    def agent(self, name: str) -> str:
+        """The workload's agent instance: `<name>_simple_agent`, unless the reused server's agent has that name."""
+        taken = self.reused is not None and self.reused.agent_instance == f"{name}_simple_agent"
+        return f"{name}_catalog_agent" if taken else f"{name}_simple_agent"  # a name of its own, as 0.7.0
 
     def config(self, name: str, dataset: dict) -> str:
         """The catalog folder's `config.yaml`: the server's config with its agent's datasets replaced by `dataset`
@@ -176,10 +185,7 @@ class _Grader:
             entry = {"responses_api_agents": {"simple_agent": agent}}
         else:
             config_paths, entry = [self.reused.config_reference], self.reused.agent_entry(dataset)
-        instance = f"{name}_simple_agent"
-        if self.reused is not None and instance == self.reused.agent_instance:  # a name of its own, as 0.7.0
-            instance = f"{name}_catalog_agent"
-        return yaml.safe_dump({"config_paths": config_paths, instance: entry}, sort_keys=False)
+        return yaml.safe_dump({"config_paths": config_paths, self.agent(name): entry}, sort_keys=False)
 
 
 def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, templates: Path) -> tuple[Path, _Grader]:
@@ -198,7 +204,7 @@ def _new_folder(repo_root: Path, tree: str, options: InitEnvironmentOptions, tem
     if folder.exists():
         raise ConfigError(f"{folder} exists already; not overwriting it. Choose another name or delete the folder.")
     if options.reuse_verifier:
-        return folder, _Grader(folder, reused_verifier(options.reuse_verifier, repo_root))
+        return folder, _Grader(None, reused_verifier(options.reuse_verifier, repo_root))
     server = init_resources_server(
         f"resources_servers/{name}", options.description, repo_root=repo_root, templates=templates
     )
@@ -222,7 +228,7 @@ def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_
         (folder / "config.yaml").write_text(grader.config(name, dataset))
         manifest = _manifest(name, options, dataset)
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-        (folder / "README.md").write_text(_readme(name, options.said))
+        (folder / "README.md").write_text(_readme(name, options.said, grader))
 
     return _scaffold(folder, grader, write)
 
@@ -274,7 +280,6 @@ def _prepare_script(name: str, required: tuple[str, ...]) -> str:
 
 
 def _benchmark_readme(name: str, description: str, grader: _Grader) -> str:
-    server = grader.reused.name if grader.reused else name
     rows = (
         "`prepare.py` writes its rows, `data/example.jsonl`, from `data/source.jsonl`; `prompt.yaml` builds each"
         " row's input from its `question` when the rows are collated."
@@ -284,8 +289,8 @@ def _benchmark_readme(name: str, description: str, grader: _Grader) -> str:
     )
     return (
         f"# {name}\n\n{description}\n\n"
-        f"A benchmark graded by the resources server `resources_servers/{server}/`. {rows} `manifest.yaml` is its"
-        f" catalog entry (`ng_list_benchmarks +name={name}`); `config.yaml` its composition.\n\n"
+        f"A benchmark graded by the resources server `resources_servers/{grader.server(name)}/`. {rows}"
+        f" `manifest.yaml` is its catalog entry (`ng_list_benchmarks +name={name}`); `config.yaml` its composition.\n\n"
         f"Prepare it: `gym eval prepare --benchmark {name}`. Run it: `gym eval run --benchmark {name} --split benchmark"
         f" --model-type vllm_model --output results/{name}/rollouts.jsonl`, then `ng_reward_profile` on the rollouts.\n"
     )
