@@ -59,11 +59,13 @@ def _storage(hf: str, gitlab: str) -> Callable[[argparse.Namespace], str]:
 
 
 def _env_init_command(args: argparse.Namespace) -> str:
-    chosen = [f"--{flag}" for flag in ("environment", "benchmark", "resources_server") if getattr(args, flag)]
+    chosen = [
+        f"--{flag}" for flag in ("environment", "benchmark", "resources-server") if vars(args)[flag.replace("-", "_")]
+    ]
     if len(chosen) > 1:
         raise GymUsageError(
             f"{' and '.join(chosen)}: each scaffolds its own resources server: give one of --environment, --benchmark"
-            " or --resources-server".replace("resources_server", "resources-server")
+            " or --resources-server"
         )
     manifest = args.environment or args.benchmark
     if not manifest and (args.profile or args.reward_range or args.higher_is_better is not None or args.reuse_verifier):

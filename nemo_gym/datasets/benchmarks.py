@@ -21,18 +21,18 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.config import load_config, validation_problems
-from nemo_gym.datasets.prepare import Dataset, declared_datasets
+from nemo_gym.datasets.prepare import Dataset, DatasetSpec, declared_datasets
 
 __all__ = ["PrepareBenchmarkOptions", "prepare_benchmark", "prepare_benchmark_main"]
 
-ALL_TYPES = ("train", "validation", "benchmark", "example")
+ALL_TYPES = get_args(DatasetSpec.model_fields["type"].annotation)  # every dataset type
 
 
 class PrepareBenchmarkOptions(BaseModel):

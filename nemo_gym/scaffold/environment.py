@@ -99,8 +99,9 @@ class InitBenchmarkOptions(InitEnvironmentOptions):
     domain: str = Field("other", description="its domain (math, coding, agent, knowledge, games, ...: manifest.yaml)")
 
 
-def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: str = "environment") -> dict:
-    server = options.reuse_verifier or name
+def _manifest(
+    name: str, options: InitEnvironmentOptions, dataset: dict, grader: _Grader, kind: str = "environment"
+) -> dict:
     return {
         "name": name,
         "version": "0.1.0",
@@ -114,7 +115,7 @@ def _manifest(name: str, options: InitEnvironmentOptions, dataset: dict, kind: s
         "authors": options.authors,
         "reward": {"range": list(options.reward_range), "higher_is_better": options.higher_is_better},
         "determinism": "seeded",
-        "resources_server": server,
+        "resources_server": grader.server(name),
         "agent_server": "simple_agent",
         "datasets": [{k: v for k, v in dataset.items() if k != "license"}],
         "model_server": "policy_model",
@@ -226,7 +227,7 @@ def init_environment(options: InitEnvironmentOptions, *, repo_root: Path = REPO_
         (folder / "data").mkdir(parents=True)
         shutil.copyfile(grader.examples, folder / "data" / "example.jsonl")
         (folder / "config.yaml").write_text(grader.config(name, dataset))
-        manifest = _manifest(name, options, dataset)
+        manifest = _manifest(name, options, dataset, grader)
         (folder / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
         (folder / "README.md").write_text(_readme(name, options.said, grader))
 
@@ -320,7 +321,7 @@ def init_benchmark(options: InitBenchmarkOptions, *, repo_root: Path = REPO_ROOT
         (folder / "data" / "example.jsonl").write_text(source)  # what prepare.py writes from it
         (folder / "prepare.py").write_text(_prepare_script(name, required))
         (folder / "config.yaml").write_text(grader.config(name, dataset))
-        manifest = _manifest(name, options, dataset, kind="benchmark") | {"canonical_split": "TODO"}
+        manifest = _manifest(name, options, dataset, grader, kind="benchmark") | {"canonical_split": "TODO"}
         if prompted:
             (folder / "prompt.yaml").write_text(PROMPT)
             manifest["standard_prompt_config"] = dataset["prompt_config"]

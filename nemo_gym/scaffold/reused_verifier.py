@@ -20,7 +20,7 @@ import yaml
 
 from nemo_gym.common.errors import ConfigError
 from nemo_gym.common.layout import REPO_ROOT
-from nemo_gym.config import did_you_mean
+from nemo_gym.config import did_you_mean, server_sections
 
 __all__ = ["ReusedVerifier", "reused_verifier"]
 
@@ -52,14 +52,8 @@ class ReusedVerifier:
 
 
 def _entries(raw: dict[str, Any], server_type: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """`(instance, implementation, fields)` of each top-level instance of `server_type` in a config file."""
-    found = []
-    for instance, value in raw.items():
-        inner = value.get(server_type) if isinstance(value, dict) else None
-        if isinstance(inner, dict) and len(inner) == 1:
-            [(implementation, fields)] = inner.items()
-            found.append((str(instance), str(implementation), fields if isinstance(fields, dict) else {}))
-    return found
+    """`(instance, implementation, fields)` of each top-level section of `server_type` in a config file."""
+    return [(name, impl, fields) for name, kind, impl, fields in server_sections(raw) if kind == server_type]
 
 
 def reused_verifier(name: str, root: Path) -> ReusedVerifier:
