@@ -79,7 +79,11 @@ def test_gym_list_and_search_resources_servers_run_it(tmp_path):
     catalog = gym("search", "environments", "answer letter", "--json")  # the catalog's entry of the same config
     assert [entry["name"] for entry in json.loads(catalog.stdout)] == ["resources_servers/mcqa"]
     agents = gym("list", "agents", "--json")
-    assert {entry["name"] for entry in json.loads(agents.stdout)} == {"simple_agent", "gymnasium_agent"}
+    assert {entry["name"] for entry in json.loads(agents.stdout)} == {
+        "simple_agent",
+        "gymnasium_agent",
+        "openai_client_agent",
+    }
     shown = json.loads(gym("list", "models", "vllm_model", "--json").stdout)
     assert shown["type"] == "model" and shown["details"]["config"].endswith("vllm_model/configs/vllm_model.yaml")
     assert [e["name"] for e in json.loads(gym("search", "agents", "gymnasum", "--json").stdout)] == ["gymnasium_agent"]
@@ -90,7 +94,7 @@ def test_agents_and_model_servers_are_listed_as_0_7_0_classifies_them(tmp_path):
     not one); composable when its configs name a resources server and no agent framework, else self-contained; a
     model server is one per config, `<group>/<flavor>` for a config not named after its folder. The working
     directory's project shadows ours."""
-    assert set(agent_entries([REPO_ROOT])) == {"simple_agent", "gymnasium_agent"}
+    assert set(agent_entries([REPO_ROOT])) == {"simple_agent", "gymnasium_agent", "openai_client_agent"}
     simple = agent_entries([REPO_ROOT])["simple_agent"]
     assert (simple.variants, simple.self_contained) == (("simple_agent",), False) and "verify" in simple.description
     assert set(model_entries([REPO_ROOT])) == {"openai_model", "scripted_model", "vllm_model"}
@@ -105,7 +109,7 @@ def test_agents_and_model_servers_are_listed_as_0_7_0_classifies_them(tmp_path):
     write_config(agents / "simple_agent/configs/mine.yaml", {"s": {"responses_api_agents": {"simple_agent": {}}}})
     write_config(tmp_path / "responses_api_models/vllm_model/configs/big.yaml", {"policy_model": {}})
     listed = {e["name"]: e for e in json.loads(ng_environments("+kind=agents", "+json=true", cwd=tmp_path).stdout)}
-    assert set(listed) == {"framework_agent", "bare", "simple_agent", "gymnasium_agent"}
+    assert set(listed) == {"framework_agent", "bare", "simple_agent", "gymnasium_agent", "openai_client_agent"}
     assert (listed["framework_agent"]["pattern"], listed["bare"]["pattern"]) == ("B (self-contained)", "A (composable)")
     assert listed["simple_agent"]["variants"] == ["mine"]  # the project's folder, not ours
     models = json.loads(ng_environments("+kind=models", "+json=true", cwd=tmp_path).stdout)

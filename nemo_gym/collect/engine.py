@@ -40,6 +40,7 @@ from nemo_gym.collect.routing import (
     route_through_environment_servers,
 )
 from nemo_gym.collect.tasks import check_seedable, materialize_all, routing_key, taskset_of
+from nemo_gym.collect.token_capture import TokenCaptureRebuild
 from nemo_gym.collect.watchdog import CollectWatchdog
 from nemo_gym.common.errors import DataError, ServerHTTPError
 from nemo_gym.common.jsonl import (
@@ -250,17 +251,25 @@ async def _dispatch(
 ) -> None:
     """Run rollouts for `rows` with `num_parallel` workers; `on_done(output row | None, failure | None)`;
     `watchdog` is told when each rollout starts and ends; `liveness` watches the head server and checks the servers
-    after each `unavailable` failure before it is recorded.
+    after each `unavailable` failure before it is recorded. The records of a captured agent's rollout
+    (`nemo_gym.collect.token_capture`) are removed before it is sent, and the rollout is rebuilt from them after
+    (its MaskedCaptureError stops the collection).
 
     When the servers are gone (`liveness` raises ServersGoneError) or on cancellation, the workers are cancelled
     (their rollouts are not recorded, to be redone on resume) and the exception propagates.
     """
 
+    token_capture = await TokenCaptureRebuild.discover(client)
+
     async def worker() -> None:
         for row in rows:  # one shared iterator: next() never interleaves in asyncio
             pair, agent = (row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]), dispatch_target(row)
             watchdog.started(pair)
+            if token_capture is not None:
+                await token_capture.before(row)
             rollout, failure = await run_rollout(client, row, observe=observe)
+            if token_capture is not None and rollout is not None:
+                await token_capture.after(rollout)
             if failure is not None and failure["failure_class"] == UNAVAILABLE:
                 await liveness.check(agent)  # ServersGoneError: this rollout is left for the resume
             else:
@@ -391,11 +400,13 @@ async def collect(
     its `environment_server_routes` (taskset -> environment server) route its materialized tasks; `rerun`: which of
     an earlier run's failed rollouts are sent again (`nemo_gym.collect.attempts`; the others keep their records);
     `observability_enabled` (0.7.0's): each rollout with its `ng_trajectory` and `ng_perf` (`run_rollout`'s `observe`).
+    A captured agent's rollouts are rebuilt from their recorded model calls (`nemo_gym.collect.token_capture`).
 
     Raises:
         DataError: a bad row, one its environment's row schema refuses, or one no entry of a `num_repeats` dict
             matches; ServerError: an agent is not known to the head server (both before any rollout).
         ServersGoneError: the head server or an agent stopped answering; the rollouts not finished are not recorded.
+        MaskedCaptureError: more rebuilt rollouts were masked than the run's `token_id_capture.max_mask_fraction`.
         asyncio.CancelledError: cancelled. Both: the sinks are closed with what finished (a resume runs the rest).
     """
     planning = _Planning(

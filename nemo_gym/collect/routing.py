@@ -14,13 +14,10 @@ from nemo_gym.common.jsonl import (
     AGENT_REF_KEY,
     ATTEMPT_INDEX_KEY,
     ENVIRONMENT_SERVER_KEY,
-    ROLLOUT_ID_KEY,
-    ROLLOUT_INDEX_KEY,
-    TASK_INDEX_KEY,
     TASK_SOURCE_KEY,
 )
 from nemo_gym.serving.client import ServerClient
-from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
+from nemo_gym.serving.rollout_prefix import capture_rollout_id, rollout_id_of
 
 __all__ = [
     "NEMO_GYM_FAILURE_CLASS",
@@ -108,26 +105,6 @@ async def route_tasksets(
         )
         tasks[i][ENVIRONMENT_SERVER_KEY] = server
         tasks[i][AGENT_REF_KEY] = {"name": attributed}
-
-
-def rollout_id_of(row: dict[str, Any]) -> str:
-    """A dispatched row's rollout id, as NeMo Gym 0.7.0 names a rollout: its `_ng_rollout_id`, else `<task
-    index>-<rollout index>`."""
-    return row.get(ROLLOUT_ID_KEY) or f"{row[TASK_INDEX_KEY]}-{row[ROLLOUT_INDEX_KEY]}"
-
-
-def capture_rollout_id(row: dict[str, Any]) -> str:
-    """The id a rollout's capture record and its `/ng-rollout/<id>/run` path carry (0.7.0's
-    `maybe_rollout_id_from_run_body`): `rollout_id_of(row)`, with `-a<n>` for a later attempt n.
-
-    Raises:
-        DataError: the row's `_ng_rollout_id` is not an id (letters, digits, `.`, `_`, `-`, not first).
-    """
-    explicit = row.get(ROLLOUT_ID_KEY)
-    if explicit is not None and not (isinstance(explicit, str) and ROLLOUT_ID_PATTERN.match(explicit)):
-        raise DataError(f"{ROLLOUT_ID_KEY} must be letters, digits, '.', '_' or '-' (not first), got {explicit!r}")
-    attempt = row.get(ATTEMPT_INDEX_KEY) or 0
-    return f"{rollout_id_of(row)}-a{attempt}" if attempt > 0 else rollout_id_of(row)
 
 
 def episode_request(row: dict[str, Any]) -> dict[str, Any]:

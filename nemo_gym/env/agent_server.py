@@ -6,12 +6,14 @@ grants; `nemo_gym.env.agent_sessions`). How an agent calls the policy model and 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nemo_gym.common.jsonl import TASK_INDEX_KEY
 from nemo_gym.env.agent_sessions import (
     AgentCloseSessionRequest,
     AgentSeedSessionRequest,
@@ -23,7 +25,9 @@ from nemo_gym.env.agent_sessions import (
 )
 from nemo_gym.serving.api_schema import json_body, model_schema
 from nemo_gym.serving.client import SESSION_HEADER
+from nemo_gym.serving.rollout_prefix import capture_path, capture_rollout_id
 from nemo_gym.serving.server import BaseServer, request_body, validated
+from nemo_gym.serving.token_capture import TokenIdCaptureSettings, settings_from_env
 
 __all__ = ["AgentServer"]
 
@@ -57,6 +61,31 @@ class AgentServer(BaseServer):
     server_type = "responses_api_agents"
     # whether `run` takes `rollout_id` and writes the rollout's `ng_trajectory` capture record (nemo_gym.env.capture)
     captures_trajectory = False
+
+    @cached_property
+    def token_capture(self) -> TokenIdCaptureSettings | None:
+        """The run's training token capture settings when this agent's rollouts take part (`token_id_capture: true`
+        in its config, or the run's `token_id_capture.all_agents`), else None (`nemo_gym.serving.token_capture`)."""
+        settings = settings_from_env()
+        if settings is None or not (settings.all_agents or getattr(self.config, "token_id_capture", False)):
+            return None
+        return settings
+
+    def registration_extras(self) -> dict[str, Any]:
+        """The run's capture settings when this agent's rollouts are captured: the collector rebuilds them."""
+        return {"token_id_capture": self.token_capture.model_dump(mode="json")} if self.token_capture else {}
+
+    def model_path(self, row: dict[str, Any] | None, path: str = "/v1/responses") -> str:
+        """The model server's `path` for a call of `row`'s rollout: under the training token capture prefix of its
+        rollout id (`capture_rollout_id`) when this agent's rollouts are captured and `row` is a dispatched row;
+        else `path` itself.
+
+        Raises:
+            DataError: the row's `_ng_rollout_id` is not a rollout id.
+        """
+        if self.token_capture is None or row is None or TASK_INDEX_KEY not in row:
+            return path
+        return capture_path(capture_rollout_id(row), path)
 
     async def run(self, row: dict[str, Any]) -> dict[str, Any]:
         """One rollout of `row`; returns the resources server's verify answer. An agent that `captures_trajectory`

@@ -130,8 +130,10 @@ class ModelCalls:
         session_id: str,
         timeout_s: float,
         capture: TrajectoryCapture | None = None,
+        path: str = "/v1/responses",
     ):
         self.client, self.model_server, self.session_id, self.timeout_s = client, model_server, session_id, timeout_s
+        self.path = path  # the model server's route: under the training token capture prefix when captured
         self.capture = capture  # each call is recorded in it, answered or refused (None: not captured)
         self.last_response: dict[str, Any] = {}  # the last answer of the model ({} before the first)
         self.usage: Counter[str] = Counter()  # the integer usage fields, summed over the answers
@@ -151,7 +153,7 @@ class ModelCalls:
         started_at, started = clock()
         try:
             response = await self.client.post(
-                self.model_server, "/v1/responses", request, session_id=self.session_id, timeout_s=self.timeout_s
+                self.model_server, self.path, request, session_id=self.session_id, timeout_s=self.timeout_s
             )
         except ServerHTTPError as exc:
             overflow = is_context_overflow(exc)

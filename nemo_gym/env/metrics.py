@@ -42,12 +42,16 @@ MASK_SAMPLE_KEY = "mask_sample"
 def mask_reason(rollout: dict[str, Any]) -> str | None:
     """Why a rollout's reward is not a measurement, or None when it is: a rollout whose verify answer set
     `mask_sample: true` (NeMo Gym 0.7.0) is masked, its reason the answer's `failure_kind` (0.7.0's vocabulary, e.g.
-    `judge_failed`) or `"unspecified"`. Masked rollouts stay out of reward statistics (`ng_profile`; 0.7.0's
+    `judge_failed`), `"token_id_capture"` for a rollout that could not be rebuilt from its recorded model calls, or
+    `"unspecified"`. Masked rollouts stay out of reward statistics (`ng_profile`; 0.7.0's
     `reward_profile.select_measured`) and out of GRPO's groups (`nemo_gym.train.grpo.StepGroups`)."""
     if rollout.get(MASK_SAMPLE_KEY) is not True:
         return None
     kind = rollout.get("failure_kind")
-    return kind if isinstance(kind, str) and kind else "unspecified"
+    if isinstance(kind, str) and kind:
+        return kind
+    # a rollout the collector could not rebuild from its recorded model calls (nemo_gym.collect.token_capture)
+    return "token_id_capture" if isinstance(rollout.get("_ng_token_capture"), dict) else "unspecified"
 
 
 def describe(values: list[float]) -> dict[str, float]:

@@ -37,10 +37,19 @@ class LocalLauncher:
         instances: our own server instances (neither `url:` nor NeMo Gym folders).
         skip_venv: run them with this Python instead of their own environments (development).
         allow_same_user: the servers also accept this user's calls over loopback without the run token.
+        extra_env: more environment for every server (the run's `token_id_capture` settings).
     """
 
-    def __init__(self, instances: list[ServerInstance], *, skip_venv: bool, allow_same_user: bool):
+    def __init__(
+        self,
+        instances: list[ServerInstance],
+        *,
+        skip_venv: bool,
+        allow_same_user: bool,
+        extra_env: dict[str, str] | None = None,
+    ):
         self.instances, self.skip_venv, self.allow_same_user = instances, skip_venv, allow_same_user
+        self.extra_env = dict(extra_env or {})
         self.servers: list[ServerProcess] = []
 
     def environments(self) -> list[Environment]:
@@ -55,7 +64,7 @@ class LocalLauncher:
 
     async def start(self, run: RunContext) -> None:
         """Start each replica with the Python of its environment (`run.pythons`, built from `environments`)."""
-        base_env = server_environment()
+        base_env = {**server_environment(), **self.extra_env}
         if self.allow_same_user:
             base_env[SAME_USER_ENV] = "1"
         for instance in self.instances:

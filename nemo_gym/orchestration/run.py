@@ -61,6 +61,7 @@ from nemo_gym.serving.auth import TOKEN_FILE_NAME, PeerPolicy, new_run_token, wr
 from nemo_gym.serving.entrypoint import bind_socket
 from nemo_gym.serving.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.serving.limits import UVICORN_LIMITS
+from nemo_gym.serving.token_capture import TokenIdCaptureSettings, capture_environment
 from nemo_gym.upstream.detect import FRAMEWORK, framework_of
 
 __all__ = ["RunOptions", "HeadServerOptions", "run_instances", "run_main", "run_options", "split_instances"]
@@ -116,6 +117,13 @@ class RunOptions(BaseModel):
         description=(
             "place the servers on this Ray cluster (`auto`, `host:port`) instead of this machine; see"
             " nemo_gym.orchestration.ray_placement"
+        ),
+    )
+    token_id_capture: TokenIdCaptureSettings = Field(
+        default_factory=TokenIdCaptureSettings,
+        description=(
+            "NeMo Gym 0.7.0's training token capture: the model calls of the agents that take part are recorded with"
+            " their token ids (nemo_gym.serving.token_capture)"
         ),
     )
 
@@ -179,11 +187,19 @@ class Run:
                 f"NeMo Gym server folders ({names}) run on this machine only; +ray_address places our own servers. Run"
                 " them without +ray_address, or start them with NeMo Gym's ng_run and name them here by url:"
             )
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        self.run_dir = runs_dir() / self.run_id
+        capture_env = capture_environment(options.token_id_capture, self.run_dir, options.ray_address)
         self.external = ExternalLauncher(external, wait_s=options.external_wait_s)
         self.local: LocalLauncher | None = (
             None
             if options.ray_address
-            else LocalLauncher(own, skip_venv=options.skip_venv, allow_same_user=options.allow_same_user)
+            else LocalLauncher(
+                own,
+                skip_venv=options.skip_venv,
+                allow_same_user=options.allow_same_user,
+                extra_env=capture_env,
+            )
         )
         self.ray = (
             RayLauncher(own, address=options.ray_address, skip_venv=options.skip_venv, log_lines=options.log_lines)
@@ -193,8 +209,6 @@ class Run:
         self.launchers: list[Launcher] = [
             launcher for launcher in (self.external, self.local, self.ray, self.upstream) if launcher is not None
         ]
-        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        self.run_dir = runs_dir() / self.run_id
         self.stop_event = asyncio.Event()
         self.head_url = ""
         self.run_token = None if options.allow_unauthenticated else new_run_token()

@@ -162,6 +162,12 @@ class ServerClient:
         """
         return (await self._pool(name)).first_url()
 
+    async def call_headers(self, name: str) -> dict[str, str]:
+        """The headers a call of this client to instance `name` carries (the run token, when `name` takes it), for a
+        caller that reaches `name` with a client of its own (e.g. the `openai` package's); errors as `server_url`."""
+        pool = await self._pool(name)
+        return dict(self._token_headers) if pool.send_run_token else {}
+
     async def replica_urls(self, name: str) -> dict[int, str]:
         """`{replica index: base URL}` of instance `name` (see `server_url` for the errors raised)."""
         return {r.replica: r.url for r in (await self._pool(name)).replicas.values()}

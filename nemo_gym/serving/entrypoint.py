@@ -162,6 +162,7 @@ async def _serve(
             "pid": os.getpid(),
             "replica": replica,
             **registration_links(instance.fields),
+            **server.registration_extras(),
         }
         async with ServerClient(head_url, run_token=run_token) as head:
             await head.request_json("POST", f"{head_url}/register", json=registration, server="head")

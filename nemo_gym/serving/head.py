@@ -159,6 +159,14 @@ class Registration(BaseModel):
         ),
     )
 
+    token_id_capture: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "an agent whose rollouts' model calls are recorded: the run's training token capture settings"
+            " (nemo_gym.serving.token_capture.TokenIdCaptureSettings), read by the collector to rebuild them"
+        ),
+    )
+
     @field_validator("url")
     @classmethod
     def _absolute_http_url(cls, url: str) -> str:

@@ -164,6 +164,11 @@ class BaseServer:
         """
         return []
 
+    def registration_extras(self) -> dict[str, Any]:
+        """More fields of this server's registration with the head server (`nemo_gym.serving.head.Registration`):
+        none by default; an agent whose rollouts are captured adds the run's `token_id_capture` settings."""
+        return {}
+
     def add_routes(self, app: FastAPI) -> None:
         """Register the server type's routes."""
 

@@ -129,7 +129,8 @@ def model_calls(rollout: dict[str, Any]) -> list[ModelCall]:
     if not calls:
         raise DataError(
             f"rollout {_where(rollout)} carries no training token information (no output item with"
-            " generation_token_ids): serve the policy with vllm_model and return_token_id_information: true"
+            " generation_token_ids): serve the policy with vllm_model and return_token_id_information: true; for an"
+            " agent that drops them (e.g. openai_client_agent), start ng_run with +token_id_capture.enabled=true"
         )
     return calls
 

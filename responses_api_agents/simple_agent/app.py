@@ -90,6 +90,13 @@ class SimpleAgentConfig(ServerConfig):
     session_close_retry_window_seconds: float = Field(
         300.0, gt=0, description="an agent session's close answer is kept this long for a retried close, seconds"
     )
+    token_id_capture: bool = Field(
+        False,
+        description=(
+            "with ng_run +token_id_capture.enabled=true: the model calls of this agent's rollouts are recorded with"
+            " their token ids (NeMo Gym 0.7.0's key; this agent keeps them in its output anyway)"
+        ),
+    )
 
 
 # a failed tool call's `error_type` in the capture record, by how it failed
@@ -121,7 +128,10 @@ class SimpleAgent(AgentServer):
         try:
             tools = ToolRoutes(self.client, resources, session_id, cookies)
             try:
-                ended = EndedEpisode(row, *await self.loop(row["responses_create_params"], session_id, tools, capture))
+                ended = EndedEpisode(
+                    row,
+                    *await self.loop(row["responses_create_params"], session_id, tools, capture, self.model_path(row)),
+                )
             except ServerError as exc:  # with the record of the calls made so far when captured
                 return failed_run_answer(exc, capture)
             try:  # the verify answer ends the session: one call less per rollout than a separate /close_session
@@ -199,6 +209,7 @@ class SimpleAgent(AgentServer):
         session_id: str,
         tools: ToolRoutes | McpToolRoutes | None,
         capture: TrajectoryCapture | None = None,
+        model_path: str = "/v1/responses",
     ) -> tuple[dict[str, Any], StopReason]:
         """Run the episode, its tool calls through `tools` (None: an agent session granted none, so a tool call
         fails the episode), each model and tool call recorded in `capture` when given; returns the final
@@ -210,7 +221,9 @@ class SimpleAgent(AgentServer):
         initial = initial_input(params)
         tool_names = {t.get("name") for t in params.get("tools") or [] if t.get("type") == "function"}
         trajectory: list[dict[str, Any]] = []
-        model = ModelCalls(self.client, self.config.model_server.name, session_id, self.config.model_timeout_s, capture)
+        model = ModelCalls(
+            self.client, self.config.model_server.name, session_id, self.config.model_timeout_s, capture, model_path
+        )
         stop_reason = StopReason.max_steps
         for _ in range(self.config.max_steps):
             # a context overflow on the task's own prompt is a failure, later it ends the episode

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from nemo_gym.env.trajectory import count_model_turns, with_message_types
 from nemo_gym.model_servers.model_server import ModelServer
+from nemo_gym.serving.openai_convert import messages_to_input_items
 from nemo_gym.serving.server import ServerConfig
 
 
@@ -183,14 +184,25 @@ class ScriptedModel(ModelServer):
         }
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The same script over Chat Completions: tool calls as the Responses route makes them (the chat tools and
+        messages read as Responses tools and items), else the reply text."""
         await self._delay_or_fail()
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
-        text = self.reply_text(body.get("messages") or [])
+        messages = body.get("messages") or []
+        items = messages_to_input_items(messages)
+        tools = [{"type": "function", **t["function"]} for t in body.get("tools") or [] if t.get("type") == "function"]
+        calls = self.tool_calls({**body, "tools": tools}, items, self.scripted_turn(body, items))
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else self.reply_text(messages)}
+        if calls:
+            message["tool_calls"] = [
+                {"id": f"call_{digest}_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                for n, (name, arguments) in enumerate(calls)
+            ]
         return {
             "id": f"chatcmpl-{digest}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.config.model_name,
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         }

@@ -1,0 +1,433 @@
+"""Training token capture (NeMo Gym 0.7.0's `token_id_capture`): a model server records each model call of a rollout
+with its token ids and log-probs, so that a rollout whose agent drops them can still be trained on. An agent that
+keeps its conversation as plain OpenAI messages (its own loop on the `openai` client, LangChain, a coding harness)
+loses the `prompt_token_ids` / `generation_token_ids` / `generation_log_probs` our model servers put on each answer.
+
+An agent that takes part calls its model server under `/ng-rollout/<rollout id>/training-token-capture/`
+(`CAPTURE_SEGMENT`; e.g. `.../v1/chat/completions`). For such a call the model server
+(`nemo_gym.model_servers.model_server.ModelServer`):
+
+1. finds the call's parent: the earlier call of the same rollout whose answer is the request's last assistant turn,
+   by its token ids when the turn carries them, else by its text and tool calls (`turn_fingerprint`). The parent's
+   token ids go back on that turn (`resolve_parent`), so the model server splices the prompt after the tokens the
+   policy sampled instead of re-tokenizing their text: no drift between the calls of one rollout.
+2. answers as usual and appends the call's record to `<dir>/<rollout id>.tokens.jsonl` (`TokenCaptureStore`, NeMo Gym
+   0.7.0's file store layout and its `TokenEntry` schema version 1: prompt and generation ids, log-probs, the answer's
+   output items without the token fields, the parent and its resolution, the cumulative length and digest). A call
+   whose answer carries no token ids is recorded in `<rollout id>.tokens.incomplete` instead: the rollout cannot be
+   rebuilt whole.
+
+The collector rebuilds each rollout from its records (`nemo_gym.collect.token_capture`). `ng_run
++token_id_capture.enabled=true` turns capture on for a run (`TokenIdCaptureSettings`); every server process of the
+run gets the settings in the `NEMO_GYM_TOKEN_ID_CAPTURE` environment variable (`settings_from_env`).
+
+Where we depart from 0.7.0: one writer, the file store (0.7.0's custom sinks, lineage stores, delta records and
+external staging are refused by name); the parent is found by the last assistant turn alone (0.7.0 also matches
+earlier turns and a request-context digest).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import iter_jsonl
+from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, token_info
+from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
+
+__all__ = [
+    "CAPTURE_SEGMENT",
+    "TOKEN_ID_CAPTURE_ENV",
+    "Lineage",
+    "TokenCaptureStore",
+    "TokenIdCaptureSettings",
+    "capture_environment",
+    "compute_digest",
+    "record_call",
+    "resolve_parent",
+    "settings_from_env",
+    "turn_fingerprint",
+]
+
+CAPTURE_SEGMENT = "training-token-capture"  # `/ng-rollout/<id>/training-token-capture/<route>` (0.7.0's path)
+TOKEN_ID_CAPTURE_ENV = "NEMO_GYM_TOKEN_ID_CAPTURE"
+RECORD_SCHEMA_VERSION = 1  # 0.7.0's TOKEN_ENTRY_RECORD_SCHEMA_VERSION
+
+# 0.7.0's keys of the block that this gym does not serve, with their inactive values and why
+_NOT_SERVED = {
+    "sink": (None, "a custom record transport; records go to the file store under token_id_capture.dir"),
+    "sink_kwargs": ({}, "the arguments of a custom sink, which is not served"),
+    "lineage_store": (None, "a custom parent resolver; the model server resolves parents from the file store"),
+    "lineage_store_kwargs": ({}, "the arguments of a custom lineage store, which is not served"),
+    "allow_unresolved_continuations": (False, "it only matters with a custom sink, which is not served"),
+    "delta_records": (False, "records hold whole prompts (0.7.0's default)"),
+    "external_staging": (False, "records are written by the model server itself, not staged by a trainer's worker"),
+    "external_staging_backend": ("vllm_worker", "external staging is not served"),
+    "control_auth_token_env": ("NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN", "external staging is not served"),
+}
+
+
+class TokenIdCaptureSettings(BaseModel):
+    """`ng_run`'s `token_id_capture` block (NeMo Gym 0.7.0's keys and defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="record the model calls of the agents that take part")
+    all_agents: bool = Field(
+        False, description="every agent takes part (default: those whose config sets `token_id_capture: true`)"
+    )
+    dir: Path | None = Field(
+        None, description="absolute directory of the records (default: `token_id_capture/` in the run's folder)"
+    )
+    rebuild_response: bool = Field(
+        True, description="the collector rebuilds a rollout without token ids from its records (false: record only)"
+    )
+    max_mask_fraction: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="stop the collection when more than this fraction of rebuilt rollouts is masked (None: never)",
+    )
+    mask_fraction_min_samples: int = Field(
+        50, ge=1, description="rebuilt rollouts seen before `max_mask_fraction` applies"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_what_is_not_served(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            for key, (inactive, why) in _NOT_SERVED.items():
+                if key in values and values[key] != inactive:
+                    raise ValueError(f"token_id_capture.{key} (NeMo Gym 0.7.0) is not served: {why}")
+            values = {k: v for k, v in values.items() if k not in _NOT_SERVED}
+        return values
+
+    @field_validator("dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError(f"must be an absolute path (the model servers and the collector share it), got {value}")
+        return value
+
+    def to_env(self) -> str:
+        """The settings as the value of `TOKEN_ID_CAPTURE_ENV` (JSON)."""
+        return self.model_dump_json()
+
+
+def settings_from_env(environ: dict[str, str] | None = None) -> TokenIdCaptureSettings | None:
+    """The run's capture settings from `TOKEN_ID_CAPTURE_ENV`, or None when the run does not capture."""
+    raw = (os.environ if environ is None else environ).get(TOKEN_ID_CAPTURE_ENV)
+    if not raw:
+        return None
+    settings = TokenIdCaptureSettings.model_validate_json(raw)
+    return settings if settings.enabled and settings.dir is not None else None
+
+
+def capture_environment(settings: TokenIdCaptureSettings, run_dir: Path, ray_address: str | None) -> dict[str, str]:
+    """The environment that gives every server of a run its capture `settings` (`TOKEN_ID_CAPTURE_ENV`; the records'
+    directory by default `token_id_capture/` in the run's folder `run_dir`); {} when the run does not capture.
+
+    Raises:
+        ConfigError: capture with `ray_address` (the model servers and the collector share the records' folder).
+    """
+    if not settings.enabled:
+        return {}
+    if ray_address:
+        raise ConfigError(
+            "+token_id_capture.enabled=true with +ray_address is not served: the model servers and"
+            " ng_collect_rollouts share the records' folder, so run the servers on this machine"
+        )
+    return {
+        TOKEN_ID_CAPTURE_ENV: settings.model_copy(update={"dir": settings.dir or run_dir / "token_id_capture"}).to_env()
+    }
+
+
+# -- digests and fingerprints ------------------------------------------------------------------------------------
+_DIGEST_DOMAIN = b"nemo-gym-tokens"
+
+
+def compute_digest(token_ids: list[int]) -> str:
+    """sha256 of a token sequence, NeMo Gym 0.7.0's record digest (`records.compute_digest`, digest version 1):
+    the domain `nemo-gym-tokens`, then a version byte, the length and each id as big-endian unsigned 64-bit integers;
+    the domain alone for an empty sequence.
+
+    Raises:
+        ValueError: a negative token id.
+    """
+    if not token_ids:
+        return hashlib.sha256(_DIGEST_DOMAIN).hexdigest()
+    if min(token_ids) < 0:
+        raise ValueError(f"token ids must be non-negative, got {min(token_ids)}")
+    packed = struct.pack(">BQ", 1, len(token_ids)) + struct.pack(f">{len(token_ids)}Q", *token_ids)
+    return hashlib.sha256(_DIGEST_DOMAIN + packed).hexdigest()
+
+
+def _canonical_arguments(raw: Any) -> Any:
+    """Tool-call arguments as a value (a JSON string parsed), so that key order and spacing do not count."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.strip()
+    return raw
+
+
+def turn_fingerprint(text: str, calls: list[tuple[str, Any]]) -> str:
+    """sha256 of an assistant turn as a harness echoes it back: its text (outer whitespace aside) and its tool calls
+    `(name, arguments)` in order, arguments compared as JSON values. Reasoning is left out (harnesses drop it)."""
+    canonical = {"text": text.strip(), "calls": [[name, _canonical_arguments(args)] for name, args in calls]}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text") or part.get("refusal") or "" for part in content if isinstance(part, dict))
+    return ""
+
+
+def items_fingerprint(items: list[dict[str, Any]]) -> str:
+    """`turn_fingerprint` of Responses items (assistant messages and function calls)."""
+    text, calls = "", []
+    for item in items:
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message" and item.get("role", "assistant") == "assistant":
+            text += _text_of(item.get("content"))
+        elif kind == "function_call":
+            calls.append((str(item.get("name")), item.get("arguments")))
+    return turn_fingerprint(text, calls)
+
+
+def message_fingerprint(message: dict[str, Any]) -> str:
+    """`turn_fingerprint` of a chat assistant message."""
+    calls = [
+        (str((call.get("function") or {}).get("name")), (call.get("function") or {}).get("arguments"))
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+    return turn_fingerprint(_text_of(message.get("content")), calls)
+
+
+# -- the file store --------------------------------------------------------------------------------------------
+class TokenCaptureStore:
+    """The records of each rollout under one directory, NeMo Gym 0.7.0's file layout: `<id>.tokens.jsonl` (a record
+    per model call, appended under an exclusive `flock` of `<id>.tokens.lock`, so replicas and workers can share
+    it) and `<id>.tokens.incomplete` (a reason per call that could not be recorded).
+
+    Raises (each method):
+        DataError: a rollout id that is not one (letters, digits, `.`, `_`, `-`; not first: no path in it).
+    """
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    def path_for(self, rollout_id: str) -> Path:
+        return self.root / f"{_checked(rollout_id)}.tokens.jsonl"
+
+    def incomplete_path_for(self, rollout_id: str) -> Path:
+        return self.root / f"{_checked(rollout_id)}.tokens.incomplete"
+
+    @contextmanager
+    def _locked(self, rollout_id: str, *, shared: bool = False) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / f"{_checked(rollout_id)}.tokens.lock").open("a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Append one call's record (`entry["rollout_id"]` names the rollout)."""
+        line = orjson.dumps(entry) + b"\n"
+        with self._locked(entry["rollout_id"]), self.path_for(entry["rollout_id"]).open("ab") as out:
+            out.write(line)
+
+    def mark_incomplete(self, rollout_id: str, reason: str) -> None:
+        """Record that a call of the rollout could not be recorded, and why (one line)."""
+        with self._locked(rollout_id), self.incomplete_path_for(rollout_id).open("a") as out:
+            out.write(" ".join(reason.split()) + "\n")
+
+    def entries(self, rollout_id: str) -> list[dict[str, Any]]:
+        """The rollout's records, in the order they were written ([] when none).
+
+        Raises:
+            DataError: a line that is not a JSON object, or a record of a newer schema (named by file and line).
+        """
+        path = self.path_for(rollout_id)
+        if not path.exists():
+            return []
+        with self._locked(rollout_id, shared=True):
+            records = list(iter_jsonl(path))
+        for number, record in records:
+            if int(record.get("schema_version", RECORD_SCHEMA_VERSION)) > RECORD_SCHEMA_VERSION:
+                raise DataError(
+                    f"{path}:{number}: record schema_version {record['schema_version']}, this reader knows up to"
+                    f" {RECORD_SCHEMA_VERSION}"
+                )
+        return [record for _, record in records]
+
+    def incomplete_reasons(self, rollout_id: str) -> list[str]:
+        path = self.incomplete_path_for(rollout_id)
+        return [line for line in path.read_text().splitlines() if line] if path.exists() else []
+
+    def delete(self, rollout_id: str) -> None:
+        """Remove the rollout's records (before it is dispatched again: a rerun must not merge two attempts)."""
+        with self._locked(rollout_id):
+            self.path_for(rollout_id).unlink(missing_ok=True)
+            self.incomplete_path_for(rollout_id).unlink(missing_ok=True)
+
+
+def _checked(rollout_id: str) -> str:
+    if not (isinstance(rollout_id, str) and ROLLOUT_ID_PATTERN.match(rollout_id)):
+        raise DataError(f"not a rollout id: {rollout_id!r} (letters, digits, '.', '_', '-'; not first)")
+    return rollout_id
+
+
+# -- the model server's side -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lineage:
+    """A call's parent: `resolution` is `root` (the request has no assistant turn), `resolved` (`parent_call_id`, the
+    call whose answer is the request's last assistant turn) or `unresolved` (that turn is no recorded call's answer);
+    `reason` says how it was decided (NeMo Gym 0.7.0's `parent_resolution` and `parent_resolution_reason`)."""
+
+    resolution: Literal["root", "resolved", "unresolved"]
+    parent_call_id: str | None = None
+    reason: str = ""
+
+
+def _last_turn_of_items(items: list[Any]) -> tuple[int, str, dict[str, Any]] | None:
+    """(index of the item that carries the turn's token fields, its fingerprint, its token fields) of the last
+    assistant turn of Responses input items: a run of assistant messages, function calls and reasoning, closed by
+    an item that carries token ids (as `openai_convert.input_items_to_messages` groups them); None without one."""
+    last, turn = None, []  # the last closed or open turn's items, with their indices
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type") or ("message" if "role" in item else None)
+        in_turn = (kind == "message" and item.get("role") == "assistant") or kind in ("function_call", "reasoning")
+        if not in_turn:
+            turn = []
+            continue
+        turn.append((index, item))
+        last = list(turn)
+        if token_info(item).get("generation_token_ids"):
+            turn = []
+    carriers = [(i, item) for i, item in (last or []) if item.get("type") != "reasoning"]
+    if not carriers:
+        return None
+    index, carrier = carriers[-1]
+    return index, items_fingerprint([item for _, item in last or []]), token_info(carrier)
+
+
+def _parent_of(
+    fingerprint: str, tokens: dict[str, Any], entries: list[dict[str, Any]]
+) -> tuple[Lineage, dict[str, Any] | None]:
+    """The parent of a request whose last assistant turn has `fingerprint` and token fields `tokens` ({} when the
+    harness dropped them), and the token fields to put back on that turn (None: leave it)."""
+    if tokens.get("generation_token_ids"):
+        sequence = list(tokens.get("prompt_token_ids") or []) + list(tokens["generation_token_ids"])
+        for entry in reversed(entries):
+            if entry["prompt_token_ids"] + entry["generation_token_ids"] == sequence:
+                return Lineage("resolved", entry["model_call_id"], "token_ids"), None
+        return Lineage("unresolved", reason="the turn's token ids are no recorded call's"), None
+    matches = [entry for entry in entries if entry.get("turn_fingerprint") == fingerprint]
+    if not matches:
+        return Lineage("unresolved", reason="the turn's text and tool calls are no recorded call's answer"), None
+    parent = max(matches, key=lambda entry: entry.get("created_at", 0.0))  # a retry's latest answer
+    reason = "fingerprint" if len(matches) == 1 else f"fingerprint, latest of {len(matches)} alike"
+    restored = {key: list(parent[key]) for key in TOKEN_INFO_KEYS}
+    return Lineage("resolved", parent["model_call_id"], reason), restored
+
+
+def resolve_parent(body: dict[str, Any], entries: list[dict[str, Any]], *, chat: bool) -> tuple[dict, Lineage]:
+    """The request `body` (Chat Completions when `chat`, else Responses) with its parent's token ids put back on its
+    last assistant turn when the harness dropped them, and the call's `Lineage`; `entries`: the rollout's records so
+    far. The body is not changed in place."""
+    if chat:
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        index = next(
+            (
+                i
+                for i in range(len(messages) - 1, -1, -1)
+                if isinstance(messages[i], dict) and messages[i].get("role") == "assistant"
+            ),
+            None,
+        )
+        if index is None:
+            return body, Lineage("root")
+        lineage, restored = _parent_of(message_fingerprint(messages[index]), token_info(messages[index]), entries)
+        if restored is None:
+            return body, lineage
+        messages = [*messages[:index], {**messages[index], **restored}, *messages[index + 1 :]]
+        return {**body, "messages": messages}, lineage
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    turn = _last_turn_of_items(items)
+    if turn is None:
+        return body, Lineage("root")
+    index, fingerprint, tokens = turn
+    lineage, restored = _parent_of(fingerprint, tokens, entries)
+    if restored is None:
+        return body, lineage
+    return {**body, "input": [*items[:index], {**items[index], **restored}, *items[index + 1 :]]}, lineage
+
+
+def record_call(
+    store: TokenCaptureStore, rollout_id: str, answer: dict[str, Any], lineage: Lineage, *, chat: bool
+) -> dict[str, Any] | None:
+    """Append the record of one answered call (a Chat Completions answer when `chat`, else a Responses one) and
+    return it; an answer without exactly one item carrying token ids marks the rollout incomplete instead (None)."""
+    items = chat_to_response(answer)["output"] if chat else list(answer.get("output") or [])
+    carriers = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("generation_token_ids")]
+    if len(carriers) != 1:
+        store.mark_incomplete(
+            rollout_id,
+            f"answer {answer.get('id')}: {len(carriers)} output items carry token ids, one must (serve the policy"
+            " with return_token_id_information: true)",
+        )
+        return None
+    tokens = token_info(items[carriers[0]])
+    prompt, generation = list(tokens.get("prompt_token_ids") or []), list(tokens["generation_token_ids"])
+    log_probs = [float(x) for x in tokens.get("generation_log_probs") or []]
+    if len(log_probs) != len(generation):
+        store.mark_incomplete(
+            rollout_id, f"answer {answer.get('id')}: {len(generation)} generation ids, {len(log_probs)} log-probs"
+        )
+        return None
+    output_items = [{k: v for k, v in item.items() if k not in TOKEN_INFO_KEYS} for item in items]
+    entry = {
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "rollout_id": rollout_id,
+        "model_call_id": uuid.uuid4().hex,
+        "model": str(answer.get("model") or ""),
+        "prompt_token_ids": prompt,
+        "generation_token_ids": generation,
+        "generation_log_probs": log_probs,
+        "output_items": output_items,
+        "token_item_index": carriers[0],
+        "response_id": answer.get("id"),
+        "created_at": time.time(),
+        "parent_call_id": lineage.parent_call_id,
+        "parent_resolution": lineage.resolution,
+        "parent_resolution_reason": lineage.reason,
+        "cum_len": len(prompt) + len(generation),
+        "digest": compute_digest(prompt + generation),
+        "turn_fingerprint": items_fingerprint(output_items),
+    }
+    store.append(entry)
+    return entry
