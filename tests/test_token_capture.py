@@ -452,3 +452,26 @@ def test_all_agents_captures_an_agent_whose_config_does_not_ask(monkeypatch, tmp
     agent = simple_agent(refs, name="a")
     assert agent.model_path(row) == "/ng-rollout/3-1-a2/training-token-capture/v1/responses"
     assert agent.registration_extras()["token_id_capture"]["dir"] == str(tmp_path)
+
+
+def test_a_responses_harness_that_drops_token_ids_gets_them_put_back(gym):
+    """A harness on the Responses API (`client.responses.create`, items without token ids): the second call's parent
+    is found by the turn's text and tool calls, and its prompt is spliced after the first call's sampled ids."""
+    import openai
+
+    head, records, _ = gym
+    model_url = httpx.get(f"{head}/servers/policy_model").json()["url"]
+    base = f"{model_url}/ng-rollout/7-0/training-token-capture/v1"
+    params = ROWS[0]["responses_create_params"]
+    with openai.OpenAI(base_url=base, api_key="unused", max_retries=0) as client:
+        first = client.responses.create(model="byte", input=params["input"], tools=params["tools"])
+        call = first.output[-1]
+        kept = {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "cold"}
+        client.responses.create(model="byte", input=[*params["input"], kept, result], tools=params["tools"])
+    first_call, second_call = TokenCaptureStore(records).entries("7-0")
+    assert (
+        second_call["parent_resolution"] == "resolved" and second_call["parent_call_id"] == first_call["model_call_id"]
+    )
+    sampled = first_call["prompt_token_ids"] + first_call["generation_token_ids"]
+    assert second_call["prompt_token_ids"][: len(sampled)] == sampled and sampled[-1] == END_OF_TURN
