@@ -111,9 +111,8 @@ class ServerClient:
             for name, urls in (addresses or {}).items()
         }
         self._refreshing = asyncio.Lock()
-        self._token_headers = (
-            {TOKEN_HEADER: token} if token else {}
-        )  # per request: not every server gets it (`_take_addresses`)
+        # per request: not every server gets it (`_take_addresses`)
+        self._token_headers = {TOKEN_HEADER: token} if token else {}
         self._max_connections = max_connections
         self._middlewares = tuple(middlewares)
         self._retry_if = retry_if
@@ -163,10 +162,8 @@ class ServerClient:
         return (await self._pool(name)).first_url()
 
     async def call_headers(self, name: str) -> dict[str, str]:
-        """The headers a call of this client to instance `name` carries (the run token, when `name` takes it), for a
-        caller that reaches `name` with a client of its own (e.g. the `openai` package's); errors as `server_url`."""
-        pool = await self._pool(name)
-        return dict(self._token_headers) if pool.send_run_token else {}
+        """The headers this client's calls to `name` carry (the run token, when it takes it); errors as `server_url`."""
+        return dict(self._token_headers) if (await self._pool(name)).send_run_token else {}
 
     async def replica_urls(self, name: str) -> dict[int, str]:
         """`{replica index: base URL}` of instance `name` (see `server_url` for the errors raised)."""

@@ -393,7 +393,9 @@ def record_call(
     """Append the record of one answered call (a Chat Completions answer when `chat`, else a Responses one) and
     return it; an answer without exactly one item carrying token ids marks the rollout incomplete instead (None)."""
     items = chat_to_response(answer)["output"] if chat else list(answer.get("output") or [])
-    carriers = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("generation_token_ids")]
+    carriers = [
+        i for i, item in enumerate(items) if isinstance(item, dict) and item.get("generation_token_ids") is not None
+    ]  # an empty generation is recorded too (the rebuild counts it, 0.7.0's empty_generation_calls)
     if len(carriers) != 1:
         store.mark_incomplete(
             rollout_id,
