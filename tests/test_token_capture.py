@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from nemo_gym.model_servers.model_server import ModelServer
 from nemo_gym.orchestration.run import run_options
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.entrypoint import load_server_class
-from nemo_gym.serving.head import build_head_app
+from nemo_gym.serving.head import build_head_app, run_token_headers
 from nemo_gym.serving.openai_convert import chat_to_response, responses_to_chat
 from nemo_gym.serving.retry_policy import ClientTimeouts
 from nemo_gym.serving.token_capture import (
@@ -475,3 +476,40 @@ def test_a_responses_harness_that_drops_token_ids_gets_them_put_back(gym):
     )
     sampled = first_call["prompt_token_ids"] + first_call["generation_token_ids"]
     assert second_call["prompt_token_ids"][: len(sampled)] == sampled and sampled[-1] == END_OF_TURN
+
+
+@pytest.mark.integration
+@pytest.mark.long
+def test_ng_run_and_ng_collect_rollouts_capture_as_a_user_runs_them(tmp_path):
+    """Real processes: `ng_run +token_id_capture.enabled=true` gives its servers the settings (openai_client_agent
+    registers them, the model server records), `ng_collect_rollouts` rebuilds. scripted_model returns no token ids,
+    so every rollout is kept, masked, with the reason; none is scored silently or lost."""
+    from nemo_gym.env.testing import NgRun
+
+    records, out = tmp_path / "records", tmp_path / "rollouts.jsonl"
+    agent_yaml = "responses_api_agents/openai_client_agent/configs/openai_client_agent.yaml"
+    with NgRun(
+        f"+config_paths=[tests/configs/weather_scripted.yaml,{agent_yaml}]",
+        "+skip_venv=true",
+        "+openai_client_agent.responses_api_agents.openai_client_agent.resources_server.name=weather",
+        "+token_id_capture.enabled=true",
+        f"+token_id_capture.dir={records}",
+    ) as run:
+        head = run.wait_ready()
+        assert f"Training token capture: the model calls' records go to {records}" in run.output()
+        registered = httpx.get(f"{head}/servers/openai_client_agent", headers=run_token_headers(head)).json()
+        assert registered["token_id_capture"]["dir"] == str(records)
+        command = [
+            str(Path(sys.executable).parent / "ng_collect_rollouts"),
+            f"+head_server_url={head}",
+            "+agent_name=openai_client_agent",
+            f"+input_jsonl_fpath={REPO / 'resources_servers/example_single_tool_call/data/example.jsonl'}",
+            f"+output_jsonl_fpath={out}",
+            "+progress=false",
+        ]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rollouts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rollouts) == 5 and all(r["reward"] == 1.0 and r["mask_sample"] is True for r in rollouts)
+    assert all("return_token_id_information" in r["_ng_token_capture"]["incomplete_calls"][0] for r in rollouts)
+    assert sorted(p.name for p in records.glob("*.tokens.incomplete")) == [f"{i}-0.tokens.incomplete" for i in range(5)]

@@ -61,7 +61,7 @@ from nemo_gym.serving.auth import TOKEN_FILE_NAME, PeerPolicy, new_run_token, wr
 from nemo_gym.serving.entrypoint import bind_socket
 from nemo_gym.serving.head import DEFAULT_HEAD_PORT, build_head_app, runs_dir
 from nemo_gym.serving.limits import UVICORN_LIMITS
-from nemo_gym.serving.token_capture import TokenIdCaptureSettings, capture_environment
+from nemo_gym.serving.token_capture import TokenIdCaptureSettings, capture_environment, settings_from_env
 from nemo_gym.upstream.detect import FRAMEWORK, framework_of
 
 __all__ = ["RunOptions", "HeadServerOptions", "run_instances", "run_main", "run_options", "split_instances"]
@@ -190,6 +190,7 @@ class Run:
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.run_dir = runs_dir() / self.run_id
         capture_env = capture_environment(options.token_id_capture, self.run_dir, options.ray_address)
+        self.capture_settings = settings_from_env(capture_env)  # None when the run does not capture
         self.external = ExternalLauncher(external, wait_s=options.external_wait_s)
         self.local: LocalLauncher | None = (
             None
@@ -419,6 +420,8 @@ class Run:
             if s.release:
                 where += f", NeMo Gym {s.release}"
             print(f"  {name:<{width}}  {_shown_folder(s.instance):<40} {s.url}  {where}")
+        if self.capture_settings is not None:
+            print(f"Training token capture: the model calls' records go to {self.capture_settings.dir}")
         print(f"Logs: {self.run_dir / 'logs'}. Stop with Ctrl-C. Status: ng_status", flush=True)
 
     async def main(self) -> int:
