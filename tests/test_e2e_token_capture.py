@@ -44,6 +44,7 @@ def test_real_policy_rollouts_of_a_harness_without_token_ids_are_rebuilt_for_tra
             "tool_choice": {"type": "function", "name": "get_weather"},
             "max_output_tokens": 64,
             "temperature": 1.0,
+            "seed": 11,  # the same samples whatever the session's vLLM sampled before
         }
         rows.append({**row, "agent_ref": {"name": "harness"}})
     with ExitStack() as stack:
