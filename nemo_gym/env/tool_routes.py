@@ -7,12 +7,13 @@
 
 A call the tool refused comes back as `ServerHTTPError` (HTTP, a 4xx) or `ToolCallFailed` (MCP, an error result):
 the agent hands its text to the model. A tool server that cannot be reached is `ServerUnavailableError`: the rollout
-fails, it is never scored.
+fails, it is never scored. `call_function_tool` is one function call of the model as the agents execute it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -20,10 +21,18 @@ from typing import Any
 
 import httpx
 
-from nemo_gym.common.errors import ServerUnavailableError
+from nemo_gym.common.errors import ServerHTTPError, ServerUnavailableError
+from nemo_gym.env.episode import StopReason
 from nemo_gym.serving.client import ServerClient
 
-__all__ = ["McpToolRoutes", "ToolCallFailed", "ToolRoutes"]
+__all__ = [
+    "McpToolRoutes",
+    "ToolCallFailed",
+    "ToolRoutes",
+    "call_function_tool",
+    "tool_arguments",
+    "tool_output_text",
+]
 
 
 class ToolCallFailed(Exception):
@@ -121,3 +130,62 @@ class McpToolRoutes:
         if result.is_error:
             raise ToolCallFailed(text)
         return text
+
+
+def tool_arguments(raw: Any) -> dict[str, Any]:
+    """A function call's `arguments` as a dict: the Responses API's JSON text (empty or absent: no arguments), or an
+    object that an OpenAI-compatible endpoint sent already parsed.
+
+    Raises:
+        ValueError: text that is not JSON (or nested too deep to parse), or JSON or a value that is not an object.
+    """
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    if not isinstance(raw, str):
+        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    try:
+        arguments = json.loads(raw)
+    except RecursionError:  # JSON nested thousands deep (as nemo_gym.env.trajectory's parser guards)
+        raise ValueError("arguments nested too deep") from None
+    if not isinstance(arguments, dict):
+        raise ValueError("arguments must be a JSON object")
+    return arguments
+
+
+def tool_output_text(result: Any) -> str:
+    """A tool's JSON answer as the text the model sees: the bytes a FastAPI server sends for it (compact separators,
+    non-ASCII kept), so the output is the answer's own text, as NeMo Gym's agents pass it on."""
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
+async def call_function_tool(
+    tools: ToolRoutes | McpToolRoutes, name: Any, raw_arguments: Any, tool_names: set[str], timeout_s: float
+) -> tuple[str, StopReason | None]:
+    """Execute one function call of the model (`name`, its `raw_arguments` as `tool_arguments` reads them) through
+    `tools`, within `timeout_s` seconds; returns the text the model sees next and, when the call failed, why
+    (`parse_error`: arguments that are no JSON object; `tool_error`: a tool not in `tool_names` when it is not empty,
+    a call the tool refused). Those failures go back to the model as text.
+
+    Raises:
+        ServerError: the tool server answered 5xx, or could not be reached: the rollout fails.
+    """
+    try:
+        arguments = tool_arguments(raw_arguments)
+    except ValueError as exc:
+        return f"Error: the arguments of {name} are not a valid JSON object: {exc}", StopReason.parse_error
+    if tool_names and name not in tool_names:
+        return (
+            f"Error: there is no tool named {name!r}; available tools: {', '.join(sorted(tool_names))}",
+            StopReason.tool_error,
+        )
+    try:
+        result = await tools.call(name, arguments, timeout_s)
+    except ServerHTTPError as exc:
+        if exc.status_code >= 500:
+            raise
+        return f"Error: tool {name} rejected the call ({exc.status_code}): {exc.body[:1000]}", StopReason.tool_error
+    except ToolCallFailed as exc:
+        return f"Error: tool {name} failed: {str(exc)[:1000]}", StopReason.tool_error
+    return (result if isinstance(result, str) else tool_output_text(result)), None

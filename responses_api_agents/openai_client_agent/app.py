@@ -19,7 +19,6 @@ give it that base URL.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -30,7 +29,7 @@ from pydantic import Field
 from nemo_gym.common.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.episode import EndedEpisode, StopReason, failed_run_answer, run_answer
-from nemo_gym.env.tool_routes import ToolRoutes
+from nemo_gym.env.tool_routes import ToolRoutes, call_function_tool
 from nemo_gym.serving.openai_convert import ConversionError, messages_to_input_items, responses_to_chat
 from nemo_gym.serving.server import ServerConfig, ServerRef
 
@@ -138,7 +137,9 @@ class OpenAIClientAgent(AgentServer):
                     stop_reason = StopReason.completed
                     break
                 for call in calls:
-                    text, problem = await self.call_tool(call.function.name, call.function.arguments, tool_names, tools)
+                    text, problem = await call_function_tool(
+                        tools, call.function.name, call.function.arguments, tool_names, self.config.tool_timeout_s
+                    )
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                     stop_reason = problem or StopReason.max_steps
         output = messages_to_input_items(messages[first:])
@@ -165,23 +166,3 @@ class OpenAIClientAgent(AgentServer):
             ) from None
         except openai.APIConnectionError as exc:
             raise ServerUnavailableError(f"{server}: {exc}", server=server, path="/v1/chat/completions") from None
-
-    async def call_tool(
-        self, name: str, raw_arguments: str, tool_names: set[str], tools: ToolRoutes
-    ) -> tuple[str, StopReason | None]:
-        """Execute one tool call; returns the text for the model and, when the call failed, why."""
-        try:
-            arguments = json.loads(raw_arguments or "{}")
-            if not isinstance(arguments, dict):
-                raise ValueError(f"a JSON {type(arguments).__name__}, not an object")
-        except ValueError as exc:
-            return f"Error: the arguments of {name} are not a valid JSON object: {exc}", StopReason.parse_error
-        if tool_names and name not in tool_names:
-            return f"Error: there is no tool named {name!r}", StopReason.tool_error
-        try:
-            result = await tools.call(name, arguments, self.config.tool_timeout_s)
-        except ServerHTTPError as exc:
-            if exc.status_code >= 500:
-                raise
-            return f"Error: tool {name} rejected the call ({exc.status_code}): {exc.body[:1000]}", StopReason.tool_error
-        return (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)), None

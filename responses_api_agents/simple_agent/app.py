@@ -21,7 +21,6 @@ the rollout's `ng_trajectory`, NeMo Gym 0.7.0's capture record of its model call
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from typing import Any
@@ -32,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from nemo_gym.common.errors import ServerError, ServerHTTPError
+from nemo_gym.common.errors import ServerError
 from nemo_gym.env.agent_server import AgentServer
 from nemo_gym.env.agent_sessions import (
     AgentSeedSessionRequest,
@@ -43,38 +42,10 @@ from nemo_gym.env.agent_sessions import (
 )
 from nemo_gym.env.capture import TrajectoryCapture, clock
 from nemo_gym.env.episode import EndedEpisode, ModelCalls, StopReason, failed_run_answer, initial_input, run_answer
-from nemo_gym.env.tool_routes import McpToolRoutes, ToolCallFailed, ToolRoutes
+from nemo_gym.env.tool_routes import McpToolRoutes, ToolRoutes, call_function_tool
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
 from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
-
-
-def tool_arguments(raw: Any) -> dict[str, Any]:
-    """A function call's `arguments` as a dict: the Responses API's JSON text (empty or absent: no arguments), or an
-    object that an OpenAI-compatible endpoint sent already parsed.
-
-    Raises:
-        ValueError: text that is not JSON (or nested too deep to parse), or JSON or a value that is not an object.
-    """
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or raw == "":
-        return {}
-    if not isinstance(raw, str):
-        raise ValueError(f"arguments must be a JSON object, got {type(raw).__name__}")
-    try:
-        arguments = json.loads(raw)
-    except RecursionError:  # JSON nested thousands deep (as nemo_gym.env.trajectory's parser guards)
-        raise ValueError("arguments nested too deep") from None
-    if not isinstance(arguments, dict):
-        raise ValueError("arguments must be a JSON object")
-    return arguments
-
-
-def tool_output_text(result: Any) -> str:
-    """A tool's JSON answer as the text the model sees: the bytes a FastAPI server sends for it (compact separators,
-    non-ASCII kept), so the output is the answer's own text, as NeMo Gym's agents pass it on."""
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
 
 
 class SimpleAgentConfig(ServerConfig):
@@ -240,7 +211,9 @@ class SimpleAgent(AgentServer):
                 raise AgentSessionError(422, "the model called a tool and this agent session has no tool access")
             for call in calls:
                 started_at, started = clock()
-                text, problem = await self.call_tool(call, tool_names, tools)
+                text, problem = await call_function_tool(
+                    tools, call.get("name"), call.get("arguments"), tool_names, self.config.tool_timeout_s
+                )
                 if capture is not None:
                     failed = TOOL_ERROR_TYPES.get(problem) if problem else None
                     capture.tool_call(
@@ -249,30 +222,6 @@ class SimpleAgent(AgentServer):
                 trajectory.append({"type": "function_call_output", "call_id": call.get("call_id"), "output": text})
                 stop_reason = problem or StopReason.max_steps
         return model.final_response(trajectory), stop_reason
-
-    async def call_tool(
-        self, call: dict[str, Any], tool_names: set[str], tools: ToolRoutes | McpToolRoutes
-    ) -> tuple[str, StopReason | None]:
-        """Execute one function call; returns the output text and a problem if it failed."""
-        name = call.get("name")
-        try:
-            arguments = tool_arguments(call.get("arguments"))
-        except ValueError as exc:
-            return f"Error: the arguments of {name} are not a valid JSON object: {exc}", StopReason.parse_error
-        if tool_names and name not in tool_names:
-            return (
-                f"Error: there is no tool named {name!r}; available tools: {', '.join(sorted(tool_names))}",
-                StopReason.tool_error,
-            )
-        try:
-            result = await tools.call(name, arguments, self.config.tool_timeout_s)
-        except ServerHTTPError as exc:
-            if exc.status_code >= 500:
-                raise
-            return f"Error: tool {name} rejected the call ({exc.status_code}): {exc.body[:1000]}", StopReason.tool_error
-        except ToolCallFailed as exc:
-            return f"Error: tool {name} failed: {str(exc)[:1000]}", StopReason.tool_error
-        return (result if isinstance(result, str) else tool_output_text(result)), None
 
     def add_routes(self, app: FastAPI) -> None:
         super().add_routes(app)

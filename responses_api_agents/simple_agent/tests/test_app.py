@@ -160,9 +160,9 @@ def test_every_rollout_ends_its_session(policy):
 
 
 def test_tool_arguments_as_text_or_an_object_and_clear_errors_otherwise():
-    from nemo_gym.serving.module_loading import import_file
 
-    tool_arguments = import_file(REPO / "responses_api_agents/simple_agent/app.py").tool_arguments
+    from nemo_gym.env.tool_routes import tool_arguments  # simple_agent's, shared by the agents
+
     assert (
         tool_arguments('{"city": "sf"}') == {"city": "sf"} == tool_arguments({"city": "sf"})
     )  # text, or parsed by the endpoint
