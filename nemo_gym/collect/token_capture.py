@@ -38,7 +38,13 @@ from nemo_gym.common.jsonl import AGENT_REF_KEY
 from nemo_gym.env.metrics import MASK_SAMPLE_KEY
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.rollout_prefix import capture_rollout_id
-from nemo_gym.serving.token_capture import TokenCaptureStore, TokenIdCaptureSettings, compute_digest, items_fingerprint
+from nemo_gym.serving.token_capture import (
+    TokenCaptureStore,
+    TokenIdCaptureSettings,
+    assistant_item_kind,
+    compute_digest,
+    items_fingerprint,
+)
 
 __all__ = ["TOKEN_CAPTURE_KEY", "MaskedCaptureError", "TokenCaptureRebuild", "rebuild_rollout"]
 
@@ -97,11 +103,7 @@ def _trailing_turn(response: dict[str, Any]) -> list[dict[str, Any]]:
     for item in response.get("output") or []:
         if not isinstance(item, dict):
             continue
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if (kind == "message" and item.get("role", "assistant") == "assistant") or kind in (
-            "function_call",
-            "reasoning",
-        ):
+        if assistant_item_kind(item):
             turn.append(item)
         else:
             turn = []

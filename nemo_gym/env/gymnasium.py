@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from nemo_gym.env.resources_server import ResourcesServer, VerifyRequest, VerifyResult
 from nemo_gym.env.tools import tool
+from nemo_gym.serving.openai_convert import content_text
 from nemo_gym.serving.server import Session
 
 __all__ = ["GymnasiumEnv", "ResetResult", "StepResult", "assistant_actions", "message_text"]
@@ -71,12 +72,7 @@ class StepResult(BaseModel):
 
 def message_text(item: Any) -> str:
     """The text of a Responses message item: its string content, or its parts' `text` joined ('' otherwise)."""
-    content = item.get("content") if isinstance(item, dict) else None
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
+    return content_text(item.get("content") if isinstance(item, dict) else None)
 
 
 def assistant_actions(response: dict[str, Any]) -> list[str]:

@@ -43,6 +43,7 @@ __all__ = [
     "chat_to_response",
     "strip_token_info",
     "token_info",
+    "content_text",
 ]
 
 TOKEN_INFO_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -67,6 +68,16 @@ class ConversionError(ValueError):
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+def content_text(content: Any) -> str:
+    """The text of a message's `content` (Responses or chat): the string itself, or its parts' string `text` joined;
+    '' otherwise. Parts of unexpected shape are skipped (model output is untrusted), so this never raises."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
 def token_info(item: dict[str, Any]) -> dict[str, Any]:
     """The training token fields present on an item or message (possibly empty)."""
     return {key: item[key] for key in TOKEN_INFO_KEYS if item.get(key) is not None}
@@ -211,9 +222,8 @@ def _message_outside_turn(kind: str | None, item: dict[str, Any], developer_as_s
 def _extend_turn(turn: dict[str, Any], kind: str, item: dict[str, Any]) -> None:
     """Add an assistant message, function call or reasoning item to the assistant message `turn`."""
     if kind == "message":
-        text = _content_to_chat(item.get("content"))
-        text = text if isinstance(text, str) else "".join(p.get("text", "") for p in text)
-        turn["content"] = (turn["content"] or "") + text
+        # checked and converted first (a part of an unknown type is refused), then its text
+        turn["content"] = (turn["content"] or "") + content_text(_content_to_chat(item.get("content")))
     elif kind == "function_call":
         if not isinstance(item.get("name"), str):
             raise ConversionError("a function_call item needs a string `name`")

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import iter_jsonl
-from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, token_info
+from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, content_text, token_info
 from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "Lineage",
     "TokenCaptureStore",
     "TokenIdCaptureSettings",
+    "assistant_item_kind",
     "capture_environment",
     "compute_digest",
     "record_call",
@@ -193,21 +194,24 @@ def turn_fingerprint(text: str, calls: list[tuple[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(canonical, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text") or part.get("refusal") or "" for part in content if isinstance(part, dict))
-    return ""
+def assistant_item_kind(item: Any) -> str | None:
+    """`message`, `function_call` or `reasoning` for an item of an assistant turn (a message whose role is the
+    assistant's, or absent as on output items), else None."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type") or ("message" if "role" in item else None)
+    if kind == "message":
+        return kind if item.get("role", "assistant") == "assistant" else None
+    return kind if kind in ("function_call", "reasoning") else None
 
 
 def items_fingerprint(items: list[dict[str, Any]]) -> str:
     """`turn_fingerprint` of Responses items (assistant messages and function calls)."""
     text, calls = "", []
     for item in items:
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message" and item.get("role", "assistant") == "assistant":
-            text += _text_of(item.get("content"))
+        kind = assistant_item_kind(item)
+        if kind == "message":
+            text += content_text(item.get("content"))
         elif kind == "function_call":
             calls.append((str(item.get("name")), item.get("arguments")))
     return turn_fingerprint(text, calls)
@@ -220,7 +224,7 @@ def message_fingerprint(message: dict[str, Any]) -> str:
         for call in message.get("tool_calls") or []
         if isinstance(call, dict)
     ]
-    return turn_fingerprint(_text_of(message.get("content")), calls)
+    return turn_fingerprint(content_text(message.get("content")), calls)
 
 
 # -- the file store --------------------------------------------------------------------------------------------
@@ -317,11 +321,7 @@ def _last_turn_of_items(items: list[Any]) -> tuple[int, str, dict[str, Any]] | N
     an item that carries token ids (as `openai_convert.input_items_to_messages` groups them); None without one."""
     last, turn = None, []  # the last closed or open turn's items, with their indices
     for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type") or ("message" if "role" in item else None)
-        in_turn = (kind == "message" and item.get("role") == "assistant") or kind in ("function_call", "reasoning")
-        if not in_turn:
+        if assistant_item_kind(item) is None:
             turn = []
             continue
         turn.append((index, item))
