@@ -26,10 +26,10 @@ from nemo_gym.env.agent_sessions import (
 from nemo_gym.serving.api_schema import json_body, model_schema
 from nemo_gym.serving.client import SESSION_HEADER
 from nemo_gym.serving.rollout_prefix import capture_path, capture_rollout_id
-from nemo_gym.serving.server import BaseServer, request_body, validated
+from nemo_gym.serving.server import BaseServer, ServerConfig, ServerRef, request_body, validated
 from nemo_gym.serving.token_capture import TokenIdCaptureSettings, settings_from_env
 
-__all__ = ["AgentServer"]
+__all__ = ["AgentServer", "ToolLoopConfig"]
 
 
 # The fields of an agent's bodies the framework checks (strictly, so a declared type means that type); every other
@@ -51,6 +51,25 @@ class AgentResponsesCreate(BaseModel):
 class Row(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, title="Row")
     responses_create_params: AgentResponsesCreate
+
+
+class ToolLoopConfig(ServerConfig):
+    """The config of an agent whose loop is model call -> tool calls -> ... -> verify (simple_agent,
+    openai_client_agent)."""
+
+    resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
+    model_server: ServerRef = Field(description="the policy: {type: responses_api_models, name: <instance>}")
+    max_steps: int = Field(10, ge=1, description="most model calls in one rollout")
+    model_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for one model call")
+    tool_timeout_s: float = Field(60.0, gt=0, description="seconds to wait for one tool call")
+    token_id_capture: bool = Field(
+        False,
+        description=(
+            "with ng_run +token_id_capture.enabled=true: the model calls of this agent's rollouts are recorded with"
+            " their token ids, and the collector rebuilds a rollout that lacks them from the records (NeMo Gym"
+            " 0.7.0's key)"
+        ),
+    )
 
 
 class AgentServer(BaseServer):

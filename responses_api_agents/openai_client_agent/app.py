@@ -24,37 +24,20 @@ from typing import Any
 
 import httpx
 import openai
-from pydantic import Field
 
 from nemo_gym.common.errors import ServerError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
-from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.agent_server import AgentServer, ToolLoopConfig
 from nemo_gym.env.episode import EndedEpisode, StopReason, failed_run_answer, run_answer
 from nemo_gym.env.tool_routes import ToolRoutes, call_function_tool
 from nemo_gym.serving.openai_convert import ConversionError, messages_to_input_items, responses_to_chat
-from nemo_gym.serving.server import ServerConfig, ServerRef
 
 # Chat Completions create fields the client takes as arguments; the others of a converted body go in `extra_body`
 _CLIENT_FIELDS = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "seed", "stop"}
 
 
-class OpenAIClientAgentConfig(ServerConfig):
-    resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
-    model_server: ServerRef = Field(description="the policy: {type: responses_api_models, name: <instance>}")
-    max_steps: int = Field(10, ge=1, description="most model calls in one rollout")
-    model_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for one model call")
-    tool_timeout_s: float = Field(60.0, gt=0, description="seconds to wait for one tool call")
-    token_id_capture: bool = Field(
-        False,
-        description=(
-            "with ng_run +token_id_capture.enabled=true: the model calls of this agent's rollouts are recorded with"
-            " their token ids, and the collector rebuilds its rollouts from them (NeMo Gym 0.7.0's key)"
-        ),
-    )
-
-
 class OpenAIClientAgent(AgentServer):
-    Config = OpenAIClientAgentConfig
-    config: OpenAIClientAgentConfig
+    Config = ToolLoopConfig
+    config: ToolLoopConfig
 
     async def run(self, row: dict[str, Any]) -> Any:
         """The verify answer of one rollout of `row`, or its typed failure answer (`failed_run_answer`)."""

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from nemo_gym.common.errors import ServerError
-from nemo_gym.env.agent_server import AgentServer
+from nemo_gym.env.agent_server import AgentServer, ToolLoopConfig
 from nemo_gym.env.agent_sessions import (
     AgentSeedSessionRequest,
     AgentSession,
@@ -45,28 +45,16 @@ from nemo_gym.env.episode import EndedEpisode, ModelCalls, StopReason, failed_ru
 from nemo_gym.env.tool_routes import McpToolRoutes, ToolRoutes, call_function_tool
 from nemo_gym.serving.api_schema import json_body
 from nemo_gym.serving.limits import read_json_object
-from nemo_gym.serving.server import ServerConfig, ServerRef, forward_optional_route
+from nemo_gym.serving.server import forward_optional_route
 
 
-class SimpleAgentConfig(ServerConfig):
-    resources_server: ServerRef = Field(description="the environment: {type: resources_servers, name: <instance>}")
-    model_server: ServerRef = Field(description="the policy: {type: responses_api_models, name: <instance>}")
-    max_steps: int = Field(10, ge=1, description="most model calls in one rollout")
-    model_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for one model call")
-    tool_timeout_s: float = Field(60.0, gt=0, description="seconds to wait for one tool call")
+class SimpleAgentConfig(ToolLoopConfig):
     execute_tools: bool = Field(
         True,
         description="false: the model's tool calls are returned unresolved (NeMo Gym 0.7.0 agent sessions only)",
     )
     session_close_retry_window_seconds: float = Field(
         300.0, gt=0, description="an agent session's close answer is kept this long for a retried close, seconds"
-    )
-    token_id_capture: bool = Field(
-        False,
-        description=(
-            "with ng_run +token_id_capture.enabled=true: the model calls of this agent's rollouts are recorded with"
-            " their token ids (NeMo Gym 0.7.0's key; this agent keeps them in its output anyway)"
-        ),
     )
 
 
