@@ -1,30 +1,34 @@
-"""Rollout-collection throughput of our gym vs NVIDIA NeMo Gym 0.4.0 on the same work.
+"""Rollout-collection throughput of our gym vs NVIDIA NeMo Gym 0.4.0 and 0.7.0 on the same work.
 
-    .venv/bin/python benchmarks/collection_vs_nemo_gym.py            # full matrix, 3 reps (~15 min)
-    .venv/bin/python benchmarks/collection_vs_nemo_gym.py --quick    # smoke run (~2 min)
+    .venv/bin/python benchmarks/collection_vs_nemo_gym.py            # full matrix, 3 reps (~25 min)
+    .venv/bin/python benchmarks/collection_vs_nemo_gym.py --quick    # smoke run (~3 min)
 
-The work, for both systems: `ng_run` of `resources_servers/example_single_tool_call` + `simple_agent` +
+The work, for every system: `ng_run` of `resources_servers/example_single_tool_call` + `simple_agent` +
 `openai_model`, the policy being the shared harness's `fake_openai.py` (one `get_weather` call, then a final
 message; `--latency-ms` per model call), then `ng_collect_rollouts` of the 5 example rows x 400 repeats = 2000
 rollouts at concurrency 1, 32 and 256 (the matrix `1@0,32@0,256@0,256@50`, concurrency@latency ms). Every run is
 checked: exit code 0, every reward 1.0 and exactly 2 model calls per rollout (the fake's `/stats`).
 
-NeMo Gym's side is the harness in `--bench-dir` (default `../shared/bench` next to this repository; install
-NeMo Gym first with `bash <bench-dir>/setup_nemo_gym.sh`): its `ngbench.NemoGym` starts the fake, NeMo Gym's
-`ng_run` (Ray included) and its collector exactly as its own benchmark does. Ours runs from this checkout:
-`ng_run` with the servers in their uv environment (built once; the start-ups measured are warm), and this
-Python's `ng_collect_rollouts`. The floor is the harness's `floor_client.py`: one minimal aiohttp client making
-the same number of HTTP calls per rollout as our chain (`--floor-hops`, default 8: collector → agent `/run`,
-agent → resources `/seed_session`, agent → model ×2, model → policy ×2, agent → resources `/get_weather` and
-`/verify`; NeMo Gym's chain makes 9, its agent calling its own `/v1/responses` once more) directly to the fake.
+The systems (`collection_systems.py`, `--systems`): ours, from this checkout (`ng_run` with the servers in their uv
+environment, built once, so the start-ups measured are warm; this Python's `ng_collect_rollouts`); NeMo Gym 0.4.0
+through the harness in `--bench-dir` (default `../shared/bench` next to this repository; install it first with
+`bash <bench-dir>/setup_nemo_gym.sh`): its `ngbench.NemoGym` starts the fake, NeMo Gym's `ng_run` (Ray included) and
+its collector exactly as its own benchmark does; NeMo Gym 0.7.0, the release its users have today, installed as the
+peer tests install it (`tests/nemo_gym_peer07.py`, on first use) and run with its own `ng_run` of its wheel's config
+files and its own collector, which sends the rows through the `legacy_agent` environment server its config
+declares. The floor is the harness's `floor_client.py`: one minimal aiohttp client making the same number of HTTP
+calls per rollout as our chain (`--floor-hops`, default 8: collector → agent `/run`, agent → resources
+`/seed_session`, agent → model ×2, model → policy ×2, agent → resources `/get_weather` and `/verify`; NeMo Gym
+0.4.0's chain makes 9, its agent calling its own `/v1/responses` once more, 0.7.0's more again through its
+environment server) directly to the fake.
 
-Both systems' servers stay up for the whole run and the cells are interleaved: for each latency, rep and
-concurrency, ours, NeMo Gym and the floor run back to back (the order of ours and NeMo Gym alternates by rep),
-so machine noise hits all of them alike. Measured per collection (`benchlib.run_measured`): wall time of the
-collector process (rollouts/s = N / wall), the dispatch loop (`_materialized_inputs.jsonl` appears → N lines),
-CPU seconds of every process by group (collector: exact rusage; servers, Ray, fake: psutil deltas), peak RSS,
-and the 1-minute load average before and after. Start-up: spawn → every server answers (ours: ng_run's
-"servers ready in" line; NeMo Gym: its "All 3 / 3 servers ready", which it polls every 3 s).
+Every system's servers stay up for the whole run and the cells are interleaved: for each latency, rep and
+concurrency, the systems and the floor run back to back (the order of the systems turning by rep), so machine noise
+hits all of them alike. Measured per collection (`benchlib.run_measured`): wall time of the collector process
+(rollouts/s = N / wall), the dispatch loop (`_materialized_inputs.jsonl` appears → N lines), CPU seconds of every
+process by group (collector: exact rusage; servers, Ray, fake: psutil deltas), peak RSS, and the 1-minute load
+average before and after. Start-up: spawn → every server answers (ours: ng_run's "servers ready in" line; NeMo Gym:
+its "All N / N servers ready", which it polls every 3 s).
 
 Results: `results/bench/collection_vs_nemo_gym/<timestamp>/` (`results.jsonl`, one object per run;
 `summary.json`; `summary.md`, the tables copied into benchmarks/README.md; `logs/`).
@@ -36,25 +40,26 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 REPO = Path(__file__).resolve().parent.parent
-DATA = "resources_servers/example_single_tool_call/data/example.jsonl"
-CONFIG_PATHS = [
-    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
-    "responses_api_models/openai_model/configs/openai_model.yaml",
-]
-AGENT = "example_single_tool_call_simple_agent"
-OUR_GROUPS = {"example_single_tool_call": "gym_resources", AGENT: "gym_agent", "policy_model": "gym_model"}
-OURS, THEIRS, FLOOR = "ours", "nemo_gym_0.4.0", "floor_aiohttp"
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from collection_systems import (  # noqa: E402
+    DATA,
+    FLOOR,
+    OURS,
+    THEIRS,
+    THEIRS07,
+    NemoGym04,
+    NemoGym07,
+    Ours,
+)
+
+SYSTEMS = (OURS, THEIRS, THEIRS07, FLOOR)
+PEERS = (THEIRS, THEIRS07)  # the NeMo Gym releases, each compared with ours
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,7 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="rows x this many rollouts at c=32 per system, not recorded (0 = none)",
     )
     parser.add_argument(
-        "--systems", default=f"{OURS},{THEIRS},{FLOOR}", help=f"comma list of {OURS}, {THEIRS}, {FLOOR}"
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma list of {', '.join(SYSTEMS)} (each NeMo Gym release's column needs its install)",
     )
     parser.add_argument("--floor-hops", type=int, default=8, help="HTTP calls per rollout of the floor client")
     parser.add_argument(
@@ -101,9 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.repeats, args.reps, args.startup_reps, args.warmup_repeats = 40, 1, 1, 4
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(args.systems) - {OURS, THEIRS, FLOOR}
+    unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
-        parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {OURS}, {THEIRS}, {FLOOR})")
+        parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: {', '.join(SYSTEMS)})")
     args.bench_dir = args.bench_dir.resolve()
     if not (args.bench_dir / "benchlib.py").is_file():
         parser.error(f"--bench-dir {args.bench_dir}: no benchlib.py there (the NeMo Gym harness)")
@@ -123,146 +130,6 @@ def load_harness(bench_dir: Path) -> tuple[Any, Any]:
 
 def load_average() -> float:
     return round(os.getloadavg()[0], 2)
-
-
-class Ours:
-    """Our `ng_run` (servers in their uv environment) and `ng_collect_rollouts`, measured like NeMo Gym's."""
-
-    def __init__(self, bl: Any, args: argparse.Namespace, logs: Path, work: Path):
-        self.bl, self.args, self.logs, self.work = bl, args, logs, work
-        self.group: Any = None
-        self.head_url = ""
-
-    def argv(self) -> list[str]:
-        return [
-            str(BIN / "ng_run"),
-            "+config_paths=[" + ",".join(CONFIG_PATHS) + "]",
-            f"+policy_base_url=http://127.0.0.1:{self.args.fake_port}/v1",
-            "+policy_api_key=dummy-key",
-            "+policy_model_name=fake-policy",
-            "+head_server.port=0",
-        ]
-
-    def start(self, index: int, *, record: bool = True) -> dict[str, Any]:
-        """Start ng_run; the seconds from spawn to its "servers ready" line, and the idle RSS."""
-        log = self.logs / f"ours_ng_run_{index}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        started = time.perf_counter()
-        self.group = self.bl.start_group("ours", self.argv(), log, env=env, cwd=REPO)
-        self.bl.wait_log(log, [r"servers ready in"], timeout_s=self.args.startup_timeout, alive=self.group.alive)
-        t_ready = time.perf_counter() - started
-        self.head_url = re.search(r"Head server: (\S+)", log.read_text()).group(1)
-        time.sleep(2.0)
-        rss: dict[str, int] = {}
-        for pid in self.pids():
-            try:
-                process = psutil.Process(pid)
-                label = self.classify("ours", process)
-                rss[label] = rss.get(label, 0) + process.memory_info().rss
-            except psutil.Error:  # ended meanwhile
-                continue
-        idle = {k: round(v / 2**20, 1) for k, v in sorted(rss.items())}
-        idle["total"] = round(sum(rss.values()) / 2**20, 1)
-        idle["n_procs"] = len(self.pids())
-        return {
-            "kind": "startup",
-            "system": OURS,
-            "idx": index,
-            "recorded": record,
-            "t_ready_s": round(t_ready, 3),
-            "idle_rss_mb": idle,
-        }
-
-    def pids(self) -> list[int]:
-        """ng_run and every process under it (the servers run in sessions of their own)."""
-        if self.group is None or not self.group.alive():
-            return []
-        try:
-            root = psutil.Process(self.group.pid)
-            return [root.pid, *(child.pid for child in root.children(recursive=True))]
-        except psutil.Error:
-            return []
-
-    @staticmethod
-    def classify(group: str, process: Any) -> str:
-        if group != "ours":
-            return group
-        try:
-            instance = process.environ().get("NEMO_GYM_INSTANCE")
-        except psutil.Error:  # gone or not readable
-            return "ng_run+head"
-        return OUR_GROUPS.get(instance, "gym_other") if instance else "ng_run+head"
-
-    def stop(self) -> dict[str, Any]:
-        """SIGINT ng_run (it stops its servers), then SIGTERM/SIGKILL any process of the run still alive, by PID."""
-        if self.group is None:
-            return {}
-        children = self.pids()
-        info = self.group.stop()
-        left = [pid for pid in children if psutil.pid_exists(pid)]
-        for pid in left:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
-        info["leftover_server_pids"] = len(left)
-        self.group = None
-        return info
-
-    def collect(
-        self, conc: int, latency_ms: float, rep: int, repeats: int, tag: str, fake_pids: Any, fake_stats: Any
-    ) -> dict[str, Any]:
-        n = self.args.rows * repeats
-        out = self.work / f"ours_{tag}_c{conc}_l{latency_ms:g}_r{rep}.jsonl"
-        marker = out.with_name(out.stem + "_materialized_inputs.jsonl")
-        for path in out.parent.glob(out.stem + "*"):
-            path.unlink()
-        argv = [
-            str(BIN / "ng_collect_rollouts"),
-            f"+head_server_url={self.head_url}",
-            f"+agent_name={AGENT}",
-            f"+input_jsonl_fpath={DATA}",
-            f"+output_jsonl_fpath={out}",
-            f"+limit={self.args.rows}",
-            f"+num_repeats={repeats}",
-            f"+num_samples_in_parallel={conc}",
-            "+progress=false",
-            "+resume=false",
-        ]
-        before = fake_stats()
-        result = self.bl.run_measured(
-            argv,
-            {"ours": self.pids, "fake": fake_pids},
-            classify=self.classify,
-            log_path=self.logs / f"ours_collect_{tag}_c{conc}_l{latency_ms:g}_r{rep}.log",
-            cwd=REPO,
-            out_jsonl=out,
-            n_expected=n,
-            marker_path=marker,
-            timeout_s=self.args.collect_timeout,
-            client_label="collector",
-        )
-        after = fake_stats()
-        rewards = [json.loads(line).get("reward") for line in out.read_text().splitlines()] if out.exists() else []
-        result.update(
-            {
-                "kind": tag,
-                "system": OURS,
-                "concurrency": conc,
-                "latency_ms": latency_ms,
-                "rep": rep,
-                "n_rollouts": n,
-                "rewards_1": sum(r == 1.0 for r in rewards),
-                "model_calls": after["responses"] - before["responses"],
-                "rollouts_per_s": round(n / result["wall_s"], 2),
-                "cpu_ms_per_rollout": round(1000 * result["cpu_s_total"] / n, 3),
-            }
-        )
-        if result.get("loop_s"):
-            result["rollouts_per_s_loop"] = round(n / result["loop_s"], 2)
-        for path in out.parent.glob(out.stem + "*"):
-            path.unlink()
-        return result
 
 
 def floor_run(
@@ -327,8 +194,8 @@ def check(row: dict[str, Any]) -> str:
 
 
 def summarize(rows: list[dict[str, Any]], startups: list[dict[str, Any]], bl: Any) -> dict[str, Any]:
-    """Medians per (system, concurrency, latency), the ratios ours / NeMo Gym and ours / floor, CPU ms per
-    rollout by process group, and the start-up medians."""
+    """Medians per (system, concurrency, latency), the ratios ours / each NeMo Gym release and ours / floor
+    (`ours_vs_<system>`), CPU ms per rollout by process group, and the start-up medians."""
     cells: dict[tuple[float, int], dict[str, Any]] = {}
     for row in rows:
         cell = cells.setdefault((row["latency_ms"], row["concurrency"]), {})
@@ -356,14 +223,13 @@ def summarize(rows: list[dict[str, Any]], startups: list[dict[str, Any]], bl: An
                 "peak_rss_mb": bl.median([run["peak_rss_mb_total"] for run in runs]),
                 "load_avg_1m": [run["load_avg_before"] for run in runs],
             }
-        ours, theirs, floor = entry.get(OURS), entry.get(THEIRS), entry.get(FLOOR)
-        if ours and theirs:
-            entry["ours_vs_nemo_gym"] = round(ours["rollouts_per_s"] / theirs["rollouts_per_s"], 2)
-        if ours and floor:
-            entry["ours_vs_floor"] = round(ours["rollouts_per_s"] / floor["rollouts_per_s"], 2)
+        ours = entry.get(OURS)
+        for other in (*PEERS, FLOOR):
+            if ours and entry.get(other):
+                entry[f"ours_vs_{other}"] = round(ours["rollouts_per_s"] / entry[other]["rollouts_per_s"], 2)
         table.append(entry)
     start = {}
-    for system in (OURS, THEIRS):
+    for system in (OURS, *PEERS):
         runs = [s for s in startups if s["system"] == system and s.get("recorded", True)]
         if runs:
             start[system] = {
@@ -376,31 +242,38 @@ def summarize(rows: list[dict[str, Any]], startups: list[dict[str, Any]], bl: An
 
 def summary_md(summary: dict[str, Any], args: argparse.Namespace) -> str:
     fmt = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    present = [system for system in SYSTEMS if any(system in cell for cell in summary["cells"])]
+    peers = [system for system in present if system in PEERS]
+    compared = [system for system in present if system != OURS]
+    header = (
+        ["concurrency", "latency ms"]
+        + [f"{system} rollouts/s" for system in present]
+        + [f"ours / {system}" for system in compared]
+        + [f"CPU ms/rollout {system}" for system in (OURS, *peers) if system in present]
+        + ["load avg (1 min)"]
+    )
     lines = [
         (
             f"N = {args.rows} x {args.repeats} rollouts per collection, {args.reps} rep(s) per cell, floor ="
             f" {args.floor_hops} HTTP calls per rollout."
         ),
         "",
-        (
-            "| concurrency | latency ms | ours rollouts/s | NeMo Gym 0.4.0 rollouts/s | floor rollouts/s | ours / NeMo"
-            " Gym | ours / floor | CPU ms/rollout ours | CPU ms/rollout NeMo Gym | load avg (1 min) |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
     for cell in summary["cells"]:
-        ours, theirs, floor = cell.get(OURS, {}), cell.get(THEIRS, {}), cell.get(FLOOR, {})
-        loads = [x for s in (ours, theirs, floor) for x in s.get("load_avg_1m", [])]
-        lines.append(
-            f"| {cell['concurrency']} | {cell['latency_ms']:g} | {fmt(ours.get('rollouts_per_s'))} |"
-            f" {fmt(theirs.get('rollouts_per_s'))} | {fmt(floor.get('rollouts_per_s'))} |"
-            f" {fmt(cell.get('ours_vs_nemo_gym'), 2)}x | {fmt(cell.get('ours_vs_floor'), 2)}x |"
-            f" {fmt(ours.get('cpu_ms_per_rollout'), 2)} | {fmt(theirs.get('cpu_ms_per_rollout'), 2)} |"
-            f" {fmt(min(loads), 1) if loads else '-'}-{fmt(max(loads), 1) if loads else '-'} |"
+        loads = [x for system in present for x in cell.get(system, {}).get("load_avg_1m", [])]
+        values = (
+            [str(cell["concurrency"]), f"{cell['latency_ms']:g}"]
+            + [fmt(cell.get(system, {}).get("rollouts_per_s")) for system in present]
+            + [f"{fmt(cell.get(f'ours_vs_{system}'), 2)}x" for system in compared]
+            + [fmt(cell.get(system, {}).get("cpu_ms_per_rollout"), 2) for system in (OURS, *peers) if system in present]
+            + [f"{fmt(min(loads), 1)}-{fmt(max(loads), 1)}" if loads else "-"]
         )
+        lines.append("| " + " | ".join(values) + " |")
     lines += ["", "CPU ms per rollout by process group (medians):", ""]
     for cell in summary["cells"]:
-        for system in (OURS, THEIRS, FLOOR):
+        for system in present:
             if system in cell:
                 s = cell[system]
                 ok = "" if s["ok"] else " **FAILED CHECKS**"
@@ -459,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     ng.fake_stats_now = lambda: ngbench.fake_stats(args.fake_port)
-    ours = Ours(bl, args, logs, work)
+    drivers: dict[str, Any] = {OURS: Ours(bl, args, logs, work), THEIRS: NemoGym04(ng, args)}
+    if THEIRS07 in args.systems:  # installs 0.7.0 on first use (tests/nemo_gym_peer07.py)
+        drivers[THEIRS07] = NemoGym07(bl, args, logs, work)
+    measured = [system for system in (OURS, *PEERS) if system in args.systems]
     info = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "args": {k: str(v) for k, v in vars(args).items()},
@@ -489,52 +365,43 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
+    def collect(system: str, conc: int, latency_ms: float, rep: int, repeats: int, tag: str) -> None:
+        load = load_average()
+        record(drivers[system].collect(conc, latency_ms, rep, repeats, tag, ng.fake_pids, ng.fake_stats_now), load)
+
     try:
         ng.start_fake(cells[0][1])
-        if OURS in args.systems:  # builds (first time) or checks the servers' uv environment: not recorded
-            startups.append(ours.start(0, record=False))
-            ours.stop()
+        for system in (s for s in (OURS, THEIRS07) if s in measured):
+            # the first start builds (ours: the servers' uv environment) or compiles: not recorded
+            startups.append(drivers[system].start(0, record=False))
+            drivers[system].stop()
         for index in range(args.startup_reps):  # interleaved; the last of each stays up for the collections
-            for system in (s for s in (OURS, THEIRS) if s in args.systems):
-                startup = ours.start(index + 1) if system == OURS else {**ng.start_ng(index), "system": THEIRS}
+            for system in measured:
+                startup = drivers[system].start(index + 1)
                 startups.append(startup)
                 bl.append_jsonl(results, startup)
                 print(f"{system} start-up {index}: ready in {startup['t_ready_s']:.2f} s", flush=True)
                 if index < args.startup_reps - 1:
-                    ours.stop() if system == OURS else ng.ng.stop()
+                    drivers[system].stop()
         if args.warmup_repeats:
-            if OURS in args.systems:
-                record(
-                    ours.collect(32, cells[0][1], 0, args.warmup_repeats, "warmup", ng.fake_pids, ng.fake_stats_now),
-                    load_average(),
-                )
-            if THEIRS in args.systems:
-                record(ng.collect(32, cells[0][1], 0, args.rows, args.warmup_repeats, "warmup"), load_average())
+            for system in measured:
+                collect(system, 32, cells[0][1], 0, args.warmup_repeats, "warmup")
         latencies = list(dict.fromkeys(latency for _, latency in cells))
         for latency_ms in latencies:
             ng.start_fake(latency_ms)
             for rep in range(args.reps):
                 for conc in [c for c, lat in cells if lat == latency_ms]:
-                    order = [s for s in (OURS, THEIRS) if s in args.systems]
-                    for system in order if rep % 2 == 0 else order[::-1]:
-                        load = load_average()
-                        if system == OURS:
-                            record(
-                                ours.collect(
-                                    conc, latency_ms, rep, args.repeats, "measure", ng.fake_pids, ng.fake_stats_now
-                                ),
-                                load,
-                            )
-                        else:
-                            record(ng.collect(conc, latency_ms, rep, args.rows, args.repeats, "measure"), load)
+                    # the systems back to back, the order turning by rep so that drift hits each alike
+                    for system in measured[rep % len(measured) :] + measured[: rep % len(measured)]:
+                        collect(system, conc, latency_ms, rep, args.repeats, "measure")
                     if FLOOR in args.systems:
                         record(
                             floor_run(bl, args, ng, conc, latency_ms, rep, args.rows * args.repeats, logs),
                             load_average(),
                         )
     finally:
-        stopped = {"ours": ours.stop(), **ng.stop_all()}
-        bl.append_jsonl(results, {"kind": "final_stop", **stopped})
+        stopped = {system: drivers[system].stop() for system in (OURS, THEIRS07) if system in drivers}
+        bl.append_jsonl(results, {"kind": "final_stop", **stopped, **ng.stop_all()})
     summary = summarize(rows, startups, bl)
     summary["failures"] = failures
     summary["load_avg_end"] = os.getloadavg()
