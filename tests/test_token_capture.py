@@ -27,6 +27,7 @@ from live_servers import serve
 from nemo_gym.collect.engine import collect
 from nemo_gym.collect.token_capture import MaskedCaptureError, TokenCaptureRebuild, rebuild_rollout
 from nemo_gym.common.errors import ConfigError, DataError
+from nemo_gym.common.jsonl import parse_line
 from nemo_gym.config import LoadedConfig
 from nemo_gym.env.metrics import mask_reason
 from nemo_gym.model_servers.model_server import ModelServer
@@ -346,6 +347,70 @@ def test_a_bad_record_line_is_named_by_file_and_line(tmp_path):
         store.entries("0-0")
     with pytest.raises(DataError, match="not a rollout id"):
         store.entries("../etc")
+
+
+def _counting_parses(monkeypatch) -> list[int]:
+    """Every line the store parses from here on, by its line number."""
+    from nemo_gym.serving import token_capture
+
+    parsed: list[int] = []
+
+    def counting(line: bytes, path: Path, line_no: int) -> dict:
+        parsed.append(line_no)
+        return parse_line(line, path, line_no)
+
+    monkeypatch.setattr(token_capture, "parse_line", counting)
+    return parsed
+
+
+def test_the_store_parses_only_the_lines_appended_since_its_last_read(tmp_path, monkeypatch):
+    """A model server reads a rollout's records at each of its calls: n calls cost n parsed records, not n²."""
+    parsed = _counting_parses(monkeypatch)
+    reader, writer = TokenCaptureStore(tmp_path), TokenCaptureStore(tmp_path)  # two processes, one directory
+    writer.append(_entry("a", [1], [2]))
+    assert [e["model_call_id"] for e in reader.entries("0-0")] == ["a"]
+    writer.append(_entry("b", [1, 2, 3], [4], parent="a"))
+    writer.append(_entry("c", [1, 2, 3, 4, 5], [6], parent="b"))
+    assert [e["model_call_id"] for e in reader.entries("0-0")] == ["a", "b", "c"]
+    assert reader.entries("0-0") == writer.entries("0-0")
+    assert parsed == [1, 2, 3, 1, 2, 3]  # the reader's 3 lines once each, then the writer's own first read
+    with writer.path_for("0-0").open("a") as out:
+        out.write("{not json\n")
+    with pytest.raises(DataError, match=r"0-0\.tokens\.jsonl:4: not valid JSON"):  # numbered as in the file
+        reader.entries("0-0")
+
+
+def test_a_records_file_removed_and_written_again_is_read_anew(tmp_path, monkeypatch):
+    """The collector removes a rollout's records before the rollout is sent again; a model server that read the old
+    file reads the new one from its start, even when it is as long (and the filesystem gave it the old inode)."""
+    model_server, collector = TokenCaptureStore(tmp_path), TokenCaptureStore(tmp_path)
+    collector.append(_entry("a", [1], [2]))
+    collector.append(_entry("b", [1, 2, 3], [4], parent="a"))
+    assert len(model_server.entries("0-0")) == 2
+    collector.delete("0-0")
+    assert model_server.entries("0-0") == []
+    for call_id in ("x", "y", "z"):
+        collector.append(_entry(call_id, [7], [8]))
+    assert [e["model_call_id"] for e in model_server.entries("0-0")] == ["x", "y", "z"]
+    # removed and written again between two reads, as long as before: read anew all the same
+    collector.delete("0-0")
+    for call_id in ("p", "q", "r"):
+        collector.append(_entry(call_id, [7], [8]))
+    assert [e["model_call_id"] for e in model_server.entries("0-0")] == ["p", "q", "r"]
+
+
+def test_the_store_keeps_what_it_read_for_the_rollouts_read_last_only(tmp_path, monkeypatch):
+    parsed = _counting_parses(monkeypatch)
+    store = TokenCaptureStore(tmp_path, max_cached_rollouts=1, max_cached_tokens=1_000)
+    for rollout_id in ("0-0", "1-0"):
+        store.append(_entry("a", [1], [2]) | {"rollout_id": rollout_id})
+    store.entries("0-0"), store.entries("1-0"), store.entries("1-0")
+    assert parsed == [1, 1]  # 1-0 kept
+    store.entries("0-0")
+    assert parsed == [1, 1, 1]  # 0-0 was left out when 1-0 was read: read whole again
+    store.append(_entry("big", [1] * 600, [2] * 600))  # over max_cached_tokens: nothing of 0-0 kept
+    store.entries("0-0"), store.entries("0-0")
+    assert parsed == [1, 1, 1, 2, 1, 2]
 
 
 def test_the_digest_is_0_7_0s():

@@ -23,7 +23,8 @@ keeps them) is left as it is. Calls off the terminal chain (a retry, an auxiliar
 
 The rules are 0.7.0's (`token_id_capture.consumer`, `builder.prefix_merging`, `terminal.resolve_terminal`), minus what
 only its other writers need (delta prompts, external staging, custody rows); 0.7.0's consumer rebuilds our records
-into the same output (`tests/test_token_capture_peer07.py`).
+into the same output
+(`tests/test_token_capture.py::test_0_7_0s_consumer_rebuilds_our_records_into_the_same_rollouts`).
 """
 
 from __future__ import annotations

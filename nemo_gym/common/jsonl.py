@@ -27,6 +27,7 @@ __all__ = [
     "AGENT_REF_KEY",
     "iter_lines",
     "iter_jsonl",
+    "parse_line",
     "read_jsonl",
     "write_jsonl",
     "write_json",
@@ -69,6 +70,21 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             yield line_no, line.rstrip("\r\n")
 
 
+def parse_line(line: bytes, path: str | Path, line_no: int) -> dict[str, Any]:
+    """The JSON object on line `line_no` of `path`.
+
+    Raises:
+        DataError: the line is not valid JSON or not a JSON object (named `path:line_no`).
+    """
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise DataError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{path}:{line_no}: expected a JSON object, got {_describe(row)}")
+    return row
+
+
 def iter_jsonl(path: str | Path, *, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield `(line number, row)` for each non-blank line of `path`, at most `limit` rows.
 
@@ -85,13 +101,7 @@ def iter_jsonl(path: str | Path, *, limit: int | None = None) -> Iterator[tuple[
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {_describe(row)}")
-            yield line_no, row
+            yield line_no, parse_line(line, path, line_no)
             count += 1
             if limit is not None and count >= limit:
                 return

@@ -8,6 +8,7 @@ captures (`ng_run +token_id_capture.enabled=true`), and refused (409) when it do
 from __future__ import annotations
 
 import asyncio
+from functools import cached_property
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -78,10 +79,11 @@ class ModelServer(BaseServer):
         answer = await self._answer(request, body, chat=True)
         return chat_sse(answer) if stream else answer
 
-    @property
+    @cached_property
     def token_capture_store(self) -> TokenCaptureStore | None:
         """Where this run's training token capture records go (None: the run does not capture; read from the
-        environment at each call, as `ng_run` sets it for the server's process)."""
+        environment once, as `ng_run` sets it for the server's process). One store for the process, so that a
+        rollout's records file is read once and then only its new lines (`TokenCaptureStore.entries`)."""
         settings = settings_from_env()
         return TokenCaptureStore(settings.dir) if settings is not None and settings.dir is not None else None
 

@@ -33,11 +33,13 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +47,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.common.errors import ConfigError, DataError
-from nemo_gym.common.jsonl import iter_jsonl
+from nemo_gym.common.jsonl import parse_line
 from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, content_text, token_info
 from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
 
@@ -228,17 +230,41 @@ def message_fingerprint(message: dict[str, Any]) -> str:
 
 
 # -- the file store --------------------------------------------------------------------------------------------
+@dataclass
+class _ReadSoFar:
+    """What a store has parsed of one rollout's records file: the file's identity (device, inode and its first
+    bytes, so that a file removed and written again is read anew even if its inode is reused), the bytes and lines
+    parsed, and the records."""
+
+    identity: tuple[int, int, bytes]
+    offset: int = 0
+    lines: int = 0
+    tokens: int = 0  # prompt and generation ids of the records
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
 class TokenCaptureStore:
     """The records of each rollout under one directory, NeMo Gym 0.7.0's file layout: `<id>.tokens.jsonl` (a record
     per model call, appended under an exclusive `flock` of `<id>.tokens.lock`, so replicas and workers can share
     it) and `<id>.tokens.incomplete` (a reason per call that could not be recorded).
 
+    `entries` reads a file once: a later call parses only the lines appended since (the records files only grow,
+    and the collector removes one before its rollout is sent again), so a rollout of n model calls costs its model
+    server n file reads of one record each, not n² (0.7.0's model servers keep an index alike). What was read is
+    kept for the rollouts read last, at most `max_cached_rollouts` of them and `max_cached_tokens` token ids in all
+    (0.7.0's lineage cache bounds: 512 rollouts, 8M tokens); a rollout left out is read whole again when needed.
+
     Raises (each method):
         DataError: a rollout id that is not one (letters, digits, `.`, `_`, `-`; not first: no path in it).
     """
 
-    def __init__(self, root: Path | str):
+    IDENTITY_BYTES = 256  # a record's first bytes hold its model_call_id, a fresh uuid per call
+
+    def __init__(self, root: Path | str, *, max_cached_rollouts: int = 512, max_cached_tokens: int = 8_000_000):
         self.root = Path(root)
+        self.max_cached_rollouts, self.max_cached_tokens = max_cached_rollouts, max_cached_tokens
+        self._read: OrderedDict[str, _ReadSoFar] = OrderedDict()  # rollout id -> what `entries` parsed, LRU order
+        self._read_lock = threading.Lock()  # `entries` runs in worker threads
 
     def path_for(self, rollout_id: str) -> Path:
         return self.root / f"{_checked(rollout_id)}.tokens.jsonl"
@@ -268,23 +294,45 @@ class TokenCaptureStore:
             out.write(" ".join(reason.split()) + "\n")
 
     def entries(self, rollout_id: str) -> list[dict[str, Any]]:
-        """The rollout's records, in the order they were written ([] when none).
+        """The rollout's records, in the order they were written ([] when none): those read before and the lines
+        appended since.
 
         Raises:
             DataError: a line that is not a JSON object, or a record of a newer schema (named by file and line).
         """
         path = self.path_for(rollout_id)
-        if not path.exists():
+        with self._read_lock:
+            read = self._read.pop(rollout_id, None)
+        if not path.exists():  # nothing recorded yet (no lock file made for it either)
             return []
-        with self._locked(rollout_id, shared=True):
-            records = list(iter_jsonl(path))
-        for number, record in records:
-            if int(record.get("schema_version", RECORD_SCHEMA_VERSION)) > RECORD_SCHEMA_VERSION:
-                raise DataError(
-                    f"{path}:{number}: record schema_version {record['schema_version']}, this reader knows up to"
-                    f" {RECORD_SCHEMA_VERSION}"
-                )
-        return [record for _, record in records]
+        try:
+            with self._locked(rollout_id, shared=True), path.open("rb") as handle:
+                stat = os.fstat(handle.fileno())
+                identity = (stat.st_dev, stat.st_ino, handle.read(self.IDENTITY_BYTES))
+                if (
+                    read is None
+                    or stat.st_size < read.offset
+                    or read.identity != (*identity[:2], identity[2][: len(read.identity[2])])
+                ):
+                    read = _ReadSoFar(identity)  # a first read, or a file removed and written again
+                handle.seek(read.offset)
+                appended = handle.read()
+        except FileNotFoundError:  # removed meanwhile
+            return []
+        for line in appended.splitlines(keepends=True):
+            read.lines += 1
+            read.offset += len(line)
+            if line.strip():
+                record = _current_schema(parse_line(line, path, read.lines), path, read.lines)
+                read.records.append(record)
+                read.tokens += len(record.get("prompt_token_ids") or ()) + len(record.get("generation_token_ids") or ())
+        read.identity = identity  # its first bytes as far as they are written now
+        with self._read_lock:
+            self._read[rollout_id] = read
+            cached_tokens = sum(kept.tokens for kept in self._read.values())
+            while len(self._read) > self.max_cached_rollouts or (cached_tokens > self.max_cached_tokens and self._read):
+                cached_tokens -= self._read.popitem(last=False)[1].tokens
+        return list(read.records)
 
     def incomplete_reasons(self, rollout_id: str) -> list[str]:
         path = self.incomplete_path_for(rollout_id)
@@ -295,6 +343,15 @@ class TokenCaptureStore:
         with self._locked(rollout_id):
             self.path_for(rollout_id).unlink(missing_ok=True)
             self.incomplete_path_for(rollout_id).unlink(missing_ok=True)
+
+
+def _current_schema(record: dict[str, Any], path: Path, line_no: int) -> dict[str, Any]:
+    if int(record.get("schema_version", RECORD_SCHEMA_VERSION)) > RECORD_SCHEMA_VERSION:
+        raise DataError(
+            f"{path}:{line_no}: record schema_version {record['schema_version']}, this reader knows up to"
+            f" {RECORD_SCHEMA_VERSION}"
+        )
+    return record
 
 
 def _checked(rollout_id: str) -> str:
