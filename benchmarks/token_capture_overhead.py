@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.calls < 2 or args.reps < 1:
+        parser.error("--calls must be at least 2 (a parent and a call that resolves it) and --reps at least 1")
+    if not 0 < args.generation_tokens <= args.turn_tokens:
+        parser.error("--generation-tokens must be positive and at most --turn-tokens (a turn adds the generation)")
     results_dir = (
         args.results_dir or REPO / "results/bench/token_capture_overhead" / f"{dt.datetime.now():%Y%m%d_%H%M%S}"
     )
