@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import email.parser
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import zipfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from nemo_gym_peer import nemo_gym_env
 
@@ -169,3 +171,17 @@ def nemo_gym07_run_argv(config_paths: list[str], head_port: int, *overrides: str
         f"+uv_venv_dir={venvs}",
         *overrides,
     ]
+
+
+def peer07_json(script: str, *args: str, cwd: Path, timeout: float = 120) -> Any:
+    """What `script` (Python run by 0.7.0's interpreter with `args`, in `cwd`, away from our own nemo_gym) prints as
+    JSON on its last line; an AssertionError with its stderr when it fails."""
+    done = subprocess.run(
+        [str(peer07_venv() / "bin" / "python"), "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -42,8 +42,8 @@ from nemo_gym.serving.token_capture import (
     TokenCaptureStore,
     TokenIdCaptureSettings,
     capture_environment,
-    compute_digest,
 )
+from nemo_gym.serving.token_fingerprints import compute_digest, conversation_digest, request_items
 from nemo_gym.train.batch import model_calls, rollout_to_sequence
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,6 +267,83 @@ def test_a_capture_call_in_a_run_that_does_not_capture_is_refused(monkeypatch):
         assert httpx.post(f"{url}/ng-rollout/0-0/v1/chat/completions", json=body).status_code == 200  # not captured
 
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_a_history_rewritten_before_the_turn_is_rendered_as_sent_and_left_unresolved(tmp_path, monkeypatch):
+    """A harness that compacts its history (here it rewrites the user's message) but echoes the model's turn verbatim:
+    the turn still names the call that answered it, but that call's request is not what comes before the turn now,
+    and putting the call's token ids back would splice the original history in (the model would read what the
+    harness removed). As 0.7.0's resolver does, the call is left unresolved and its prompt is the conversation as
+    sent; the same turn after the unchanged history resolves and extends the first call's tokens."""
+    monkeypatch.setenv(TOKEN_ID_CAPTURE_ENV, TokenIdCaptureSettings(enabled=True, dir=tmp_path).to_env())
+    asked = [{"role": "user", "content": "How is the weather in San Francisco?"}]
+    with serve(ByteModel({}, name="policy_model").build_app()) as url:
+
+        def call(rollout_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+            route = f"{url}/ng-rollout/{rollout_id}/training-token-capture/v1/chat/completions"
+            answer = httpx.post(route, json={"messages": messages, "tools": [WEATHER_TOOL]}, trust_env=False)
+            answer.raise_for_status()
+            return answer.json()
+
+        seconds = {}
+        for rollout_id, history in (("0-0", asked), ("1-0", [{"role": "user", "content": "(summary) SF weather"}])):
+            first = call(rollout_id, asked)["choices"][0]["message"]
+            echoed = {"role": "assistant", "content": None, "tool_calls": first["tool_calls"]}  # token ids dropped
+            output = {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": "cold"}
+            seconds[rollout_id] = (first, call(rollout_id, [*history, echoed, output]), [*history, echoed, output])
+    first, answer, _ = seconds["0-0"]
+    second = answer["choices"][0]["message"]
+    assert second["prompt_token_ids"][: len(first["prompt_token_ids"]) + len(first["generation_token_ids"])] == (
+        first["prompt_token_ids"] + first["generation_token_ids"]
+    )
+    first, answer, sent = seconds["1-0"]
+    second = answer["choices"][0]["message"]
+    assert second["prompt_token_ids"] == encode(render(sent))  # the rewritten history, as sent; nothing spliced in
+    assert encode("How is the weather") != second["prompt_token_ids"][: len(encode("How is the weather"))]
+    store = TokenCaptureStore(tmp_path)
+    assert [e["parent_resolution"] for e in store.entries("0-0")] == ["root", "resolved"]
+    (_, rewritten) = store.entries("1-0")
+    assert (
+        rewritten["parent_resolution"] == "unresolved"
+        and "history before it is not" in rewritten["parent_resolution_reason"]
+    )
+    # each record carries its own request's context (0.7.0's continuation fields), which the next call must continue
+    assert rewritten["continuation_context_len"] == 4  # the tools' envelope and the three messages
+    assert rewritten["continuation_context_digest"] == conversation_digest(
+        request_items({"messages": sent, "tools": [WEATHER_TOOL]}, chat=True)
+    )
+    # the collector masks the rollout: its verified answer's call does not continue the first one
+    rollout = {
+        "_ng_task_index": 1,
+        "_ng_rollout_index": 0,
+        "reward": 1.0,
+        "response": {"id": answer["id"], "output": []},
+    }
+    rebuild_rollout(rollout, store)
+    assert rollout["mask_sample"] is True and rollout["_ng_token_capture"]["unresolved_parent_calls"] == 1
+
+
+def test_changed_tools_break_the_context_too(tmp_path, monkeypatch):
+    """The tools render into the prompt: a later request with other tools does not continue the call (0.7.0's request
+    envelope), and gets its own prompt."""
+    monkeypatch.setenv(TOKEN_ID_CAPTURE_ENV, TokenIdCaptureSettings(enabled=True, dir=tmp_path).to_env())
+    asked = [{"role": "user", "content": "How is the weather?"}]
+    other_tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    with serve(ByteModel({}, name="policy_model").build_app()) as url:
+        route = f"{url}/ng-rollout/2-0/training-token-capture/v1/chat/completions"
+        first = httpx.post(route, json={"messages": asked, "tools": [WEATHER_TOOL]}, trust_env=False).json()
+        message = first["choices"][0]["message"]
+        echoed = {"role": "assistant", "content": None, "tool_calls": message["tool_calls"]}
+        output = {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "cold"}
+        body = {"messages": [*asked, echoed, output], "tools": [WEATHER_TOOL, other_tool]}
+        httpx.post(route, json=body, trust_env=False).raise_for_status()
+    assert [e["parent_resolution"] for e in TokenCaptureStore(tmp_path).entries("2-0")] == ["root", "unresolved"]
+
+
 # -- the rebuild's rules, on records written by hand -------------------------------------------------------------
 def _entry(call_id: str, prompt: list[int], generated: list[int], parent: str | None = None, **extra: Any) -> dict:
     sequence = prompt + generated
@@ -465,25 +542,86 @@ print(json.dumps(built))
 """
 
 
+PEER_DIGEST = """
+import json, sys
+from nemo_gym.base_responses_api_model import _request_messages
+from nemo_gym.token_id_capture.fingerprint import conversation_digest
+print(json.dumps([conversation_digest(_request_messages(body)) for body in json.loads(sys.argv[1])]))
+"""
+
+# requests of each dialect, with what the digest reads: content as text or parts of several types, an image part,
+# tool calls with arguments spaced and ordered otherwise, tool results, reasoning, a namespaced function call and
+# the envelope (instructions, tools)
+DIGESTED_BODIES = [
+    {
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Weather?"},
+                    {"type": "image_url", "image_url": {"url": "data:x"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"b": 1,  "a": "x"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "cold"},
+            {"role": "assistant", "content": [{"type": "text", "text": "It is cold."}], "generation_token_ids": [1]},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    {
+        "instructions": "Be brief.",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            {"type": "reasoning", "id": "r1", "summary": [{"type": "summary_text", "text": "look it up"}]},
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "get_weather",
+                "namespace": "wx",
+                "arguments": "not json ",
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Cold."}]},
+        ],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {}}],
+    },
+    {"input": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]},
+    {"messages": []},
+]
+
+
+@pytest.mark.peer
+def test_the_context_digest_is_0_7_0s(tmp_path):
+    """Our records' `continuation_context_digest` is 0.7.0's for the same request (its `_request_messages`, then its
+    `conversation_digest`), so a record either writes is continued by the same requests."""
+    from nemo_gym_peer07 import peer07_json
+
+    theirs = peer07_json(PEER_DIGEST, json.dumps(DIGESTED_BODIES), cwd=tmp_path)
+    ours = [conversation_digest(request_items(body, chat="messages" in body)) for body in DIGESTED_BODIES]
+    assert ours == theirs and len(set(ours)) == len(ours)
+
+
 @pytest.mark.peer
 def test_0_7_0s_consumer_rebuilds_our_records_into_the_same_rollouts(gym, tmp_path):
-    from nemo_gym_peer07 import peer07_venv
+    from nemo_gym_peer07 import peer07_json
 
     head, records, _ = gym
     result = _collect(head, "harness")
     copied = tmp_path / "copied"  # 0.7.0's store writes its freeze state beside the records
     shutil.copytree(records, copied)
     jobs = [[f"{r['_ng_task_index']}-{r['_ng_rollout_index']}", r["response"]] for r in result.rollouts]
-    python = peer07_venv() / "bin" / "python"
-    done = subprocess.run(
-        [str(python), "-c", PEER_REBUILD, json.dumps(jobs), str(copied)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,  # not our nemo_gym
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    built = json.loads(done.stdout.strip().splitlines()[-1])
+    built = peer07_json(PEER_REBUILD, json.dumps(jobs), str(copied), cwd=tmp_path)
     assert len(built) == 4
     for rollout, theirs in zip(result.rollouts, built):
         assert theirs == {"mask_sample": False, "output": rollout["response"]["output"], "terminal": "delivered"}

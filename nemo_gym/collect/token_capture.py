@@ -39,13 +39,8 @@ from nemo_gym.common.jsonl import AGENT_REF_KEY
 from nemo_gym.env.metrics import MASK_SAMPLE_KEY
 from nemo_gym.serving.client import ServerClient
 from nemo_gym.serving.rollout_prefix import capture_rollout_id
-from nemo_gym.serving.token_capture import (
-    TokenCaptureStore,
-    TokenIdCaptureSettings,
-    assistant_item_kind,
-    compute_digest,
-    items_fingerprint,
-)
+from nemo_gym.serving.token_capture import TokenCaptureStore, TokenIdCaptureSettings
+from nemo_gym.serving.token_fingerprints import assistant_item_kind, compute_digest, items_fingerprint
 
 __all__ = ["TOKEN_CAPTURE_KEY", "MaskedCaptureError", "TokenCaptureRebuild", "rebuild_rollout"]
 

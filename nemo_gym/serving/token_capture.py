@@ -8,12 +8,16 @@ An agent that takes part calls its model server under `/ng-rollout/<rollout id>/
 (`nemo_gym.model_servers.model_server.ModelServer`):
 
 1. finds the call's parent: the earlier call of the same rollout whose answer is the request's last assistant turn,
-   by its token ids when the turn carries them, else by its text and tool calls (`turn_fingerprint`). The parent's
-   token ids go back on that turn (`resolve_parent`), so the model server splices the prompt after the tokens the
-   policy sampled instead of re-tokenizing their text: no drift between the calls of one rollout.
+   by its token ids when the turn carries them, else by its text and tool calls (`turn_fingerprint`) and only if the
+   history before that turn is that call's request, unchanged (`conversation_digest`, 0.7.0's context check). The
+   parent's token ids go back on that turn (`resolve_parent`), so the model server splices the prompt after the
+   tokens the policy sampled instead of re-tokenizing their text: no drift between the calls of one rollout. A history
+   the harness rewrote, compacted or cut gets nothing back (splicing would bring back what it removed): the call is
+   rendered as sent and recorded `unresolved`.
 2. answers as usual and appends the call's record to `<dir>/<rollout id>.tokens.jsonl` (`TokenCaptureStore`, NeMo Gym
    0.7.0's file store layout and its `TokenEntry` schema version 1: prompt and generation ids, log-probs, the answer's
-   output items without the token fields, the parent and its resolution, the cumulative length and digest). A call
+   output items without the token fields, the parent and its resolution, the cumulative length and digest, the
+   request's context length and digest). A call
    whose answer carries no token ids is recorded in `<rollout id>.tokens.incomplete` instead: the rollout cannot be
    rebuilt whole.
 
@@ -22,24 +26,21 @@ The collector rebuilds each rollout from its records (`nemo_gym.collect.token_ca
 run gets the settings in the `NEMO_GYM_TOKEN_ID_CAPTURE` environment variable (`settings_from_env`).
 
 Where we depart from 0.7.0: one writer, the file store (0.7.0's custom sinks, lineage stores, delta records and
-external staging are refused by name); the parent is found by the last assistant turn alone (0.7.0 also matches
-earlier turns and a request-context digest).
+external staging are refused by name); the parent is named by the last assistant turn's fingerprint alone (0.7.0's
+covers every assistant turn of the request; both then check the request's context).
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
-import struct
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,8 +49,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nemo_gym.common.errors import ConfigError, DataError
 from nemo_gym.common.jsonl import parse_line
-from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, content_text, token_info
+from nemo_gym.serving.openai_convert import TOKEN_INFO_KEYS, chat_to_response, token_info
 from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
+from nemo_gym.serving.token_fingerprints import (
+    assistant_item_kind,
+    compute_digest,
+    conversation_digest,
+    items_fingerprint,
+    message_fingerprint,
+    request_items,
+)
 
 __all__ = [
     "CAPTURE_SEGMENT",
@@ -57,13 +66,10 @@ __all__ = [
     "Lineage",
     "TokenCaptureStore",
     "TokenIdCaptureSettings",
-    "assistant_item_kind",
     "capture_environment",
-    "compute_digest",
     "record_call",
     "resolve_parent",
     "settings_from_env",
-    "turn_fingerprint",
 ]
 
 CAPTURE_SEGMENT = "training-token-capture"  # `/ng-rollout/<id>/training-token-capture/<route>` (0.7.0's path)
@@ -157,76 +163,6 @@ def capture_environment(settings: TokenIdCaptureSettings, run_dir: Path, ray_add
     return {
         TOKEN_ID_CAPTURE_ENV: settings.model_copy(update={"dir": settings.dir or run_dir / "token_id_capture"}).to_env()
     }
-
-
-# -- digests and fingerprints ------------------------------------------------------------------------------------
-_DIGEST_DOMAIN = b"nemo-gym-tokens"
-
-
-def compute_digest(token_ids: list[int]) -> str:
-    """sha256 of a token sequence, NeMo Gym 0.7.0's record digest (`records.compute_digest`, digest version 1):
-    the domain `nemo-gym-tokens`, then a version byte, the length and each id as big-endian unsigned 64-bit integers;
-    the domain alone for an empty sequence.
-
-    Raises:
-        ValueError: a negative token id.
-    """
-    if not token_ids:
-        return hashlib.sha256(_DIGEST_DOMAIN).hexdigest()
-    if min(token_ids) < 0:
-        raise ValueError(f"token ids must be non-negative, got {min(token_ids)}")
-    packed = struct.pack(">BQ", 1, len(token_ids)) + struct.pack(f">{len(token_ids)}Q", *token_ids)
-    return hashlib.sha256(_DIGEST_DOMAIN + packed).hexdigest()
-
-
-def _canonical_arguments(raw: Any) -> Any:
-    """Tool-call arguments as a value (a JSON string parsed), so that key order and spacing do not count."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.strip()
-    return raw
-
-
-def turn_fingerprint(text: str, calls: list[tuple[str, Any]]) -> str:
-    """sha256 of an assistant turn as a harness echoes it back: its text (outer whitespace aside) and its tool calls
-    `(name, arguments)` in order, arguments compared as JSON values. Reasoning is left out (harnesses drop it)."""
-    canonical = {"text": text.strip(), "calls": [[name, _canonical_arguments(args)] for name, args in calls]}
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def assistant_item_kind(item: Any) -> str | None:
-    """`message`, `function_call` or `reasoning` for an item of an assistant turn (a message whose role is the
-    assistant's, or absent as on output items), else None."""
-    if not isinstance(item, dict):
-        return None
-    kind = item.get("type") or ("message" if "role" in item else None)
-    if kind == "message":
-        return kind if item.get("role", "assistant") == "assistant" else None
-    return kind if kind in ("function_call", "reasoning") else None
-
-
-def items_fingerprint(items: list[dict[str, Any]]) -> str:
-    """`turn_fingerprint` of Responses items (assistant messages and function calls)."""
-    text, calls = "", []
-    for item in items:
-        kind = assistant_item_kind(item)
-        if kind == "message":
-            text += content_text(item.get("content"))
-        elif kind == "function_call":
-            calls.append((str(item.get("name")), item.get("arguments")))
-    return turn_fingerprint(text, calls)
-
-
-def message_fingerprint(message: dict[str, Any]) -> str:
-    """`turn_fingerprint` of a chat assistant message."""
-    calls = [
-        (str((call.get("function") or {}).get("name")), (call.get("function") or {}).get("arguments"))
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict)
-    ]
-    return turn_fingerprint(content_text(message.get("content")), calls)
 
 
 # -- the file store --------------------------------------------------------------------------------------------
@@ -363,13 +299,19 @@ def _checked(rollout_id: str) -> str:
 # -- the model server's side -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Lineage:
-    """A call's parent: `resolution` is `root` (the request has no assistant turn), `resolved` (`parent_call_id`, the
-    call whose answer is the request's last assistant turn) or `unresolved` (that turn is no recorded call's answer);
-    `reason` says how it was decided (NeMo Gym 0.7.0's `parent_resolution` and `parent_resolution_reason`)."""
+    """A call's place in its rollout. `resolution` is `root` (the request has no assistant turn), `resolved`
+    (`parent_call_id`, the call whose answer is the request's last assistant turn, made on the request before it) or
+    `unresolved` (that turn is no recorded call's answer, or the history before it is not that call's request);
+    `reason` says how it was decided (NeMo Gym 0.7.0's `parent_resolution` and `parent_resolution_reason`).
+    `context_len` and `context_digest`: the call's own request (`request_items`, `conversation_digest`; "" when it
+    cannot be read), which a later call must continue unchanged to resolve to this one (0.7.0's
+    `continuation_context_len` and `continuation_context_digest`)."""
 
     resolution: Literal["root", "resolved", "unresolved"]
     parent_call_id: str | None = None
     reason: str = ""
+    context_len: int = 0
+    context_digest: str = ""
 
 
 def _last_turn_of_items(items: list[Any]) -> tuple[int, str, dict[str, Any]] | None:
@@ -392,20 +334,38 @@ def _last_turn_of_items(items: list[Any]) -> tuple[int, str, dict[str, Any]] | N
     return index, items_fingerprint([item for _, item in last or []]), token_info(carrier)
 
 
+def _continues(entry: dict[str, Any], context: list[dict[str, Any]] | None) -> bool:
+    """Whether a request whose items are `context` (None: unreadable) starts with the request of `entry`'s call,
+    unchanged (0.7.0's `RolloutLineage._continues`; a record without a context digest is continued by none)."""
+    length, digest = entry.get("continuation_context_len", 0), entry.get("continuation_context_digest")
+    if not digest or context is None or len(context) < length:
+        return False
+    return conversation_digest(context[:length]) == digest
+
+
 def _parent_of(
-    fingerprint: str, tokens: dict[str, Any], entries: list[dict[str, Any]]
+    fingerprint: str, tokens: dict[str, Any], entries: list[dict[str, Any]], context: list[dict[str, Any]] | None
 ) -> tuple[Lineage, dict[str, Any] | None]:
-    """The parent of a request whose last assistant turn has `fingerprint` and token fields `tokens` ({} when the
-    harness dropped them), and the token fields to put back on that turn (None: leave it)."""
+    """The parent of a request (items `context`) whose last assistant turn has `fingerprint` and token fields `tokens`
+    ({} when the harness dropped them), and the token fields to put back on that turn (None: leave it). A turn that
+    answers a call whose request the history before it does not continue (rewritten, compacted, a tool result cut)
+    gets nothing back: the model server then renders the history as sent, and the call is `unresolved`."""
     if tokens.get("generation_token_ids"):
         sequence = list(tokens.get("prompt_token_ids") or []) + list(tokens["generation_token_ids"])
         for entry in reversed(entries):
             if entry["prompt_token_ids"] + entry["generation_token_ids"] == sequence:
                 return Lineage("resolved", entry["model_call_id"], "token_ids"), None
         return Lineage("unresolved", reason="the turn's token ids are no recorded call's"), None
-    matches = [entry for entry in entries if entry.get("turn_fingerprint") == fingerprint]
-    if not matches:
+    answered = [entry for entry in entries if entry.get("turn_fingerprint") == fingerprint]
+    if not answered:
         return Lineage("unresolved", reason="the turn's text and tool calls are no recorded call's answer"), None
+    matches = [entry for entry in answered if _continues(entry, context)]
+    if not matches:
+        return Lineage(
+            "unresolved",
+            reason=f"the turn answers {len(answered)} recorded call(s), but the history before it is not their request"
+            " (rewritten, compacted or cut): rendered as sent",
+        ), None
     parent = max(matches, key=lambda entry: entry.get("created_at", 0.0))  # a retry's latest answer
     reason = "fingerprint" if len(matches) == 1 else f"fingerprint, latest of {len(matches)} alike"
     restored = {key: list(parent[key]) for key in TOKEN_INFO_KEYS}
@@ -414,8 +374,25 @@ def _parent_of(
 
 def resolve_parent(body: dict[str, Any], entries: list[dict[str, Any]], *, chat: bool) -> tuple[dict, Lineage]:
     """The request `body` (Chat Completions when `chat`, else Responses) with its parent's token ids put back on its
-    last assistant turn when the harness dropped them, and the call's `Lineage`; `entries`: the rollout's records so
-    far. The body is not changed in place."""
+    last assistant turn when the harness dropped them and the history before that turn is the parent's request, and
+    the call's `Lineage`; `entries`: the rollout's records so far. The body is not changed in place."""
+    items = request_items(body, chat=chat)
+    context: list[dict[str, Any]] | None = items
+    try:
+        digest = conversation_digest(items)
+    except DataError as exc:  # content no digest reads: this call continues none, and none will continue it
+        digest, context = "", None
+        unreadable = Lineage("unresolved", reason=f"the request's history cannot be read ({exc})")
+    lineage, body = _resolved(body, entries, context, chat=chat)
+    if context is None and lineage.resolution == "unresolved":
+        lineage = unreadable
+    return body, replace(lineage, context_len=len(items), context_digest=digest)
+
+
+def _resolved(
+    body: dict[str, Any], entries: list[dict[str, Any]], context: list[dict[str, Any]] | None, *, chat: bool
+) -> tuple[Lineage, dict[str, Any]]:
+    """`resolve_parent`'s parent and body, the request's context read."""
     if chat:
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         index = next(
@@ -427,21 +404,23 @@ def resolve_parent(body: dict[str, Any], entries: list[dict[str, Any]], *, chat:
             None,
         )
         if index is None:
-            return body, Lineage("root")
-        lineage, restored = _parent_of(message_fingerprint(messages[index]), token_info(messages[index]), entries)
+            return Lineage("root"), body
+        lineage, restored = _parent_of(
+            message_fingerprint(messages[index]), token_info(messages[index]), entries, context
+        )
         if restored is None:
-            return body, lineage
+            return lineage, body
         messages = [*messages[:index], {**messages[index], **restored}, *messages[index + 1 :]]
-        return {**body, "messages": messages}, lineage
+        return lineage, {**body, "messages": messages}
     items = body.get("input") if isinstance(body.get("input"), list) else []
     turn = _last_turn_of_items(items)
     if turn is None:
-        return body, Lineage("root")
+        return Lineage("root"), body
     index, fingerprint, tokens = turn
-    lineage, restored = _parent_of(fingerprint, tokens, entries)
+    lineage, restored = _parent_of(fingerprint, tokens, entries, context)
     if restored is None:
-        return body, lineage
-    return {**body, "input": [*items[:index], {**items[index], **restored}, *items[index + 1 :]]}, lineage
+        return lineage, body
+    return lineage, {**body, "input": [*items[:index], {**items[index], **restored}, *items[index + 1 :]]}
 
 
 def record_call(
@@ -484,6 +463,8 @@ def record_call(
         "parent_call_id": lineage.parent_call_id,
         "parent_resolution": lineage.resolution,
         "parent_resolution_reason": lineage.reason,
+        "continuation_context_len": lineage.context_len,
+        "continuation_context_digest": lineage.context_digest,
         "cum_len": len(prompt) + len(generation),
         "digest": compute_digest(prompt + generation),
         "turn_fingerprint": items_fingerprint(output_items),
