@@ -173,15 +173,16 @@ def nemo_gym07_run_argv(config_paths: list[str], head_port: int, *overrides: str
     ]
 
 
-def peer07_json(script: str, *args: str, cwd: Path, timeout: float = 120) -> Any:
-    """What `script` (Python run by 0.7.0's interpreter with `args`, in `cwd`, away from our own nemo_gym) prints as
-    JSON on its last line; an AssertionError with its stderr when it fails."""
+def peer07_json(script: str, *args: str, cwd: Path | str = "/tmp", timeout: float = 120, **env: str) -> Any:
+    """What `script` (Python run by 0.7.0's interpreter with `args`, in `cwd`, away from our own nemo_gym, in
+    `peer07_env(**env)`) prints as JSON on its last line; an AssertionError with its stderr when it fails."""
     done = subprocess.run(
         [str(peer07_venv() / "bin" / "python"), "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
+        env=peer07_env(**env),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 from atif import Trajectory
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_json
 from ng_process import BIN
 
 from nemo_gym.common.errors import ConfigError, DataError
@@ -336,10 +336,7 @@ def test_the_steps_are_0_7_0s_and_the_files_pass_its_atif_models():
     )
     documents = [document, rollout_to_atif(copied, session_id="s", agent_version="1").to_json_dict()]
     case = json.dumps({"conversation": conversation, "documents": documents})
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_STEPS, case]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = peer07_json(PEER_STEPS, case, timeout=100)
     ours = [
         {k: v for k, v in step.items() if k not in ("metrics", "model_name", "extra")} for step in document["steps"]
     ]

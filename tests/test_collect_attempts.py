@@ -7,10 +7,9 @@ end to end, real HTTP on loopback:
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_json
 
 from nemo_gym.collect.attempts import MAX_ATTEMPTS, TERMINAL, RerunPolicy, attempt
 
@@ -92,11 +91,8 @@ def test_a_rerun_sends_what_0_7_0_sends(tmp_path, env_max, flag):
     terminal failures held (0.7.0's `retry_terminal_timeouts` retrying its timeout and repairable classes, never
     `skipped`), a rollout held after its max attempts."""
     _their_files(tmp_path)
-    env = {**peer07_env(), **({"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": env_max} if env_max else {})}
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_RESUME, json.dumps({"dir": str(tmp_path), "flag": flag})]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=200, cwd="/tmp", env=env, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    env = {"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": env_max} if env_max else {}
+    theirs = peer07_json(PEER_RESUME, json.dumps({"dir": str(tmp_path), "flag": flag}), timeout=200, **env)
     assert theirs == _ours(int(env_max or 3), flag)
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from fastapi import FastAPI
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_json
 from pydantic import ValidationError
 from test_collect import FAST, Served, write_input
 
@@ -506,11 +505,8 @@ print(json.dumps(answers))
 def test_task_source_rows_resolve_as_0_7_0_resolves_them():
     """NeMo Gym 0.7.0's own collector resolution (`RolloutCollectionHelper.resolve_task_sources`, in its venv) on
     the same run's config gives the agents ours gives, and refuses the same task_sources (about 10 s)."""
-    python = peer07_venv() / "bin" / "python"
-    argv = [str(python), "-c", PEER_RESOLVE, json.dumps(_served_config()), json.dumps(sorted(PINNED_RUN_AGENTS))]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == PINNED_RUN_AGENTS
+    agents = json.dumps(sorted(PINNED_RUN_AGENTS))
+    assert peer07_json(PEER_RESOLVE, json.dumps(_served_config()), agents, timeout=100) == PINNED_RUN_AGENTS
 
 
 PEER_EPISODES = """
@@ -542,9 +538,5 @@ def test_episodes_are_what_0_7_0_sends_and_stores():
         {"episode_id": episode, "task_id": task["task_id"], "failure": failure},
         {"episode_id": episode, "task_id": task["task_id"], "failure": {"failure_reason": "x", "terminal": False}},
     ]
-    python = peer07_venv() / "bin" / "python"
-    argv = [str(python), "-c", PEER_EPISODES, json.dumps({"rows": rows, "answers": answers})]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = peer07_json(PEER_EPISODES, json.dumps({"rows": rows, "answers": answers}), timeout=100)
     assert theirs == {"requests": [episode_request(r) for r in rows], "records": [episode_rollout(a) for a in answers]}

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_json
 from ng_process import BIN
 from test_collect import collect, config, gym, rows_of, write_input  # noqa: F401  (gym: the fixture)
 
@@ -116,7 +116,4 @@ def test_the_skills_ref_is_0_7_0s(tmp_path):
     """0.7.0's own `load_skill_directory` (in its venv) on the same directory gives the same SkillsRef: path, hash
     and metadata."""
     skills = str(write_skills(tmp_path / "skills"))
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_SKILLS, skills]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == load_skill_directory(skills).model_dump()
+    assert peer07_json(PEER_SKILLS, skills, timeout=100) == load_skill_directory(skills).model_dump()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nemo_gym_peer07 import peer07_env, peer07_site_packages, peer07_venv
+from nemo_gym_peer07 import peer07_env, peer07_json, peer07_site_packages, peer07_venv
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer, pytest.mark.timeout(600)]
 
@@ -135,16 +135,7 @@ def test_every_subcommand_and_flag_of_0_7_0s_gym_is_ours_or_refused():
     script = (
         WALK_PARSER + "import json\nfrom nemo_gym.cli.main import build_parser\nprint(json.dumps(walk(build_parser())))"
     )
-    done = subprocess.run(
-        [str(peer07_venv() / "bin" / "python"), "-c", script],
-        cwd="/tmp",
-        env=peer07_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    theirs = json.loads(done.stdout.splitlines()[-1])
+    theirs = peer07_json(script, timeout=300)
     scope: dict = {}
     exec(WALK_PARSER, scope)
     ours = scope["walk"](gym_router.build_parser("gym"))

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from nemo_gym_peer07 import peer07_env, peer07_venv
+from nemo_gym_peer07 import peer07_json
 from ng_process import BIN
 from test_collect import Served
 
@@ -186,10 +186,7 @@ def test_the_verify_bodies_are_0_7_0s(tmp_path):
     options = ReverifyOptions(rollouts_jsonl_fpath=str(tmp_path / "r.jsonl"), output_jsonl_fpath=str(tmp_path / "o"))
     tasks = task_rows(options)
     ours = [verify_body(tasks[(r["_ng_task_index"], 0)], r) for r in rollouts]
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_PAYLOADS, json.dumps(list(zip(inputs, rollouts)))]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ours
+    assert peer07_json(PEER_PAYLOADS, json.dumps(list(zip(inputs, rollouts))), timeout=100) == ours
 
 
 # -- ATIF trajectories as input (0.7.0's --input-format atif) ------------------------------------------------------
@@ -322,8 +319,5 @@ def test_the_atif_verify_bodies_are_0_7_0s(tmp_path):
     ours = [
         {k: v for k, v in row.items() if k != ATIF_PROVENANCE_KEY} for _, row in atif_rows(manifest, task_rows(options))
     ]
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_ATIF, str(manifest), str(inputs)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd="/tmp", env=peer07_env(), check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = peer07_json(PEER_ATIF, str(manifest), str(inputs), timeout=100)
     assert len(theirs) == 3 and _without_nulls(ours) == _without_nulls(theirs)

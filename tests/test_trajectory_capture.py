@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -335,13 +334,12 @@ print(json.dumps([_build_ng_perf({"ng_trajectory": r}, rollout_latency_ms=5.0) f
 @pytest.mark.peer
 @pytest.mark.timeout(120)
 def test_ng_perf_is_0_7_0s_on_records_it_takes_and_on_those_it_refuses(tmp_path):
-    from nemo_gym_peer07 import peer07_venv
+    from nemo_gym_peer07 import peer07_json
 
     records = [perf_record(), *not_records()]
-    argv = [str(peer07_venv() / "bin" / "python"), "-c", PEER_PERF, json.dumps(records)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=100, cwd=tmp_path)  # not our nemo_gym
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [ng_perf(record, 5.0) for record in records]
+    assert peer07_json(PEER_PERF, json.dumps(records), cwd=tmp_path, timeout=100) == [
+        ng_perf(record, 5.0) for record in records
+    ]
 
 
 def test_token_stats_read_both_apis_and_leave_unknown_counts_unknown():
@@ -392,19 +390,12 @@ print(json.dumps({"digests": digests, "perf": perf, "exported": exported}))
 @pytest.mark.peer
 @pytest.mark.timeout(300)
 def test_0_7_0s_health_checks_ng_perf_and_atif_export_read_our_capture_records(head, tmp_path):
-    from nemo_gym_peer07 import peer07_venv
+    from nemo_gym_peer07 import peer07_json
 
     rows = collect(head, tmp_path, [row(ADD_TWO), row(BAD_ARGUMENTS), row(HOLLOW)], observability_enabled=True)
-    python = peer07_venv() / "bin" / "python"
-    done = subprocess.run(
-        [str(python), "-c", PEER_CHECKS, str(tmp_path / "rollouts.jsonl"), str(tmp_path / "health")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
+    peer = peer07_json(
+        PEER_CHECKS, str(tmp_path / "rollouts.jsonl"), str(tmp_path / "health"), cwd=tmp_path, timeout=240
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    peer = json.loads(done.stdout.strip().splitlines()[-1])
     digests = sorted(peer["digests"], key=lambda d: d["task"])
     # every rollout check observed; the two healthy rollouts healthy, the hollow one found hollow
     assert [d["unobserved"] for d in digests] == [[], [], []]
