@@ -43,7 +43,7 @@ from nemo_gym.serving.token_capture import (
     TokenIdCaptureSettings,
     capture_environment,
 )
-from nemo_gym.serving.token_fingerprints import compute_digest, conversation_digest, request_items
+from nemo_gym.serving.token_fingerprints import compute_digest, conversation_digest, prefix_digests, request_items
 from nemo_gym.train.batch import model_calls, rollout_to_sequence
 
 REPO = Path(__file__).resolve().parents[1]
@@ -599,6 +599,14 @@ DIGESTED_BODIES = [
     {"input": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]},
     {"messages": []},
 ]
+
+
+def test_the_prefix_digests_are_the_digests_of_the_prefixes():
+    """The model server hashes a request once (`prefix_digests`) and compares each candidate parent's context with the
+    digest of the prefix as long as that parent's request."""
+    for body in DIGESTED_BODIES:
+        items = request_items(body, chat="messages" in body)
+        assert prefix_digests(items) == [conversation_digest(items[:k]) for k in range(len(items) + 1)]
 
 
 @pytest.mark.peer

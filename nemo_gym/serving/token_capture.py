@@ -54,9 +54,9 @@ from nemo_gym.serving.rollout_prefix import ROLLOUT_ID_PATTERN
 from nemo_gym.serving.token_fingerprints import (
     assistant_item_kind,
     compute_digest,
-    conversation_digest,
     items_fingerprint,
     message_fingerprint,
+    prefix_digests,
     request_items,
 )
 
@@ -334,22 +334,21 @@ def _last_turn_of_items(items: list[Any]) -> tuple[int, str, dict[str, Any]] | N
     return index, items_fingerprint([item for _, item in last or []]), token_info(carrier)
 
 
-def _continues(entry: dict[str, Any], context: list[dict[str, Any]] | None) -> bool:
-    """Whether a request whose items are `context` (None: unreadable) starts with the request of `entry`'s call,
-    unchanged (0.7.0's `RolloutLineage._continues`; a record without a context digest is continued by none)."""
+def _continues(entry: dict[str, Any], digests: list[str] | None) -> bool:
+    """Whether a request whose prefixes have `digests` (`prefix_digests`; None: unreadable) starts with the request of
+    `entry`'s call, unchanged (0.7.0's `RolloutLineage._continues`; a record without a context digest is continued by
+    none)."""
     length, digest = entry.get("continuation_context_len", 0), entry.get("continuation_context_digest")
-    if not digest or context is None or len(context) < length:
-        return False
-    return conversation_digest(context[:length]) == digest
+    return bool(digest) and digests is not None and length < len(digests) and digests[length] == digest
 
 
 def _parent_of(
-    fingerprint: str, tokens: dict[str, Any], entries: list[dict[str, Any]], context: list[dict[str, Any]] | None
+    fingerprint: str, tokens: dict[str, Any], entries: list[dict[str, Any]], digests: list[str] | None
 ) -> tuple[Lineage, dict[str, Any] | None]:
-    """The parent of a request (items `context`) whose last assistant turn has `fingerprint` and token fields `tokens`
-    ({} when the harness dropped them), and the token fields to put back on that turn (None: leave it). A turn that
-    answers a call whose request the history before it does not continue (rewritten, compacted, a tool result cut)
-    gets nothing back: the model server then renders the history as sent, and the call is `unresolved`."""
+    """The parent of a request (`digests`: its prefixes') whose last assistant turn has `fingerprint` and token fields
+    `tokens` ({} when the harness dropped them), and the token fields to put back on that turn (None: leave it). A turn
+    that answers a call whose request the history before it does not continue (rewritten, compacted, a tool result
+    cut) gets nothing back: the model server then renders the history as sent, and the call is `unresolved`."""
     if tokens.get("generation_token_ids"):
         sequence = list(tokens.get("prompt_token_ids") or []) + list(tokens["generation_token_ids"])
         for entry in reversed(entries):
@@ -359,7 +358,7 @@ def _parent_of(
     answered = [entry for entry in entries if entry.get("turn_fingerprint") == fingerprint]
     if not answered:
         return Lineage("unresolved", reason="the turn's text and tool calls are no recorded call's answer"), None
-    matches = [entry for entry in answered if _continues(entry, context)]
+    matches = [entry for entry in answered if _continues(entry, digests)]
     if not matches:
         return Lineage(
             "unresolved",
@@ -377,22 +376,20 @@ def resolve_parent(body: dict[str, Any], entries: list[dict[str, Any]], *, chat:
     last assistant turn when the harness dropped them and the history before that turn is the parent's request, and
     the call's `Lineage`; `entries`: the rollout's records so far. The body is not changed in place."""
     items = request_items(body, chat=chat)
-    context: list[dict[str, Any]] | None = items
     try:
-        digest = conversation_digest(items)
+        digests: list[str] | None = prefix_digests(items)
     except DataError as exc:  # content no digest reads: this call continues none, and none will continue it
-        digest, context = "", None
-        unreadable = Lineage("unresolved", reason=f"the request's history cannot be read ({exc})")
-    lineage, body = _resolved(body, entries, context, chat=chat)
-    if context is None and lineage.resolution == "unresolved":
+        digests, unreadable = None, Lineage("unresolved", reason=f"the request's history cannot be read ({exc})")
+    lineage, body = _resolved(body, entries, digests, chat=chat)
+    if digests is None and lineage.resolution == "unresolved":
         lineage = unreadable
-    return body, replace(lineage, context_len=len(items), context_digest=digest)
+    return body, replace(lineage, context_len=len(items), context_digest=digests[-1] if digests else "")
 
 
 def _resolved(
-    body: dict[str, Any], entries: list[dict[str, Any]], context: list[dict[str, Any]] | None, *, chat: bool
+    body: dict[str, Any], entries: list[dict[str, Any]], digests: list[str] | None, *, chat: bool
 ) -> tuple[Lineage, dict[str, Any]]:
-    """`resolve_parent`'s parent and body, the request's context read."""
+    """`resolve_parent`'s parent and body, the digests of the request's prefixes computed."""
     if chat:
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         index = next(
@@ -406,7 +403,7 @@ def _resolved(
         if index is None:
             return Lineage("root"), body
         lineage, restored = _parent_of(
-            message_fingerprint(messages[index]), token_info(messages[index]), entries, context
+            message_fingerprint(messages[index]), token_info(messages[index]), entries, digests
         )
         if restored is None:
             return lineage, body
@@ -417,7 +414,7 @@ def _resolved(
     if turn is None:
         return Lineage("root"), body
     index, fingerprint, tokens = turn
-    lineage, restored = _parent_of(fingerprint, tokens, entries, context)
+    lineage, restored = _parent_of(fingerprint, tokens, entries, digests)
     if restored is None:
         return lineage, body
     return lineage, {**body, "input": [*items[:index], {**items[index], **restored}, *items[index + 1 :]]}

@@ -28,6 +28,7 @@ __all__ = [
     "conversation_digest",
     "items_fingerprint",
     "message_fingerprint",
+    "prefix_digests",
     "request_items",
     "turn_fingerprint",
 ]
@@ -132,7 +133,18 @@ def conversation_digest(items: list[dict[str, Any]]) -> str:
     Raises:
         DataError: content that is neither text nor a list of parts, or a part without a type.
     """
+    return prefix_digests(items)[-1]
+
+
+def prefix_digests(items: list[dict[str, Any]]) -> list[str]:
+    """`conversation_digest` of each prefix of `items`, in one pass: [n + 1], the k-th that of `items[:k]` (the
+    first: no item; the last: all of them).
+
+    Raises:
+        DataError: as `conversation_digest`.
+    """
     hasher = hashlib.sha256(_CONTEXT_DOMAIN)
+    digests = [hasher.hexdigest()]
     for item in items:
         _field(hasher, 0, str(item.get("role") or item.get("type") or ""))
         for kind, payload in _content_parts(item.get("content")):
@@ -145,7 +157,8 @@ def conversation_digest(items: list[dict[str, Any]]) -> str:
         for call_id, output in _tool_results(item):
             _field(hasher, 6, call_id)
             _field(hasher, 7, output)
-    return hasher.hexdigest()
+        digests.append(hasher.hexdigest())  # hexdigest leaves the hasher as it was: the next item goes on from here
+    return digests
 
 
 def _field(hasher: Any, tag: int, value: str) -> None:
